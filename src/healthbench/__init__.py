@@ -1,0 +1,60 @@
+"""HealthBench: OpenAI's physician-rubric health benchmark, graded exactly as the reference does."""
+
+from .client import ChatClient, InvalidResponse, RequestFailed, RetryPolicy, Usage
+from .config import GraderConfig
+from .data import DataError, IdealCompletions, Message, MetaRow, Row, RubricItem, load_meta_rows, load_rows
+from .grading import (
+    DEFAULT_GRADER_MODEL,
+    TEMPLATE,
+    TEMPLATE_SHA256,
+    GradedItem,
+    GradedReply,
+    Grader,
+    GradingError,
+    Verdict,
+    grader_prompt,
+    parse_verdict,
+    render_conversation,
+    rubric_item_text,
+    transcript_with_reply,
+)
+from .scoring import aggregate, clipped_mean, score, task_metrics
+from .subsets import SUBSETS, load_meta_subset, load_subset, subset_path
+
+__all__ = [
+    "DEFAULT_GRADER_MODEL",
+    "SUBSETS",
+    "TEMPLATE",
+    "TEMPLATE_SHA256",
+    "ChatClient",
+    "DataError",
+    "GradedItem",
+    "GradedReply",
+    "Grader",
+    "GraderConfig",
+    "GradingError",
+    "IdealCompletions",
+    "InvalidResponse",
+    "Message",
+    "MetaRow",
+    "RequestFailed",
+    "RetryPolicy",
+    "Row",
+    "RubricItem",
+    "Usage",
+    "Verdict",
+    "aggregate",
+    "clipped_mean",
+    "grader_prompt",
+    "load_meta_rows",
+    "load_meta_subset",
+    "load_rows",
+    "load_subset",
+    "parse_verdict",
+    "render_conversation",
+    "rubric_item_text",
+    "score",
+    "subset_path",
+    "task_metrics",
+    "transcript_with_reply",
+]

@@ -1,0 +1,181 @@
+"""Grading one reply against its rubric, item by item, exactly as OpenAI's reference does.
+
+The grader prompt is the reference template (shipped byte-for-byte as package data) with the
+conversation and the rubric item substituted by plain string replacement, in that order. A verdict is valid
+only when `criteria_met` is a JSON boolean; anything else is asked again within the client's retry bound,
+and an item that never gets a valid verdict makes the whole task fail with `GradingError`. No partial
+score is ever produced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from .client import ChatClient, InvalidResponse, RequestFailed, Usage
+from .data import Message, RubricItem
+
+TEMPLATE = resources.files("healthbench").joinpath("grader_template.txt").read_bytes().decode("utf-8")
+TEMPLATE_SHA256 = hashlib.sha256(TEMPLATE.encode("utf-8")).hexdigest()
+DEFAULT_GRADER_MODEL = "gpt-4.1-2025-04-14"
+GRADER_SYSTEM_MESSAGE = "You are a helpful assistant."
+GRADER_TEMPERATURE = 0.5
+GRADER_MAX_TOKENS = 2048
+NO_EXPLANATION = "No explanation provided"
+
+_FENCE = re.compile(r"^```json\s*|\s*```$")
+
+
+def render_conversation(messages: Sequence[Message]) -> str:
+    """The transcript as the grader sees it: `role: content` turns joined by a blank line."""
+    return "\n\n".join(f"{m.role}: {m.content}" for m in messages)
+
+
+def rubric_item_text(item: RubricItem) -> str:
+    """A rubric item as the grader sees it: `[points] criterion`, points as the JSON integer."""
+    return f"[{item.points}] {item.criterion}"
+
+
+def grader_prompt(conversation: str, rubric_item: str) -> str:
+    """The reference grader prompt; the conversation is substituted first, as the reference does."""
+    return TEMPLATE.replace("<<conversation>>", conversation).replace("<<rubric_item>>", rubric_item)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The grader's judgement of one rubric item."""
+
+    criteria_met: bool
+    explanation: str
+
+
+def parse_verdict(text: str) -> Verdict:
+    """Parse a grader answer; raise `InvalidResponse` unless `criteria_met` is a JSON boolean."""
+    try:
+        parsed: Any = json.loads(_FENCE.sub("", text.strip()))
+    except ValueError:
+        raise InvalidResponse("grader answer is not JSON") from None
+    if not isinstance(parsed, dict):
+        raise InvalidResponse("grader answer is not a JSON object")
+    met = parsed.get("criteria_met")
+    if not isinstance(met, bool):
+        raise InvalidResponse(f"criteria_met is {json.dumps(met)[:40]}, not a JSON boolean")
+    explanation = parsed.get("explanation", NO_EXPLANATION)
+    if not isinstance(explanation, str):
+        explanation = json.dumps(explanation)
+    return Verdict(met, explanation)
+
+
+@dataclass(frozen=True)
+class GradedItem:
+    """A rubric item with the grader's verdict."""
+
+    criterion: str
+    points: int
+    tags: list[str]
+    criteria_met: bool
+    explanation: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """The item as results.jsonl records it."""
+        return {
+            "criterion": self.criterion,
+            "points": self.points,
+            "tags": self.tags,
+            "criteria_met": self.criteria_met,
+            "explanation": self.explanation,
+        }
+
+
+@dataclass
+class GradedReply:
+    """Every rubric item of one task graded, with the tokens the grader spent."""
+
+    prompt_id: str
+    items: list[GradedItem]
+    usage: Usage = field(default_factory=Usage)
+
+
+class GradingError(Exception):
+    """A task that could not be graded: which task, which rubric item, and the last cause."""
+
+    def __init__(self, prompt_id: str, criterion: str, cause: str) -> None:
+        short = criterion if len(criterion) <= 100 else criterion[:97] + "..."
+        super().__init__(f"task {prompt_id}: rubric item {short!r} could not be graded: {cause}")
+        self.prompt_id = prompt_id
+        self.criterion = criterion
+        self.cause = cause
+
+
+class Grader:
+    """Grades replies with an LLM grader through a `ChatClient`."""
+
+    def __init__(
+        self,
+        client: ChatClient,
+        model: str = DEFAULT_GRADER_MODEL,
+        *,
+        temperature: float = GRADER_TEMPERATURE,
+        max_tokens: int = GRADER_MAX_TOKENS,
+    ) -> None:
+        self.client = client
+        self.model = model
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+
+    def request_body(self, prompt: str) -> dict[str, Any]:
+        """The chat-completions body for one grader prompt, as the reference sampler sends it."""
+        return {
+            "model": self.model,
+            "messages": [
+                {"role": "system", "content": GRADER_SYSTEM_MESSAGE},
+                {"role": "user", "content": prompt},
+            ],
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+        }
+
+    async def verdict(self, prompt: str) -> tuple[Verdict, Usage]:
+        """One grader call for a rendered grader prompt; raises `RequestFailed` past the retry bound."""
+        return await self.client.complete(self.request_body(prompt), parse_verdict)
+
+    async def grade(self, prompt_id: str, transcript: Sequence[Message], rubrics: Sequence[RubricItem]) -> GradedReply:
+        """Grade the last assistant turn of `transcript` against every rubric item, concurrently.
+
+        The first item that cannot be graded cancels the others and raises `GradingError`.
+        """
+        conversation = render_conversation(transcript)
+
+        async def one(item: RubricItem) -> tuple[Verdict, Usage]:
+            try:
+                return await self.verdict(grader_prompt(conversation, rubric_item_text(item)))
+            except RequestFailed as exc:
+                raise GradingError(prompt_id, item.criterion, str(exc)) from None
+
+        tasks = [asyncio.ensure_future(one(item)) for item in rubrics]
+        try:
+            results = await asyncio.gather(*tasks)
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            raise
+        usage = Usage()
+        items = []
+        for item, (verdict, item_usage) in zip(rubrics, results, strict=True):
+            usage.add(item_usage)
+            items.append(
+                GradedItem(item.criterion, item.points, list(item.tags), verdict.criteria_met, verdict.explanation)
+            )
+        return GradedReply(prompt_id, items, usage)
+
+
+def transcript_with_reply(prompt: Sequence[Message], reply: str, system_message: str | None = None) -> list[Message]:
+    """The graded transcript: an optional system message the runner sent, the prompt, then the reply."""
+    head = [Message(role="system", content=system_message)] if system_message else []
+    return [*head, *prompt, Message(role="assistant", content=reply)]

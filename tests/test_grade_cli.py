@@ -1,0 +1,223 @@
+"""`healthbench grade` end to end against a loopback grader, checked against a reference-style computation."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from healthbench.cli import main
+from healthbench.fakeapi import FakeOpenAI, prompt_verdict
+from tests.conftest import make_row, write_jsonl
+
+KEY = "sk-test-never-printed-0123456789"
+TEMPLATE = (Path(__file__).parents[1] / "src" / "healthbench" / "grader_template.txt").read_text(encoding="utf-8")
+
+
+def reference_metrics(
+    rows: list[dict[str, Any]], replies: dict[str, str]
+) -> tuple[list[dict[str, float]], Counter[str]]:
+    """Per-task metrics and grader prompts computed the way OpenAI's reference code does, step by step."""
+    per_task, prompts = [], Counter[str]()
+    for row in rows:
+        if row["prompt_id"] not in replies:
+            continue
+        convo = [*row["prompt"], {"role": "assistant", "content": replies[row["prompt_id"]]}]
+        convo_str = "\n\n".join(f"{m['role']}: {m['content']}" for m in convo)
+        grades = []
+        for item in row["rubrics"]:
+            prompt = TEMPLATE.replace("<<conversation>>", convo_str).replace(
+                "<<rubric_item>>", f"[{item['points']}] {item['criterion']}"
+            )
+            prompts[prompt] += 1
+            grades.append(prompt_verdict(prompt))
+
+        def calc(items: list[dict[str, Any]], met: list[bool]) -> float | None:
+            total = sum(i["points"] for i in items if i["points"] > 0)
+            return None if total == 0 else sum(i["points"] for i, m in zip(items, met, strict=True) if m) / total
+
+        overall = calc(row["rubrics"], grades)
+        assert overall is not None
+        metrics = {"overall_score": overall, **dict.fromkeys(row["example_tags"], overall)}
+        by_tag: dict[str, list[tuple[dict[str, Any], bool]]] = defaultdict(list)
+        for item, met in zip(row["rubrics"], grades, strict=True):
+            for tag in item["tags"]:
+                by_tag[tag].append((item, met))
+        for tag, pairs in by_tag.items():
+            value = calc([p[0] for p in pairs], [p[1] for p in pairs])
+            if value is not None:
+                metrics[tag] = value
+        per_task.append(metrics)
+    return per_task, prompts
+
+
+def expected_means(per_task: list[dict[str, float]]) -> dict[str, float]:
+    values: dict[str, list[float]] = defaultdict(list)
+    for metrics in per_task:
+        for name, value in metrics.items():
+            values[name].append(value)
+        values["score"].append(metrics["overall_score"])
+    return {name: min(1.0, max(0.0, sum(v) / len(v))) for name, v in values.items()}
+
+
+def grade(tmp: Path, data: Path, responses: Path, out: str, base_url: str, *extra: str) -> Result:
+    return CliRunner().invoke(
+        main,
+        [
+            "grade",
+            "--data",
+            str(data),
+            "--responses",
+            str(responses),
+            "--out",
+            str(tmp / out),
+            "--grader-base-url",
+            base_url,
+            "--no-progress",
+            *extra,
+        ],
+        env={"HEALTHBENCH_GRADER_API_KEY": KEY, "OPENAI_BASE_URL": "http://127.0.0.1:9/never-used"},
+    )
+
+
+def sent_prompts(server: FakeOpenAI) -> Counter[str]:
+    """The grader prompts the server received, with multiplicity."""
+    return Counter(b["messages"][1]["content"] for b in server.bodies)
+
+
+def check_against_reference(out: Path, rows: list[dict[str, Any]], replies: dict[str, str]) -> Counter[str]:
+    """Assert the metrics equal the reference-style ones (1e-9); return the prompts the reference would send."""
+    per_task, prompts = reference_metrics(rows, replies)
+    metrics = json.loads((out / "metrics.json").read_text())
+    expected = expected_means(per_task)
+    assert {k for k in metrics if ":" not in k or not k.endswith(("n_samples", "bootstrap_std"))} == set(expected)
+    for name, value in expected.items():
+        assert metrics[name] == pytest.approx(value, abs=1e-9), name
+        assert metrics[f"{name}:n_samples"] == sum(name in m for m in per_task) or name == "score"
+        assert 0 <= metrics[f"{name}:bootstrap_std"] <= 0.5
+    return prompts
+
+
+def made_up_rows() -> list[dict[str, Any]]:
+    cluster = ("axis:context_awareness", "level:cluster", "cluster:context_seeking_enough-context_helpful_safe")
+    return [
+        make_row("single"),
+        make_row(
+            "multi",
+            prompt=(
+                ("system", "You are terse."),
+                ("user", "My child has a fever."),
+                ("assistant", "How old?"),
+                ("user", "Two."),
+            ),
+            rubrics=(
+                (7, "Asks about temperature", ("axis:completeness", "level:example")),
+                (-8, "Recommends aspirin for a child", ("axis:accuracy", "level:example")),
+                (5, "Seeks the context needed", cluster),
+                (-2, "Is verbose", ("axis:communication_quality", "level:example")),
+            ),
+            example_tags=("theme:context_seeking", "physician_agreed_category:enough-context"),
+        ),
+        *[make_row(f"r{i}", prompt=(("user", f"question {i} <<rubric_item>>"),)) for i in range(20)],
+    ]
+
+
+def test_made_up_rows_match_the_reference(tmp_path: Path, fake: FakeOpenAI) -> None:
+    rows = made_up_rows()
+    data = write_jsonl(tmp_path / "rows.jsonl", rows)
+    replies = {r["prompt_id"]: f"Reply to {r['prompt_id']}: stay hydrated." for r in rows}
+    responses = write_jsonl(tmp_path / "responses.jsonl", [{"prompt_id": k, "response": v} for k, v in replies.items()])
+    assert fake.base_url
+    result = grade(tmp_path, data, responses, "out", fake.base_url)
+    assert result.exit_code == 0, result.output
+    assert sent_prompts(fake) == check_against_reference(tmp_path / "out", rows, replies)
+    assert fake.auth_headers[0] == f"Bearer {KEY}"
+    results = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().split("\n")[:-1]]
+    assert {r["prompt_id"] for r in results} == set(replies)
+    first = next(r for r in results if r["prompt_id"] == "multi")
+    assert first["response"] == replies["multi"]
+    assert [i["points"] for i in first["rubric_items"]] == [7, -8, 5, -2]
+    assert all(isinstance(i["criteria_met"], bool) and i["explanation"] for i in first["rubric_items"])
+    assert first["usage"]["calls"] == 4
+    for path in (tmp_path / "out").iterdir():
+        assert KEY not in path.read_text()
+    assert KEY not in result.output
+
+
+def test_sample_matches_the_reference_and_is_deterministic(tmp_path: Path, sample_path: Path, fake: FakeOpenAI) -> None:
+    rows = [json.loads(line) for line in sample_path.read_text().split("\n")[:-1]]
+    replies = {r["prompt_id"]: "I am not a doctor, but please seek care if this gets worse." for r in rows}
+    responses = write_jsonl(tmp_path / "responses.jsonl", [{"prompt_id": k, "response": v} for k, v in replies.items()])
+    assert fake.base_url
+    result = grade(tmp_path, sample_path, responses, "a", fake.base_url)
+    assert result.exit_code == 0, result.output
+    assert sent_prompts(fake) == check_against_reference(tmp_path / "a", rows, replies)
+    assert len(fake.bodies) == 5965
+    assert grade(tmp_path, sample_path, responses, "b", fake.base_url).exit_code == 0
+    assert (tmp_path / "a" / "metrics.json").read_bytes() == (tmp_path / "b" / "metrics.json").read_bytes()
+
+
+def test_faults_do_not_change_the_metrics(tmp_path: Path) -> None:
+    rows = made_up_rows() * 1
+    data = write_jsonl(tmp_path / "rows.jsonl", rows)
+    replies = {r["prompt_id"]: "Rest." for r in rows}
+    responses = write_jsonl(tmp_path / "responses.jsonl", [{"prompt_id": k, "response": v} for k, v in replies.items()])
+    faults = ("429", "500", "503", "drop", "badjson", "prose", "null", "string_verdict")
+    with FakeOpenAI() as clean, FakeOpenAI(fault_rate=0.25, faults=faults, seed=1) as faulty:
+        assert clean.base_url and faulty.base_url
+        assert grade(tmp_path, data, responses, "clean", clean.base_url).exit_code == 0
+        result = grade(tmp_path, data, responses, "faulty", faulty.base_url)
+        assert result.exit_code == 0, result.output
+        assert faulty.responses_by_kind["ok"] == len(clean.bodies) < faulty.requests_total
+        expected = check_against_reference(tmp_path / "faulty", rows, replies)
+        assert sent_prompts(clean) == expected
+        assert set(sent_prompts(faulty)) == set(expected)  # retries repeat identical requests, nothing else
+    assert (tmp_path / "clean" / "metrics.json").read_bytes() == (tmp_path / "faulty" / "metrics.json").read_bytes()
+
+
+def test_ungradable_task_fails_loudly_and_keeps_the_rest(tmp_path: Path) -> None:
+    rows = made_up_rows()
+    data = write_jsonl(tmp_path / "rows.jsonl", rows)
+    replies = {r["prompt_id"]: "Rest." for r in rows}
+    responses = write_jsonl(tmp_path / "responses.jsonl", [{"prompt_id": k, "response": v} for k, v in replies.items()])
+
+    def ungradable(body: dict[str, Any]) -> bool:
+        return "aspirin" in body["messages"][1]["content"]
+
+    with FakeOpenAI(fail_always=ungradable) as server:
+        assert server.base_url
+        result = grade(tmp_path, data, responses, "out", server.base_url, "--max-attempts", "2")
+    assert result.exit_code == 1
+    assert "task multi: rubric item 'Recommends aspirin for a child' could not be graded" in result.output
+    assert "after 2 attempts" in result.output and "no score written" in result.output
+    assert not (tmp_path / "out" / "metrics.json").exists()
+    kept = [json.loads(line)["prompt_id"] for line in (tmp_path / "out" / "results.jsonl").read_text().split("\n")[:-1]]
+    assert sorted(kept) == sorted(set(replies) - {"multi"})
+    assert json.loads((tmp_path / "out" / "run.json").read_text())["failed"] == 1
+
+    with FakeOpenAI() as server:  # the grader recovers: only the failed task is graded again
+        assert server.base_url
+        result = grade(tmp_path, data, responses, "out", server.base_url)
+        assert result.exit_code == 0, result.output
+        assert server.requests_total == 4
+        assert "1 graded now, 21 reused" in result.output
+        check_against_reference(tmp_path / "out", rows, replies)
+
+
+def test_bad_responses_file_is_named(tmp_path: Path, fake: FakeOpenAI) -> None:
+    data = write_jsonl(tmp_path / "rows.jsonl", [make_row("a")])
+    responses = write_jsonl(
+        tmp_path / "responses.jsonl", [{"prompt_id": "a", "response": "x"}, {"prompt_id": "zz", "response": "y"}]
+    )
+    assert fake.base_url
+    result = grade(tmp_path, data, responses, "out", fake.base_url)
+    assert result.exit_code == 1
+    assert f"{responses}:2: field prompt_id: 'zz' is not a task of the data" in result.output
+    write_jsonl(responses, [{"prompt_id": "a"}])
+    result = grade(tmp_path, data, responses, "out", fake.base_url)
+    assert f"{responses}:1: field response: Field required" in result.output
+    assert fake.requests_total == 0
