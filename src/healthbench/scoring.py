@@ -8,8 +8,10 @@ the reward. Aggregates clip the mean of task scores to [0, 1], never the task sc
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 N_BOOTSTRAP = 1000
 
@@ -55,6 +57,8 @@ def task_metrics(
 
 def clipped_mean(values: Sequence[float]) -> float:
     """The mean of the values, then clipped to [0, 1]."""
+    import numpy as np  # deferred: numpy costs 0.2 s of start-up, and only aggregation needs it
+
     return float(np.clip(np.mean(values), 0.0, 1.0))
 
 
@@ -68,6 +72,8 @@ def aggregate(
     `overall_score`, as the reference's top-line key. Resamples are drawn once per sample count and
     shared by metrics of that count: each metric's interval is still an ordinary bootstrap.
     """
+    import numpy as np
+
     values: dict[str, list[float]] = {}
     for metrics in per_task:
         for name, value in metrics.items():

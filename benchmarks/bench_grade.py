@@ -1,0 +1,101 @@
+"""Time `healthbench grade` on the 500 sample rows against the fake grader, at zero and at fixed latency.
+
+Prints wall time, grader calls per second, CPU seconds per grader call (the grade process alone; the fake
+server runs in its own process), and, with latency, the share of the ideal throughput reached
+(concurrency / latency calls per second).
+
+    .venv/bin/python benchmarks/bench_grade.py [--data ../shared/data/healthbench_sample.jsonl]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def start_fake(latency: float) -> tuple[subprocess.Popen[str], str]:
+    """The fake server in a process of its own, so its CPU is not counted as the grader's."""
+    server = subprocess.Popen(
+        [sys.executable, "-m", "healthbench.fakeapi", "--port", "0", "--latency", str(latency)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert server.stdout is not None
+    return server, server.stdout.readline().strip()
+
+
+def run_grade(data: Path, responses: Path, base_url: str, concurrency: int) -> tuple[float, float, int]:
+    """Wall seconds, CPU seconds and grader calls of one `healthbench grade` process."""
+    out = Path(tempfile.mkdtemp(prefix="bench-grade-"))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "healthbench",
+            "grade",
+            "--data",
+            str(data),
+            "--responses",
+            str(responses),
+            "--out",
+            str(out),
+            "--grader-base-url",
+            base_url,
+            "--concurrency",
+            str(concurrency),
+            "--no-progress",
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        env={**os.environ, "HEALTHBENCH_GRADER_API_KEY": "sk-bench"},
+    )
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    calls = json.loads((out / "run.json").read_text())["usage"]["calls"]
+    return wall, cpu, calls
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "healthbench_sample.jsonl")
+    parser.add_argument("--latency", type=float, default=0.2)
+    parser.add_argument("--concurrency", type=int, default=100)
+    args = parser.parse_args()
+    responses = Path(tempfile.mkdtemp(prefix="bench-grade-")) / "responses.jsonl"
+    with args.data.open(encoding="utf-8", newline="\n") as rows:
+        ids = [json.loads(line)["prompt_id"] for line in rows if line.strip()]
+    responses.write_text(
+        "".join(json.dumps({"prompt_id": i, "response": "Please see a doctor if it gets worse."}) + "\n" for i in ids)
+    )
+    print(f"{len(ids)} tasks from {args.data}")
+    for latency in (0.0, args.latency):
+        server, base_url = start_fake(latency)
+        try:
+            wall, cpu, calls = run_grade(args.data, responses, base_url, args.concurrency)
+        finally:
+            server.terminate()
+            server.wait()
+        line = (
+            f"latency {latency * 1000:5.0f} ms  concurrency {args.concurrency}: wall {wall:6.2f} s, "
+            f"{calls / wall:7.0f} calls/s, {cpu / calls * 1000:.3f} ms CPU per call (whole command)"
+        )
+        if latency:
+            bound = args.concurrency / latency
+            line += f", {calls / wall / bound:.1%} of the {bound:.0f} calls/s bound"
+        print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
