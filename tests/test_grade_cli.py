@@ -144,7 +144,7 @@ def test_made_up_rows_match_the_reference(tmp_path: Path, fake: FakeOpenAI) -> N
     assert all(isinstance(i["criteria_met"], bool) and i["explanation"] for i in first["rubric_items"])
     assert first["usage"]["calls"] == 4
     for path in (tmp_path / "out").iterdir():
-        assert KEY not in path.read_text()
+        assert KEY.encode() not in path.read_bytes()
     assert KEY not in result.output
 
 
@@ -199,12 +199,12 @@ def test_ungradable_task_fails_loudly_and_keeps_the_rest(tmp_path: Path) -> None
     assert sorted(kept) == sorted(set(replies) - {"multi"})
     assert json.loads((tmp_path / "out" / "run.json").read_text())["failed"] == 1
 
-    with FakeOpenAI() as server:  # the grader recovers: only the failed task is graded again
+    with FakeOpenAI() as server:  # the grader recovers: only what was never answered is asked again
         assert server.base_url
         result = grade(tmp_path, data, responses, "out", server.base_url)
         assert result.exit_code == 0, result.output
-        assert server.requests_total == 4
-        assert "1 graded now, 21 reused" in result.output
+        assert 1 <= server.requests_total <= 4
+        assert all("Two." in b["messages"][1]["content"] for b in server.bodies)
         check_against_reference(tmp_path / "out", rows, replies)
 
 

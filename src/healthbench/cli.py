@@ -4,75 +4,196 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from pydantic import ValidationError
 
+from .client import Usage
 from .config import DEFAULT_CONCURRENCY, GraderConfig
 from .data import DataError, Row, load_rows
-from .runner import RUN, grade_responses, load_responses, write_json_atomic
-from .subsets import SUBSETS, load_subset, subset_path
+from .pricing import cost, estimate, load_prices
+from .runner import RUN, Job, RunOutcome, load_responses, run_jobs, select_rows, write_json_atomic
+from .sampling import Policy, PolicyConfig
+from .store import STORE, ConfigMismatch, Store
 
 F = TypeVar("F", bound=Callable[..., Any])
+USAGE = "usage.json"
 
 
-def data_options(func: F) -> F:
-    """`--data PATH | --subset NAME`."""
-    func = click.option("--subset", type=click.Choice(["full", "hard", "consensus"]), help="Official subset.")(func)
-    return click.option("--data", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="JSONL file.")(
-        func
-    )
+def _options(*options: Callable[[F], F]) -> Callable[[F], F]:
+    def apply(func: F) -> F:
+        for option in reversed(options):
+            func = option(func)
+        return func
+
+    return apply
 
 
-def grader_options(func: F) -> F:
-    """The grader's own settings, shared by every command that grades."""
-    options = [
-        click.option(
-            "--grader-model", help="Grader model [default: gpt-4.1-2025-04-14, or $HEALTHBENCH_GRADER_MODEL]."
-        ),
-        click.option(
-            "--grader-base-url",
-            help="OpenAI-compatible endpoint for the grader [default: $HEALTHBENCH_GRADER_BASE_URL or OpenAI].",
-        ),
-        click.option(
-            "--concurrency",
-            type=click.IntRange(min=1),
-            default=DEFAULT_CONCURRENCY,
-            show_default=True,
-            help="Grader calls in flight at once, shared by all tasks.",
-        ),
-        click.option(
-            "--max-attempts",
-            type=click.IntRange(min=1),
-            default=12,
-            show_default=True,
-            help="Attempts per grader call before the task fails.",
-        ),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
+data_options = _options(
+    click.option("--data", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="JSONL file."),
+    click.option("--subset", type=click.Choice(["full", "hard", "consensus"]), help="Official subset."),
+)
+
+grader_options = _options(
+    click.option("--grader-model", help="Grader model [default: $HEALTHBENCH_GRADER_MODEL or gpt-4.1-2025-04-14]."),
+    click.option("--grader-base-url", help="Grader endpoint [default: $HEALTHBENCH_GRADER_BASE_URL or OpenAI]."),
+    click.option(
+        "--concurrency",
+        type=click.IntRange(min=1),
+        default=DEFAULT_CONCURRENCY,
+        show_default=True,
+        help="Grader calls in flight at once, one budget for the whole process.",
+    ),
+    click.option(
+        "--max-attempts",
+        type=click.IntRange(min=1),
+        default=12,
+        show_default=True,
+        help="Attempts per call before the sample fails.",
+    ),
+)
+
+run_options = _options(
+    click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Output folder."),
+    click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed."),
+    click.option("--prices", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Price table JSON."),
+    click.option("--progress/--no-progress", default=True, help="Show a progress bar on a terminal."),
+)
 
 
-def _load_tasks(data: Path | None, subset: str | None) -> list[Row]:
+def _load_tasks(data: Path | None, subset: str | None) -> tuple[list[Row], str]:
+    """The rows, and the sha256 of the file they came from (a run's identity includes its data)."""
+    from .subsets import file_sha256, subset_path  # deferred: the download machinery is not needed for --data
+
     if (data is None) == (subset is None):
         raise click.UsageError("give exactly one of --data PATH or --subset NAME")
-    return load_rows(data) if data is not None else load_subset(subset or "full")
+    if data is None:
+        from .subsets import load_subset
+
+        rows = load_subset(subset or "full")
+        return rows, file_sha256(subset_path(subset or "full"))
+    return load_rows(data), file_sha256(data)
 
 
-def _data_errors(func: F) -> F:
+def _user_errors(func: F) -> F:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
-        except DataError as exc:
+        except (DataError, ConfigMismatch) as exc:
             raise click.ClickException(str(exc)) from None
+        except ValidationError as exc:
+            raise click.UsageError("; ".join(e["msg"] for e in exc.errors(include_url=False))) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _money(value: float | None) -> str:
+    return "unpriced" if value is None else f"${value:,.2f}"
+
+
+class _Costs:
+    """Prices usage for the progress bar, run.json and usage.json."""
+
+    def __init__(self, prices: Path | None, grader_model: str, policy_model: str | None) -> None:
+        self.table = load_prices(prices)
+        self.grader_model = grader_model
+        self.policy_model = policy_model
+        self.started = time.monotonic()
+
+    def total(self, policy: Usage, grader: Usage) -> float | None:
+        parts = [cost(grader, self.grader_model, self.table)]
+        if self.policy_model is not None and policy.calls:
+            parts.append(cost(policy, self.policy_model, self.table))
+        return None if None in parts else sum(p for p in parts if p is not None)
+
+    def progress(self, policy: Usage, grader: Usage) -> str:
+        rate = (policy.calls + grader.calls) / max(time.monotonic() - self.started, 1e-9)
+        return f"{rate:.0f} calls/s, {_money(self.total(policy, grader))}"
+
+    def usage_report(self, policy: Usage, grader: Usage) -> dict[str, Any]:
+        report: dict[str, Any] = {"grader": grader.as_dict() | {"model": self.grader_model}}
+        report["grader"]["cost_usd"] = cost(grader, self.grader_model, self.table)
+        if self.policy_model is not None:
+            report["policy"] = policy.as_dict() | {"model": self.policy_model}
+            report["policy"]["cost_usd"] = cost(policy, self.policy_model, self.table)
+        report["cost_usd"] = self.total(policy, grader)
+        return report
+
+
+def _execute(
+    jobs: Sequence[Job],
+    out: Path,
+    grader_config: GraderConfig,
+    identity: dict[str, Any],
+    *,
+    policy: Policy | None = None,
+    seed: int,
+    prices: Path | None,
+    progress: bool,
+    extra: dict[str, Any],
+) -> RunOutcome:
+    """Run jobs in `out` with its store, write run.json and usage.json, report, and exit 1 on failures."""
+    costs = _Costs(prices, grader_config.model, policy.config.model if policy else None)
+    store = Store(out / STORE)
+    try:
+        store.bind_config(identity)
+        grader = grader_config.build(cache=store)
+
+        async def run() -> RunOutcome:
+            try:
+                return await run_jobs(
+                    jobs, grader, store, out, policy=policy, seed=seed, progress=progress, describe_cost=costs.progress
+                )
+            finally:
+                await grader.client.aclose()
+                if policy is not None:
+                    await policy.client.aclose()
+
+        started = time.time()
+        outcome = asyncio.run(run())
+        cache_hits = store.hits
+        paid_policy, paid_grader = store.spent()
+    finally:
+        store.close()
+    session = costs.usage_report(outcome.policy_usage, outcome.grader_usage)
+    whole = costs.usage_report(paid_policy, paid_grader)
+    write_json_atomic(out / USAGE, {"this_session": session, "whole_run": whole, "verdict_cache_hits": cache_hits})
+    write_json_atomic(
+        out / RUN,
+        identity
+        | grader_config.describe()
+        | extra
+        | {
+            "seed": seed,
+            "samples": len(jobs),
+            "failed": len(outcome.failures),
+            "seconds": round(time.time() - started, 3),
+            "cost_usd": whole["cost_usd"],
+        },
+    )
+    for failure in outcome.failures:
+        click.echo(f"healthbench: not graded: {failure}", err=True)
+    if outcome.metrics is None:
+        click.echo(
+            f"healthbench: {len(outcome.failures)} of {len(jobs)} samples could not be graded; no score written. "
+            f"Everything answered is kept in {out / STORE}: run the same command again to finish.",
+            err=True,
+        )
+        sys.exit(1)
+    calls = outcome.policy_usage.calls + outcome.grader_usage.calls
+    click.echo(
+        f"score {outcome.metrics['score']:.4f} ± {outcome.metrics['score:bootstrap_std']:.4f} over "
+        f"{outcome.metrics['score:n_samples']} samples; {calls} calls this session ({cache_hits} verdicts reused), "
+        f"cost {_money(session['cost_usd'])}; metrics in {out / 'metrics.json'}"
+    )
+    return outcome
 
 
 @click.group()
@@ -82,10 +203,12 @@ def main() -> None:
 
 
 @main.command()
-@click.argument("names", nargs=-1, type=click.Choice(list(SUBSETS)))
-@_data_errors
+@click.argument("names", nargs=-1, type=click.Choice(["full", "hard", "consensus", "meta"]))
+@_user_errors
 def download(names: tuple[str, ...]) -> None:
     """Download and check official files (all of them when no name is given)."""
+    from .subsets import SUBSETS, subset_path
+
     for name in names or tuple(SUBSETS):
         click.echo(f"{name}: {subset_path(name)}")
 
@@ -98,65 +221,130 @@ def download(names: tuple[str, ...]) -> None:
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help='JSONL of {"prompt_id": ..., "response": ...}.',
 )
-@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Output folder.")
+@run_options
 @grader_options
-@click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
-@click.option("--progress/--no-progress", default=True, help="Show a progress bar on a terminal.")
-@_data_errors
+@_user_errors
 def grade(
     data: Path | None,
     subset: str | None,
     responses: Path,
     out: Path,
+    seed: int,
+    prices: Path | None,
+    progress: bool,
     grader_model: str | None,
     grader_base_url: str | None,
     concurrency: int,
     max_attempts: int,
-    seed: int,
-    progress: bool,
 ) -> None:
-    """Grade fixed replies: writes OUT/results.jsonl as tasks finish, then OUT/metrics.json."""
-    rows = _load_tasks(data, subset)
+    """Grade fixed replies; results.jsonl grows as samples finish, then metrics.json is written."""
+    rows, _ = _load_tasks(data, subset)
     replies = load_responses(responses, {row.prompt_id for row in rows})
     config = GraderConfig.from_env(
         model=grader_model, base_url=grader_base_url, concurrency=concurrency, max_attempts=max_attempts
     )
-    grader = config.build()
+    jobs = [Job(row, 0, replies[row.prompt_id]) for row in rows if row.prompt_id in replies]
+    identity = {"command": "grade"} | config.identity()
+    _execute(
+        jobs, out, config, identity, seed=seed, prices=prices, progress=progress, extra={"responses": str(responses)}
+    )
 
-    async def run() -> Any:
-        try:
-            return await grade_responses(rows, replies, grader, out, seed=seed, progress=progress)
-        finally:
-            await grader.client.aclose()
 
-    started = time.time()
-    outcome = asyncio.run(run())
-    out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(
-        out / RUN,
-        {
-            **config.describe(),
-            "data": str(data) if data else f"subset:{subset}",
-            "seed": seed,
-            "tasks": len(replies),
-            "graded_now": outcome.graded,
-            "reused": outcome.reused,
-            "failed": len(outcome.failures),
-            "usage": outcome.usage.as_dict(),
-            "seconds": round(time.time() - started, 3),
+@main.command(name="eval")
+@click.option("--model", required=True, help="The model to evaluate.")
+@click.option(
+    "--base-url", help="Its OpenAI-compatible endpoint [default: $OPENAI_BASE_URL or OpenAI]; key $OPENAI_API_KEY."
+)
+@data_options
+@click.option("--limit", type=click.IntRange(min=1), help="Evaluate N tasks, chosen as the reference does.")
+@click.option("--n-repeats", type=click.IntRange(min=1), default=1, show_default=True, help="Samples per task.")
+@click.option("--system-message", help="Sent to the model first; it also heads the graded transcript.")
+@click.option("--temperature", type=float, help="Sampling temperature [default: the provider's].")
+@click.option("--max-tokens", type=click.IntRange(min=1), help="Reply length cap.")
+@click.option("--reasoning/--no-reasoning", default=None, help="Treat as a reasoning model [default: by name].")
+@click.option("--reasoning-effort", type=click.Choice(["minimal", "low", "medium", "high"]))
+@click.option("--policy-concurrency", type=click.IntRange(min=1), default=32, show_default=True)
+@click.option("--dry-run", is_flag=True, help="Print calls, tokens and cost, and stop.")
+@run_options
+@grader_options
+@_user_errors
+def evaluate(
+    model: str,
+    base_url: str | None,
+    data: Path | None,
+    subset: str | None,
+    limit: int | None,
+    n_repeats: int,
+    system_message: str | None,
+    temperature: float | None,
+    max_tokens: int | None,
+    reasoning: bool | None,
+    reasoning_effort: str | None,
+    policy_concurrency: int,
+    dry_run: bool,
+    out: Path,
+    seed: int,
+    prices: Path | None,
+    progress: bool,
+    grader_model: str | None,
+    grader_base_url: str | None,
+    concurrency: int,
+    max_attempts: int,
+) -> None:
+    """Sample replies from a model and grade them; run again on the same --out to resume."""
+    all_rows, data_sha = _load_tasks(data, subset)
+    rows = select_rows(all_rows, limit)
+    policy_config = PolicyConfig.from_env(
+        base_url=base_url,
+        model=model,
+        system_message=system_message,
+        temperature=temperature,
+        max_tokens=max_tokens,
+        reasoning=reasoning,
+        reasoning_effort=reasoning_effort,
+        concurrency=policy_concurrency,
+        max_attempts=max_attempts,
+    )
+    grader_config = GraderConfig.from_env(
+        model=grader_model, base_url=grader_base_url, concurrency=concurrency, max_attempts=max_attempts
+    )
+    if dry_run:
+        _print_estimate(rows, n_repeats, policy_config, grader_config, prices)
+        return
+    identity = (
+        {"command": "eval", "data_sha256": data_sha, "limit": limit, "n_repeats": n_repeats}
+        | policy_config.identity()
+        | grader_config.identity()
+    )
+    jobs = [Job(row, repeat) for repeat in range(n_repeats) for row in rows]
+    extra = {"data": str(data) if data else f"subset:{subset}", "base_url": policy_config.base_url}
+    _execute(
+        jobs,
+        out,
+        grader_config,
+        identity,
+        policy=Policy(policy_config),
+        seed=seed,
+        prices=prices,
+        progress=progress,
+        extra=extra,
+    )
+
+
+def _print_estimate(
+    rows: Sequence[Row], repeats: int, policy: PolicyConfig, grader: GraderConfig, prices: Path | None
+) -> None:
+    guess = estimate(rows, repeats=repeats, sample_policy=True, system_message=policy.system_message)
+    table = load_prices(prices)
+    lines = {
+        "tasks": len(rows),
+        "samples": len(rows) * repeats,
+        "policy": guess.policy.as_dict() | {"model": policy.model, "cost_usd": cost(guess.policy, policy.model, table)},
+        "grader": guess.grader.as_dict()
+        | {
+            "model": grader.model,
+            "cost_usd": cost(guess.grader, grader.model, table),
+            "batch_cost_usd": cost(guess.grader, grader.model, table, batch=True),
         },
-    )
-    for failure in outcome.failures:
-        click.echo(f"healthbench: not graded: {failure}", err=True)
-    if outcome.metrics is None:
-        click.echo(
-            f"healthbench: {len(outcome.failures)} of {len(replies)} tasks could not be graded; "
-            f"no score written. Graded tasks are kept in {out / 'results.jsonl'}; run again to retry the rest.",
-            err=True,
-        )
-        sys.exit(1)
-    click.echo(
-        f"score {outcome.metrics['score']:.4f} ± {outcome.metrics['score:bootstrap_std']:.4f} "
-        f"over {outcome.metrics['score:n_samples']} tasks ({outcome.graded} graded now, {outcome.reused} reused); "
-        f"{outcome.usage.calls} grader calls; metrics in {out / 'metrics.json'}"
-    )
+    }
+    click.echo(json.dumps(lines, indent=2))

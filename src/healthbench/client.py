@@ -14,6 +14,7 @@ import email.utils
 import json
 import random
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -128,14 +129,89 @@ def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
             return None
 
 
+def duration_seconds(text: str) -> float | None:
+    """Parse OpenAI's rate-limit reset durations such as "1s", "6m0s", "500ms" or "0.5"."""
+    total, number = 0.0, ""
+    units = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+    index = 0
+    while index < len(text):
+        char = text[index]
+        if char.isdigit() or char == ".":
+            number += char
+            index += 1
+            continue
+        unit = "ms" if text.startswith("ms", index) else char
+        if unit not in units or not number:
+            return None
+        total += float(number) * units[unit]
+        number, index = "", index + len(unit)
+    return total + float(number) if number else total
+
+
+class RateGovernor:
+    """Paces request starts once the server has said "too many", then creeps back up.
+
+    Until the first 429 nothing is paced. A 429 sets the pace to 90% of the successes seen in the last
+    second (at most once per second, since one overload produces a burst of 429s); each success raises the
+    pace by 2% of a request per second, i.e. about 2% a second at any rate. An answer saying no requests
+    remain holds new starts until the window resets. This keeps a run close to a provider's limit without
+    a storm of 429s, without knowing the limit in advance.
+    """
+
+    WINDOW = 1.0
+
+    def __init__(self) -> None:
+        self.rate: float | None = None
+        self.throttled = 0
+        self._next_start = 0.0
+        self._last_cut = -1e9
+        self._successes: deque[float] = deque()
+
+    async def wait(self) -> None:
+        """Sleep until this request may start."""
+        now = time.monotonic()
+        start = max(now, self._next_start)
+        self._next_start = start + (1.0 / self.rate if self.rate else 0.0)
+        if start > now:
+            await asyncio.sleep(start - now)
+
+    def _recent(self, now: float) -> int:
+        while self._successes and self._successes[0] < now - self.WINDOW:
+            self._successes.popleft()
+        return len(self._successes)
+
+    def on_success(self, headers: Mapping[str, str]) -> None:
+        """Count a success; respect a reported empty request budget."""
+        now = time.monotonic()
+        self._successes.append(now)
+        self._recent(now)
+        if self.rate is not None:
+            self.rate += 0.02
+        if headers.get("x-ratelimit-remaining-requests") == "0":
+            reset = duration_seconds(headers.get("x-ratelimit-reset-requests", ""))
+            if reset is not None and 0 < reset <= _MAX_RETRY_AFTER:
+                self._next_start = max(self._next_start, now + reset)
+
+    def on_throttle(self) -> None:
+        """A 429: slow down to just under what the server has been accepting."""
+        self.throttled += 1
+        now = time.monotonic()
+        if now - self._last_cut < self.WINDOW:
+            return
+        self._last_cut = now
+        accepted = self._recent(now) / self.WINDOW
+        self.rate = max(1.0, 0.9 * accepted if accepted else 0.5 * (self.rate or 2.0))
+
+
 def _content(body: bytes) -> tuple[str, Usage]:
     try:
         payload = json.loads(body)
         content = payload["choices"][0]["message"]["content"]
     except (ValueError, KeyError, IndexError, TypeError) as exc:
         raise InvalidResponse(f"malformed response body ({type(exc).__name__})") from None
-    if not isinstance(content, str) or not content.strip():
-        raise InvalidResponse("empty content")
+    # An empty string is a reply (a policy may give one, and the reference accepts it); a missing one is not.
+    if not isinstance(content, str):
+        raise InvalidResponse("no content in the response")
     return content, Usage.from_response(payload.get("usage"))
 
 
@@ -167,6 +243,7 @@ class ChatClient:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._session: aiohttp.ClientSession | None = None
         self._semaphore: asyncio.Semaphore | None = None
+        self.governor = RateGovernor()
 
     def __repr__(self) -> str:
         return f"ChatClient(url={self.url!r}, concurrency={self.concurrency})"
@@ -182,12 +259,17 @@ class ChatClient:
 
     async def _attempt(self, payload: bytes) -> tuple[str, Usage]:
         session, semaphore = self._bind()
-        async with semaphore, session.post(self.url, data=payload) as response:
-            body = await response.read()
-            status = response.status
-            headers = response.headers
+        async with semaphore:
+            await self.governor.wait()
+            async with session.post(self.url, data=payload) as response:
+                body = await response.read()
+                status = response.status
+                headers = response.headers
         if status == 200:
+            self.governor.on_success(headers)
             return _content(body)
+        if status == 429:
+            self.governor.on_throttle()
         snippet = body[:200].decode("utf-8", "replace")
         error = _StatusError(f"HTTP {status}: {snippet}", retry_after_seconds(headers))
         if status in RETRY_STATUSES or status >= 500:

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from .client import OPENAI_BASE_URL, ChatClient, RetryPolicy
-from .grading import DEFAULT_GRADER_MODEL, TEMPLATE_SHA256, Grader
+from .grading import DEFAULT_GRADER_MODEL, TEMPLATE_SHA256, Grader, VerdictCache
 
 DEFAULT_CONCURRENCY = 64
 
@@ -50,15 +50,15 @@ class GraderConfig(BaseModel):
             **{name: value for name, value in overrides.items() if value is not None},
         )
 
-    def describe(self) -> dict[str, Any]:
-        """What a run records about its grader (never the key)."""
-        return {
-            "grader_model": self.model,
-            "grader_base_url": self.base_url,
-            "template_sha256": TEMPLATE_SHA256,
-        }
+    def identity(self) -> dict[str, Any]:
+        """What decides the verdicts: recorded with a run, and compared on resume."""
+        return {"grader_model": self.model, "template_sha256": TEMPLATE_SHA256}
 
-    def build(self) -> Grader:
+    def describe(self) -> dict[str, Any]:
+        """What a run reports about its grader (never the key)."""
+        return self.identity() | {"grader_base_url": self.base_url}
+
+    def build(self, cache: VerdictCache | None = None) -> Grader:
         """A grader with a client of its own, holding this config's concurrency budget."""
         client = ChatClient(
             self.base_url,
@@ -67,4 +67,4 @@ class GraderConfig(BaseModel):
             timeout=self.timeout,
             retry=RetryPolicy(max_attempts=self.max_attempts),
         )
-        return Grader(client, self.model)
+        return Grader(client, self.model, cache=cache)

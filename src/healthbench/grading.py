@@ -13,10 +13,10 @@ import asyncio
 import hashlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any
+from typing import Any, Protocol
 
 from .client import ChatClient, InvalidResponse, RequestFailed, Usage
 from .data import Message, RubricItem
@@ -113,8 +113,24 @@ class GradingError(Exception):
         self.cause = cause
 
 
+def request_key(body: Mapping[str, Any]) -> str:
+    """A stable digest of an exact request body: equal requests, equal keys."""
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+class VerdictCache(Protocol):
+    """Verdicts remembered by exact grader request, so identical requests are paid for once."""
+
+    def get_verdict(self, key: str) -> Verdict | None:
+        """The stored verdict for this request, if any."""
+
+    def put_verdict(self, key: str, verdict: Verdict, usage: Usage) -> None:
+        """Remember a verdict and what it cost."""
+
+
 class Grader:
-    """Grades replies with an LLM grader through a `ChatClient`."""
+    """Grades replies with an LLM grader through a `ChatClient`, optionally through a verdict cache."""
 
     def __init__(
         self,
@@ -123,11 +139,13 @@ class Grader:
         *,
         temperature: float = GRADER_TEMPERATURE,
         max_tokens: int = GRADER_MAX_TOKENS,
+        cache: VerdictCache | None = None,
     ) -> None:
         self.client = client
         self.model = model
         self.temperature = temperature
         self.max_tokens = max_tokens
+        self.cache = cache
 
     def request_body(self, prompt: str) -> dict[str, Any]:
         """The chat-completions body for one grader prompt, as the reference sampler sends it."""
@@ -142,8 +160,20 @@ class Grader:
         }
 
     async def verdict(self, prompt: str) -> tuple[Verdict, Usage]:
-        """One grader call for a rendered grader prompt; raises `RequestFailed` past the retry bound."""
-        return await self.client.complete(self.request_body(prompt), parse_verdict)
+        """One grader call for a rendered grader prompt; raises `RequestFailed` past the retry bound.
+
+        A cache hit costs nothing and reports zero usage.
+        """
+        body = self.request_body(prompt)
+        if self.cache is None:
+            return await self.client.complete(body, parse_verdict)
+        key = request_key(body)
+        cached = self.cache.get_verdict(key)
+        if cached is not None:
+            return cached, Usage()
+        verdict, usage = await self.client.complete(body, parse_verdict)
+        self.cache.put_verdict(key, verdict, usage)
+        return verdict, usage
 
     async def grade(self, prompt_id: str, transcript: Sequence[Message], rubrics: Sequence[RubricItem]) -> GradedReply:
         """Grade the last assistant turn of `transcript` against every rubric item, concurrently.

@@ -1,9 +1,10 @@
-"""Grading a set of replies and writing the results as they finish.
+"""Running samples through the policy and the grader, and writing the results as they finish.
 
-`results.jsonl` gets one line per task the moment it is graded, so a crash loses at most what was in
-flight; a later run on the same folder reuses every line whose reply and grader are unchanged. Metrics are
-aggregated in data-file order, so the seeded bootstrap does not depend on which task finished first. If
-any task cannot be graded, no `metrics.json` is written: a partial score would be a wrong score.
+Every command that grades (`grade`, `eval`, `baseline`) is a list of jobs run here. Replies and verdicts
+are kept in the run's store as they arrive, and `results.jsonl` gets one line per sample the moment it is
+graded, so a crash loses at most what was in flight. Metrics are aggregated in a fixed order (repeat,
+prompt_id), so the seeded bootstrap depends neither on which task finished first nor on a resume. If any
+sample cannot be graded, no `metrics.json` is written: a partial score would be a wrong score.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,10 +22,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, StrictStr
 from tqdm import tqdm
 
-from .client import Usage
-from .data import DataError, Row, read_jsonl
+from .client import RequestFailed, Usage
+from .data import DataError, Message, Row, read_jsonl
 from .grading import GradedReply, Grader, GradingError, transcript_with_reply
+from .sampling import Policy
 from .scoring import aggregate, task_metrics
+from .store import Store
 
 RESULTS = "results.jsonl"
 METRICS = "metrics.json"
@@ -63,13 +67,15 @@ def write_json_atomic(path: Path, value: Any) -> None:
 
 
 def result_record(
-    row: Row, response: str, metrics: Mapping[str, float], graded: GradedReply, grader_model: str
+    row: Row, transcript: Sequence[Message], metrics: Mapping[str, float], graded: GradedReply, grader_model: str
 ) -> dict[str, Any]:
-    """One results.jsonl line."""
+    """One results.jsonl line; `transcript` is the graded conversation, ending on the reply."""
     return {
         "prompt_id": row.prompt_id,
         "score": metrics["overall_score"],
-        "response": response,
+        "response": transcript[-1].content,
+        "prompt": [message.model_dump() for message in transcript[:-1]],
+        "example_tags": list(row.example_tags),
         "metrics": dict(metrics),
         "rubric_items": [item.as_dict() for item in graded.items],
         "usage": graded.usage.as_dict(),
@@ -77,92 +83,121 @@ def result_record(
     }
 
 
-def _reusable(out_dir: Path, responses: Mapping[str, str], grader_model: str) -> dict[str, dict[str, Any]]:
-    """Earlier results in `out_dir` for the same reply and grader; the file is rewritten to hold only them."""
-    path = out_dir / RESULTS
-    if not path.exists():
-        return {}
-    kept: dict[str, dict[str, Any]] = {}
-    with path.open(encoding="utf-8", newline="\n") as lines:
-        records = list(lines)
-    for line in records:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue  # a line torn by a crash mid-write
-        pid = record.get("prompt_id") if isinstance(record, dict) else None
-        if (
-            isinstance(pid, str)
-            and pid in responses
-            and record.get("response") == responses[pid]
-            and record.get("grader_model") == grader_model
-        ):
-            kept[pid] = record
-    handle, temp = tempfile.mkstemp(dir=out_dir, prefix=f".{RESULTS}.")
-    with os.fdopen(handle, "w", encoding="utf-8") as out:
-        out.writelines(json.dumps(record) + "\n" for record in kept.values())
-    os.replace(temp, path)
-    return kept
+def aggregate_records(records: Iterable[Mapping[str, Any]], *, seed: int) -> dict[str, float | int]:
+    """Metrics over result records, taken in (repeat, prompt_id) order so the bootstrap does not depend on
+    which task finished first, nor on whether a run was resumed."""
+    ordered = sorted(records, key=lambda r: (r.get("repeat", 0), r["prompt_id"]))
+    return aggregate([r["metrics"] for r in ordered], seed=seed)
+
+
+def select_rows(rows: Sequence[Row], limit: int | None) -> list[Row]:
+    """`limit` tasks chosen as the reference chooses them: `random.Random(0).sample`."""
+    if limit is not None and limit < len(rows):
+        return random.Random(0).sample(list(rows), limit)
+    return list(rows)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One sample to grade: a task, which repeat of it, and a fixed reply or None to ask the policy."""
+
+    row: Row
+    repeat: int = 0
+    reply: str | None = None
+
+
+class SampleError(Exception):
+    """The evaluated model gave no usable reply for a task within the retry bound."""
+
+    def __init__(self, prompt_id: str, cause: str) -> None:
+        super().__init__(f"task {prompt_id}: the model under evaluation gave no reply: {cause}")
+        self.prompt_id = prompt_id
 
 
 @dataclass
-class GradeOutcome:
-    """What a grading run produced: metrics only when every task was graded."""
+class RunOutcome:
+    """What a run produced: metrics only when every sample was graded; usage is what this session paid."""
 
     metrics: dict[str, float | int] | None
-    failures: list[GradingError] = field(default_factory=list)
-    usage: Usage = field(default_factory=Usage)
-    graded: int = 0
-    reused: int = 0
+    failures: list[Exception] = field(default_factory=list)
+    policy_usage: Usage = field(default_factory=Usage)
+    grader_usage: Usage = field(default_factory=Usage)
+    done: int = 0
 
 
-async def grade_responses(
-    rows: Sequence[Row],
-    responses: Mapping[str, str],
+async def run_jobs(
+    jobs: Sequence[Job],
     grader: Grader,
+    store: Store,
     out_dir: Path,
     *,
+    policy: Policy | None = None,
     seed: int = 0,
-    system_message: str | None = None,
     progress: bool = True,
-) -> GradeOutcome:
-    """Grade `responses[prompt_id]` for each row that has one; write results.jsonl and metrics.json."""
+    describe_cost: Callable[[Usage, Usage], str] | None = None,
+) -> RunOutcome:
+    """Sample (where a job has no fixed reply) and grade every job; write results.jsonl and metrics.json.
+
+    Replies and verdicts come from `store` when it has them and go into it as they arrive, so a run
+    resumed after a crash pays only for what it did not finish. results.jsonl is written afresh, one line
+    per sample as it is graded.
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / METRICS).unlink(missing_ok=True)
-    tasks = [row for row in rows if row.prompt_id in responses]
-    records = _reusable(out_dir, responses, grader.model)
-    outcome = GradeOutcome(metrics=None, reused=len(records))
-    todo = [row for row in tasks if row.prompt_id not in records]
-    bar = tqdm(total=len(tasks), initial=len(records), unit="task", desc="grading", disable=not progress or None)
+    outcome = RunOutcome(metrics=None)
+    records: list[dict[str, Any]] = []
+    system_message = policy.config.system_message if policy else None
+    bar = tqdm(total=len(jobs), unit="sample", desc="healthbench", disable=not progress or None)
 
-    async def one(row: Row) -> None:
-        response = responses[row.prompt_id]
-        transcript = transcript_with_reply(row.prompt, response, system_message)
+    async def reply_for(job: Job) -> tuple[str, Usage]:
+        if job.reply is not None:
+            return job.reply, Usage()
+        recorded = store.sample(job.row.prompt_id, job.repeat)
+        if recorded is not None:
+            return recorded[0], Usage()
+        if policy is None:
+            raise SampleError(job.row.prompt_id, "no reply given and no model to ask")
         try:
-            graded = await grader.grade(row.prompt_id, transcript, row.rubrics)
-        except GradingError as exc:
+            reply, usage = await policy.sample(job.row.prompt)
+        except RequestFailed as exc:
+            raise SampleError(job.row.prompt_id, str(exc)) from None
+        store.put_sample(job.row.prompt_id, job.repeat, reply, usage)
+        return reply, usage
+
+    async def one(job: Job) -> None:
+        try:
+            reply, policy_usage = await reply_for(job)
+            outcome.policy_usage.add(policy_usage)
+            transcript = transcript_with_reply(job.row.prompt, reply, system_message)
+            graded = await grader.grade(job.row.prompt_id, transcript, job.row.rubrics)
+        except (SampleError, GradingError) as exc:
             outcome.failures.append(exc)
+            bar.update()
             return
+        outcome.grader_usage.add(graded.usage)
         metrics = task_metrics(
-            row.example_tags,
+            job.row.example_tags,
             [item.points for item in graded.items],
             [item.tags for item in graded.items],
             [item.criteria_met for item in graded.items],
         )
-        record = result_record(row, response, metrics, graded, grader.model)
+        record = result_record(job.row, transcript, metrics, graded, grader.model) | {"repeat": job.repeat}
+        if policy is not None:
+            record |= {"policy_model": policy.config.model, "policy_usage": policy_usage.as_dict()}
         results.write(json.dumps(record) + "\n")
         results.flush()
-        records[row.prompt_id] = record
-        outcome.usage.add(graded.usage)
-        outcome.graded += 1
+        records.append(record)
+        outcome.done += 1
         bar.update()
+        if describe_cost is not None:
+            bar.set_postfix_str(describe_cost(outcome.policy_usage, outcome.grader_usage), refresh=False)
 
-    with (out_dir / RESULTS).open("a", encoding="utf-8") as results:
+    with (out_dir / RESULTS).open("w", encoding="utf-8") as results:
         try:
-            await asyncio.gather(*(one(row) for row in todo))
+            await asyncio.gather(*(one(job) for job in jobs))
         finally:
             bar.close()
     if not outcome.failures:
-        outcome.metrics = aggregate([records[row.prompt_id]["metrics"] for row in tasks], seed=seed)
+        outcome.metrics = aggregate_records(records, seed=seed)
         write_json_atomic(out_dir / METRICS, outcome.metrics)
     return outcome

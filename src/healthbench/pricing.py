@@ -1,0 +1,125 @@
+"""What calls cost: a per-model price table (overridable) and the estimate `--dry-run` prints.
+
+Prices are USD per million tokens, OpenAI's list prices for standard (live) requests; the Batch API
+charges half. A model is matched by the longest table entry its name starts with, so dated snapshots
+(`gpt-4.1-2025-04-14`) find their family. Unknown models cost nothing in the sums and are named as such.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from .client import Usage
+from .data import DataError, Row
+from .grading import TEMPLATE
+
+# Rough sizes for the estimate: four characters a token, a typical reply, a typical verdict.
+CHARS_PER_TOKEN = 4.0
+REPLY_TOKENS = 500
+VERDICT_TOKENS = 60
+# The grader's system message and chat framing, in tokens.
+FRAMING_TOKENS = 20
+
+
+class Price(BaseModel):
+    """USD per million tokens."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    input: float
+    cached_input: float
+    output: float
+
+
+PRICES: dict[str, Price] = {
+    name: Price(input=i, cached_input=c, output=o)
+    for name, (i, c, o) in {
+        "gpt-4.1": (2.00, 0.50, 8.00),
+        "gpt-4.1-mini": (0.40, 0.10, 1.60),
+        "gpt-4.1-nano": (0.10, 0.025, 0.40),
+        "gpt-4o": (2.50, 1.25, 10.00),
+        "gpt-4o-mini": (0.15, 0.075, 0.60),
+        "gpt-5": (1.25, 0.125, 10.00),
+        "gpt-5-mini": (0.25, 0.025, 2.00),
+        "gpt-5-nano": (0.05, 0.005, 0.40),
+        "o3": (2.00, 0.50, 8.00),
+        "o3-mini": (1.10, 0.55, 4.40),
+        "o4-mini": (1.10, 0.275, 4.40),
+        "gpt-3.5-turbo": (0.50, 0.50, 1.50),
+    }.items()
+}
+
+
+def load_prices(path: Path | None) -> dict[str, Price]:
+    """The built-in table, updated from a JSON file `{model: {input, cached_input, output}}` if given."""
+    prices = dict(PRICES)
+    if path is None:
+        return prices
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{path}: cannot read prices ({exc})") from None
+    if not isinstance(raw, dict):
+        raise DataError(f"{path}: prices must be an object of model names")
+    for model, value in raw.items():
+        try:
+            prices[model] = Price.model_validate(value)
+        except ValidationError as exc:
+            error = exc.errors(include_url=False)[0]
+            field = ".".join(str(p) for p in error["loc"])
+            raise DataError(f"{path}: field {model}.{field}: {error['msg']}") from None
+    return prices
+
+
+def price_for(model: str, prices: Mapping[str, Price]) -> Price | None:
+    """The longest table entry that the model name starts with."""
+    matches = [name for name in prices if model == name or model.startswith(name + "-")]
+    return prices[max(matches, key=len)] if matches else None
+
+
+def cost(usage: Usage, model: str, prices: Mapping[str, Price], *, batch: bool = False) -> float | None:
+    """USD for this usage, or None for a model without a price."""
+    price = price_for(model, prices)
+    if price is None:
+        return None
+    fresh = usage.prompt_tokens - usage.cached_prompt_tokens
+    total = (
+        fresh * price.input + usage.cached_prompt_tokens * price.cached_input + usage.completion_tokens * price.output
+    )
+    return total / 1e6 * (0.5 if batch else 1.0)
+
+
+@dataclass
+class Estimate:
+    """Expected calls and tokens of a run before it starts."""
+
+    policy: Usage
+    grader: Usage
+
+
+def _tokens(chars: int) -> int:
+    return int(chars / CHARS_PER_TOKEN) + 1
+
+
+def estimate(rows: Sequence[Row], *, repeats: int, sample_policy: bool, system_message: str | None) -> Estimate:
+    """Calls and tokens for sampling (when `sample_policy`) and grading each row `repeats` times."""
+    policy, grader = Usage(), Usage()
+    template = len(TEMPLATE)
+    system = len(system_message or "")
+    for row in rows:
+        conversation = sum(len(m.role) + len(m.content) + 4 for m in row.prompt) + system
+        if sample_policy:
+            policy.prompt_tokens += _tokens(conversation) * repeats
+            policy.completion_tokens += REPLY_TOKENS * repeats
+        for item in row.rubrics:
+            prompt = template + conversation + REPLY_TOKENS * CHARS_PER_TOKEN + len(item.criterion) + 8
+            grader.prompt_tokens += (_tokens(int(prompt)) + FRAMING_TOKENS) * repeats
+            grader.completion_tokens += VERDICT_TOKENS * repeats
+            grader.calls += repeats
+    policy.calls = len(rows) * repeats if sample_policy else 0
+    return Estimate(policy, grader)

@@ -1,0 +1,115 @@
+"""Durable progress of a run: an SQLite file in the output folder.
+
+Each policy reply and each verdict is committed the moment it arrives, so a process killed at any point
+loses only the calls that were in flight; running the same command again asks for nothing already
+answered. Verdicts are keyed by the exact grader request, which also makes re-grading an identical reply
+free. The run's configuration is stored once, and a different one is refused rather than mixed in.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .client import Usage
+from .grading import Verdict
+
+STORE = "progress.sqlite"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS config (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS samples (
+    prompt_id TEXT NOT NULL, repeat INTEGER NOT NULL, response TEXT NOT NULL, usage TEXT NOT NULL,
+    PRIMARY KEY (prompt_id, repeat)
+);
+CREATE TABLE IF NOT EXISTS verdicts (
+    key TEXT PRIMARY KEY, criteria_met INTEGER NOT NULL, explanation TEXT NOT NULL, usage TEXT NOT NULL
+);
+"""
+
+
+class ConfigMismatch(Exception):
+    """The output folder holds a run made with other settings."""
+
+
+def _usage(text: str) -> Usage:
+    return Usage(**json.loads(text))
+
+
+class Store:
+    """Samples and verdicts of one run folder, committed one by one."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Autocommit with WAL: each write is durable against a killed process as soon as it returns.
+        self._db = sqlite3.connect(path, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+        self.hits = 0
+
+    def close(self) -> None:
+        """Close the database."""
+        self._db.close()
+
+    def bind_config(self, config: Mapping[str, Any]) -> None:
+        """Record the configuration of a new run, or refuse one that differs from what is recorded."""
+        stored = dict(self._db.execute("SELECT key, value FROM config").fetchall())
+        wanted = {key: json.dumps(value, sort_keys=True) for key, value in config.items()}
+        if not stored:
+            self._db.executemany("INSERT INTO config VALUES (?, ?)", wanted.items())
+            return
+        changed = sorted(key for key in stored.keys() | wanted.keys() if stored.get(key) != wanted.get(key))
+        if changed:
+            details = "; ".join(
+                f"{key}: {stored.get(key, '(unset)')} -> {wanted.get(key, '(unset)')}" for key in changed
+            )
+            raise ConfigMismatch(
+                f"this output folder holds a run with other settings ({details}). "
+                "Use a new --out folder, or run with the recorded settings to resume."
+            )
+
+    def config(self) -> dict[str, Any]:
+        """The recorded configuration."""
+        return {key: json.loads(value) for key, value in self._db.execute("SELECT key, value FROM config")}
+
+    def sample(self, prompt_id: str, repeat: int) -> tuple[str, Usage] | None:
+        """A recorded policy reply and its usage."""
+        row = self._db.execute(
+            "SELECT response, usage FROM samples WHERE prompt_id = ? AND repeat = ?", (prompt_id, repeat)
+        ).fetchone()
+        return None if row is None else (row[0], _usage(row[1]))
+
+    def put_sample(self, prompt_id: str, repeat: int, response: str, usage: Usage) -> None:
+        """Record a policy reply."""
+        self._db.execute(
+            "INSERT OR REPLACE INTO samples VALUES (?, ?, ?, ?)",
+            (prompt_id, repeat, response, json.dumps(usage.as_dict())),
+        )
+
+    def get_verdict(self, key: str) -> Verdict | None:
+        """A recorded verdict for an exact grader request."""
+        row = self._db.execute("SELECT criteria_met, explanation FROM verdicts WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            return None
+        self.hits += 1
+        return Verdict(bool(row[0]), row[1])
+
+    def put_verdict(self, key: str, verdict: Verdict, usage: Usage) -> None:
+        """Record a verdict."""
+        self._db.execute(
+            "INSERT OR REPLACE INTO verdicts VALUES (?, ?, ?, ?)",
+            (key, int(verdict.criteria_met), verdict.explanation, json.dumps(usage.as_dict())),
+        )
+
+    def spent(self) -> tuple[Usage, Usage]:
+        """Usage paid so far for policy replies and for verdicts, across every session of this run."""
+        policy, grader = Usage(), Usage()
+        for (text,) in self._db.execute("SELECT usage FROM samples"):
+            policy.add(_usage(text))
+        for (text,) in self._db.execute("SELECT usage FROM verdicts"):
+            grader.add(_usage(text))
+        return policy, grader
