@@ -18,7 +18,8 @@ from .client import Usage
 from .config import DEFAULT_CONCURRENCY, GraderConfig
 from .data import DataError, Row, load_rows
 from .pricing import cost, estimate, load_prices
-from .runner import RUN, Job, RunOutcome, load_responses, run_jobs, select_rows, write_json_atomic
+from .report import write_report
+from .runner import RUN, Job, RunOutcome, aggregate_records, load_responses, run_jobs, select_rows, write_json_atomic
 from .sampling import Policy, PolicyConfig
 from .store import STORE, ConfigMismatch, Store
 
@@ -178,6 +179,7 @@ def _execute(
             "cost_usd": whole["cost_usd"],
         },
     )
+    report = write_report(out)
     for failure in outcome.failures:
         click.echo(f"healthbench: not graded: {failure}", err=True)
     if outcome.metrics is None:
@@ -191,7 +193,7 @@ def _execute(
     click.echo(
         f"score {outcome.metrics['score']:.4f} ± {outcome.metrics['score:bootstrap_std']:.4f} over "
         f"{outcome.metrics['score:n_samples']} samples; {calls} calls this session ({cache_hits} verdicts reused), "
-        f"cost {_money(session['cost_usd'])}; metrics in {out / 'metrics.json'}"
+        f"cost {_money(session['cost_usd'])}; metrics in {out / 'metrics.json'}, report in {report}"
     )
     return outcome
 
@@ -348,3 +350,40 @@ def _print_estimate(
         },
     }
     click.echo(json.dumps(lines, indent=2))
+
+
+@main.command()
+@click.argument("out", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--seed", type=int, help="Bootstrap seed [default: the run's].")
+@_user_errors
+def report(out: Path, seed: int | None) -> None:
+    """Rebuild OUT/metrics.json and OUT/report.html from OUT/results.jsonl."""
+    from .compare import load_results
+
+    results = load_results(out)
+    if not results:
+        raise click.ClickException(f"{out / 'results.jsonl'}: no results")
+    run_path = out / RUN
+    run = json.loads(run_path.read_text(encoding="utf-8")) if run_path.exists() else {}
+    failed = run.get("failed", 0)
+    if failed:
+        raise click.ClickException(
+            f"{out}: {failed} samples of this run were not graded; finish the run before scoring it"
+        )
+    metrics = aggregate_records(results, seed=run.get("seed", 0) if seed is None else seed)
+    write_json_atomic(out / "metrics.json", metrics)
+    click.echo(f"score {metrics['score']:.4f} ± {metrics['score:bootstrap_std']:.4f}; report in {write_report(out)}")
+
+
+@main.command()
+@click.argument("run_a", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("run_b", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
+@click.option("--n-bootstrap", type=click.IntRange(min=1), default=1000, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def compare(run_a: Path, run_b: Path, seed: int, n_bootstrap: int, as_json: bool) -> None:
+    """Paired per-task difference RUN_B - RUN_A, with a bootstrap interval, overall and per theme and axis."""
+    from .compare import compare_runs, format_comparison, load_results
+
+    result = compare_runs(load_results(run_a), load_results(run_b), seed=seed, n_bootstrap=n_bootstrap)
+    click.echo(json.dumps(result, indent=2) if as_json else format_comparison(result))

@@ -1,0 +1,121 @@
+"""Paired comparison of two runs, on made-up result records."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from healthbench.compare import compare_runs, format_comparison, load_results
+
+
+def record(prompt_id: str, score: float, repeat: int | None = None, **tags: float) -> dict[str, Any]:
+    """A result record with `overall_score` and extra metrics given as keyword names with `__` for `:`."""
+    metrics = {"overall_score": score, **{name.replace("__", ":"): value for name, value in tags.items()}}
+    out: dict[str, Any] = {"prompt_id": prompt_id, "score": score, "metrics": metrics}
+    if repeat is not None:
+        out["repeat"] = repeat
+    return out
+
+
+A = [
+    record("p1", 0.5, theme__hedging=0.5, axis__accuracy=0.25),
+    record("p2", 0.2, theme__hedging=0.2),
+    record("p3", 1.0, theme__global_health=1.0, axis__accuracy=1.0),
+]
+B = [
+    record("p1", 0.7, theme__hedging=0.7, axis__accuracy=0.75),
+    record("p2", 0.1, theme__hedging=0.1, axis__accuracy=0.0),
+    record("p3", 1.0, theme__global_health=1.0, axis__accuracy=0.5),
+]
+
+
+def test_hand_computed_means_and_differences() -> None:
+    result = compare_runs(A, B)
+    overall = result["metrics"]["overall_score"]
+    assert overall["n"] == 3
+    assert overall["mean_a"] == pytest.approx((0.5 + 0.2 + 1.0) / 3)
+    assert overall["mean_b"] == pytest.approx((0.7 + 0.1 + 1.0) / 3)
+    assert overall["diff"] == pytest.approx((0.2 - 0.1 + 0.0) / 3)
+    hedging = result["metrics"]["theme:hedging"]
+    assert (hedging["n"], hedging["diff"]) == (2, pytest.approx((0.2 - 0.1) / 2))
+    # p2 has axis:accuracy only in B, so it is left out of that metric's pairs.
+    accuracy = result["metrics"]["axis:accuracy"]
+    assert accuracy["n"] == 2
+    assert accuracy["mean_a"] == pytest.approx(0.625)
+    assert accuracy["diff"] == pytest.approx((0.5 - 0.5) / 2)
+    assert list(result["metrics"]) == ["overall_score", "theme:global_health", "theme:hedging", "axis:accuracy"]
+
+
+def test_interval_contains_the_mean_difference() -> None:
+    rng = random.Random(3)
+    a = [record(f"p{i}", rng.random()) for i in range(40)]
+    b = [record(f"p{i}", rng.random()) for i in range(40)]
+    m = compare_runs(a, b, seed=1)["metrics"]["overall_score"]
+    assert m["ci_low"] < m["diff"] < m["ci_high"]
+
+
+def test_interval_is_degenerate_when_all_differences_are_equal() -> None:
+    # Binary fractions, so every difference is exactly 0.125 and so is every resample mean.
+    a = [record(f"p{i}", value) for i, value in enumerate([0.0, 0.25, 0.5, 0.75, 0.5])]
+    b = [record(f"p{i}", value + 0.125) for i, value in enumerate([0.0, 0.25, 0.5, 0.75, 0.5])]
+    m = compare_runs(a, b)["metrics"]["overall_score"]
+    assert m["ci_low"] == m["ci_high"] == m["diff"] == 0.125
+
+
+def test_pairs_by_prompt_id_and_repeat_with_missing_repeat_as_zero() -> None:
+    a = [record("p1", 0.0, repeat=0), record("p1", 0.5, repeat=1), record("p2", 0.3)]
+    b = [record("p1", 0.9, repeat=1), record("p1", 0.2), record("p3", 1.0)]
+    result = compare_runs(a, b)
+    overall = result["metrics"]["overall_score"]
+    assert result["n_pairs"] == overall["n"] == 2
+    # (p1, 0): 0.0 -> 0.2; (p1, 1): 0.5 -> 0.9.
+    assert overall["diff"] == pytest.approx((0.2 + 0.4) / 2)
+    assert (result["only_a"], result["only_b"]) == (1, 1)
+
+
+def test_unpaired_counts_and_no_pairs() -> None:
+    result = compare_runs([record("p1", 0.1), record("p2", 0.2)], [record("p3", 0.3)])
+    assert (result["n_pairs"], result["only_a"], result["only_b"]) == (0, 2, 1)
+    assert result["metrics"] == {}
+    assert "no paired samples" in format_comparison(result)
+
+
+def test_deterministic_for_a_seed_and_independent_of_record_order() -> None:
+    rng = random.Random(7)
+    a = [record(f"p{i}", rng.random(), theme__x=rng.random()) for i in range(30)]
+    b = [record(f"p{i}", rng.random(), theme__x=rng.random()) for i in range(30)]
+    first = compare_runs(a, b, seed=5, n_bootstrap=200)
+    assert compare_runs(a, b, seed=5, n_bootstrap=200) == first
+    assert compare_runs(list(reversed(a)), rng.sample(b, len(b)), seed=5, n_bootstrap=200) == first
+    assert compare_runs(a, b, seed=6, n_bootstrap=200) != first
+
+
+def test_only_overall_theme_and_axis_metrics_are_compared() -> None:
+    a = [record("p1", 0.5, level__cluster=0.5, cluster__c=0.5, physician_agreed_category__x=0.5)]
+    assert list(compare_runs(a, a)["metrics"]) == ["overall_score"]
+
+
+def test_duplicate_sample_is_an_error() -> None:
+    with pytest.raises(ValueError, match="appears twice"):
+        compare_runs([record("p1", 0.1), record("p1", 0.2, repeat=0)], [])
+
+
+def test_format_comparison_table() -> None:
+    text = format_comparison(compare_runs(A, B))
+    assert "3 paired samples; 0 only in A, 0 only in B" in text
+    for name in ("overall_score", "theme:hedging", "axis:accuracy"):
+        assert name in text
+    assert "+0.033" in text  # the overall mean difference
+
+
+def test_load_results_keeps_u2028_and_skips_a_torn_line(tmp_path: Path) -> None:
+    rows = [record("p1", 0.5) | {"response": "line one\u2028line two"}, record("p2", 0.1)]
+    text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows) + '{"prompt_id": "p3", "sc'
+    (tmp_path / "results.jsonl").write_text(text, encoding="utf-8")
+    loaded = load_results(tmp_path)
+    assert [r["prompt_id"] for r in loaded] == ["p1", "p2"]
+    assert loaded[0]["response"] == "line one\u2028line two"
