@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import pytest
 
-from healthbench.client import ChatClient, InvalidResponse, RequestFailed, RetryPolicy, retry_after_seconds
+from healthbench.client import (
+    ChatClient,
+    InvalidResponse,
+    RateGovernor,
+    RequestFailed,
+    RetryPolicy,
+    duration_seconds,
+    retry_after_seconds,
+)
 from healthbench.fakeapi import FakeOpenAI, prompt_verdict
 from healthbench.grading import Grader, parse_verdict
 
@@ -113,6 +122,29 @@ def test_retry_after_forms() -> None:
     assert 0.75 <= policy.backoff(1, None) <= 1.0
     assert 6.0 <= policy.backoff(10, None) <= 8.0
     assert policy.backoff(1, 10_000.0) <= 1.0  # an absurd Retry-After falls back to backoff
+
+
+def test_governor_paces_only_after_a_429() -> None:
+    governor = RateGovernor()
+    for _ in range(50):
+        governor.on_success({})
+    assert governor.rate is None
+    governor.on_throttle()
+    assert governor.rate == pytest.approx(45.0)  # 90% of the 50 accepted in the last second
+    governor.on_throttle()  # the same overload answers many requests at once: one cut per window
+    assert governor.rate == pytest.approx(45.0) and governor.throttled == 2
+    governor.on_success({})
+    assert governor.rate == pytest.approx(45.02)
+
+
+def test_governor_honours_an_empty_request_budget() -> None:
+    governor = RateGovernor()
+    governor.on_success({"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "1m30s"})
+    assert governor._next_start > time.monotonic() + 80
+    assert duration_seconds("6m0s") == 360.0
+    assert duration_seconds("500ms") == 0.5
+    assert duration_seconds("1.5") == 1.5
+    assert duration_seconds("later") is None
 
 
 def test_invalid_response_is_the_parse_contract() -> None:

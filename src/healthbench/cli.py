@@ -387,3 +387,47 @@ def compare(run_a: Path, run_b: Path, seed: int, n_bootstrap: int, as_json: bool
 
     result = compare_runs(load_results(run_a), load_results(run_b), seed=seed, n_bootstrap=n_bootstrap)
     click.echo(json.dumps(result, indent=2) if as_json else format_comparison(result))
+
+
+@main.command()
+@click.option(
+    "--data", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="JSONL file: the test split."
+)
+@click.option(
+    "--subset",
+    "subsets",
+    multiple=True,
+    type=click.Choice(["full", "hard", "consensus"]),
+    help="Official subset, repeatable: full is the test split, hard and consensus are splits of their own "
+    "[default: full, unless --data].",
+)
+@click.option("--host", default="0.0.0.0", show_default=True, help="Interface to listen on.")
+@click.option(
+    "--port", type=click.IntRange(0, 65535), default=8080, show_default=True, envvar="PORT", help="[env: PORT]"
+)
+@grader_options
+@_user_errors
+def serve(
+    data: Path | None,
+    subsets: tuple[str, ...],
+    host: str,
+    port: int,
+    grader_model: str | None,
+    grader_base_url: str | None,
+    concurrency: int,
+    max_attempts: int,
+) -> None:
+    """Serve HealthBench as an OpenReward environment; sessions send the grader key as secret OPENAI_API_KEY."""
+    from .environment import load_splits  # the OpenReward SDK is imported by this command only
+    from .environment import serve as serve_environment
+
+    try:
+        splits = load_splits(data, subsets)
+    except DataError:
+        raise
+    except ValueError as exc:  # --data together with --subset full
+        raise click.UsageError(str(exc)) from None
+    config = GraderConfig.from_env(
+        model=grader_model, base_url=grader_base_url, concurrency=concurrency, max_attempts=max_attempts
+    )
+    serve_environment(splits, host=host, port=port, grader=config)

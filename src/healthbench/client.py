@@ -97,7 +97,7 @@ class RetryPolicy:
 
     max_attempts: int = 12
     initial_backoff: float = 0.5
-    max_backoff: float = 30.0
+    max_backoff: float = 8.0
     jitter: float = 0.25
     rng: random.Random = field(default_factory=random.Random, compare=False)
 
@@ -215,10 +215,28 @@ def _content(body: bytes) -> tuple[str, Usage]:
     return content, Usage.from_response(payload.get("usage"))
 
 
+class Budget:
+    """A limit on requests in flight, shared by every client given it, bound to the loop that uses it."""
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.limit = limit
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._semaphore: asyncio.Semaphore | None = None
+
+    def semaphore(self) -> asyncio.Semaphore:
+        """The semaphore for the running loop (an asyncio.Semaphore serves one loop only)."""
+        loop = asyncio.get_running_loop()
+        if self._semaphore is None or self._loop is not loop:
+            self._semaphore, self._loop = asyncio.Semaphore(self.limit), loop
+        return self._semaphore
+
+
 class ChatClient:
     """Chat-completions requests to one OpenAI-compatible endpoint, under one concurrency budget.
 
-    Loop-bound resources (the HTTP session, the semaphore) are made on first use in the running loop, so
+    Loop-bound resources (the HTTP session, the budget's semaphore) are made on first use in the running loop, so
     one client can be built anywhere and shared by every task of the process.
     """
 
@@ -230,11 +248,12 @@ class ChatClient:
         concurrency: int = 64,
         timeout: float = 120.0,
         retry: RetryPolicy | None = None,
+        budget: Budget | None = None,
     ) -> None:
-        if concurrency < 1:
-            raise ValueError("concurrency must be at least 1")
         self.url = base_url.rstrip("/") + "/chat/completions"
-        self.concurrency = concurrency
+        # A budget shared with other clients (one per API key on a server) keeps one limit per process.
+        self.budget = budget or Budget(concurrency)
+        self.concurrency = self.budget.limit
         self.retry = retry or RetryPolicy()
         self._headers = {"Content-Type": "application/json"}
         if api_key:
@@ -242,24 +261,22 @@ class ChatClient:
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._session: aiohttp.ClientSession | None = None
-        self._semaphore: asyncio.Semaphore | None = None
         self.governor = RateGovernor()
 
     def __repr__(self) -> str:
         return f"ChatClient(url={self.url!r}, concurrency={self.concurrency})"
 
-    def _bind(self) -> tuple[aiohttp.ClientSession, asyncio.Semaphore]:
+    def _bind(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
-        if self._session is None or self._semaphore is None or self._loop is not loop:
+        if self._session is None or self._loop is not loop:
             connector = aiohttp.TCPConnector(limit=self.concurrency, ttl_dns_cache=300)
             self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout, headers=self._headers)
-            self._semaphore = asyncio.Semaphore(self.concurrency)
             self._loop = loop
-        return self._session, self._semaphore
+        return self._session
 
     async def _attempt(self, payload: bytes) -> tuple[str, Usage]:
-        session, semaphore = self._bind()
-        async with semaphore:
+        session = self._bind()
+        async with self.budget.semaphore():
             await self.governor.wait()
             async with session.post(self.url, data=payload) as response:
                 body = await response.read()
@@ -308,7 +325,6 @@ class ChatClient:
         if self._session is not None and self._loop is asyncio.get_running_loop():
             await self._session.close()
         self._session = None
-        self._semaphore = None
         self._loop = None
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from .client import OPENAI_BASE_URL, ChatClient, RetryPolicy
+from .client import OPENAI_BASE_URL, Budget, ChatClient, RetryPolicy
 from .grading import DEFAULT_GRADER_MODEL, TEMPLATE_SHA256, Grader, VerdictCache
 
 DEFAULT_CONCURRENCY = 64
@@ -58,13 +58,14 @@ class GraderConfig(BaseModel):
         """What a run reports about its grader (never the key)."""
         return self.identity() | {"grader_base_url": self.base_url}
 
-    def build(self, cache: VerdictCache | None = None) -> Grader:
-        """A grader with a client of its own, holding this config's concurrency budget."""
+    def build(self, cache: VerdictCache | None = None, budget: Budget | None = None) -> Grader:
+        """A grader with a client of its own, under `budget` if given, else a budget of `concurrency`."""
         client = ChatClient(
             self.base_url,
             self.api_key.get_secret_value() if self.api_key else None,
             concurrency=self.concurrency,
             timeout=self.timeout,
             retry=RetryPolicy(max_attempts=self.max_attempts),
+            budget=budget,
         )
         return Grader(client, self.model, cache=cache)
