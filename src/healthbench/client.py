@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import hashlib
 import json
 import random
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -215,6 +217,19 @@ def _content(body: bytes) -> tuple[str, Usage]:
     return content, Usage.from_response(payload.get("usage"))
 
 
+# Rate limits belong to a key at an endpoint, not to a client object: clients that share both (the policy and
+# the grader of one run, say) must slow down together. Weak values: a governor lives as long as its clients.
+_GOVERNORS: weakref.WeakValueDictionary[str, RateGovernor] = weakref.WeakValueDictionary()
+
+
+def _governor_for(url: str, api_key: str | None) -> RateGovernor:
+    slot = hashlib.sha256(f"{url}\n{api_key or ''}".encode()).hexdigest()
+    governor = _GOVERNORS.get(slot)
+    if governor is None:
+        governor = _GOVERNORS[slot] = RateGovernor()
+    return governor
+
+
 class Budget:
     """A limit on requests in flight, shared by every client given it, bound to the loop that uses it."""
 
@@ -261,7 +276,7 @@ class ChatClient:
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._session: aiohttp.ClientSession | None = None
-        self.governor = RateGovernor()
+        self.governor = _governor_for(self.url, api_key)
 
     def __repr__(self) -> str:
         return f"ChatClient(url={self.url!r}, concurrency={self.concurrency})"

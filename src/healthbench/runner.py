@@ -63,6 +63,7 @@ def write_json_atomic(path: Path, value: Any) -> None:
     with os.fdopen(handle, "w", encoding="utf-8") as out:
         json.dump(value, out, indent=2)
         out.write("\n")
+    os.chmod(temp, 0o644)  # mkstemp makes it private; results are meant to be read and shared
     os.replace(temp, path)
 
 
