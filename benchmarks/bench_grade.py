@@ -63,7 +63,7 @@ def run_grade(data: Path, responses: Path, base_url: str, concurrency: int) -> t
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    calls = json.loads((out / "run.json").read_text())["usage"]["calls"]
+    calls = json.loads((out / "usage.json").read_text())["this_session"]["grader"]["calls"]
     return wall, cpu, calls
 
 

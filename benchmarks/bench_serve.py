@@ -1,6 +1,6 @@
 """Benchmark the OpenReward server: start-up time and memory with 5,000 tasks, then graded sessions per second.
 
-Three processes, as deployed: the server (`healthbench serve` when the CLI has it, else `environment.serve`),
+Three processes, as deployed: the server (`healthbench serve`),
 the fake grader (`python -m healthbench.fakeapi`), and this script as the SDK client running many sessions
 at once. The rows are made here, in the official schema and about the size of real ones (~12 KB each).
 
@@ -97,17 +97,9 @@ def cpu_seconds(pid: int) -> float:
 
 
 def server_command(data: Path, port: int, concurrency: int) -> list[str]:
-    """The CLI's `serve` when it has one, else the function it calls, with the same settings."""
-    cli = [sys.executable, "-c", "from healthbench.cli import main; main()", "serve"]
-    if subprocess.run([*cli, "--help"], capture_output=True).returncode == 0:
-        return [*cli, "--data", str(data), "--host", "127.0.0.1", f"--port={port}", f"--concurrency={concurrency}"]
-    code = (
-        "import sys; from pathlib import Path; from healthbench.config import GraderConfig; "
-        "from healthbench.environment import load_splits, serve; "
-        f"serve(load_splits(Path(sys.argv[1])), host='127.0.0.1', port={port}, "
-        f"grader=GraderConfig.from_env(concurrency={concurrency}))"
-    )
-    return [sys.executable, "-c", code, str(data)]
+    """`healthbench serve` on the made-up rows."""
+    return [sys.executable, "-m", "healthbench", "serve", "--data", str(data), "--host", "127.0.0.1",
+            f"--port={port}", f"--concurrency={concurrency}"]  # fmt: skip
 
 
 async def run_sessions(base_url: str, sessions: int, at_once: int, tasks: int) -> tuple[float, list[float]]:
