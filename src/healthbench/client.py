@@ -308,13 +308,13 @@ class ChatClient:
             raise error
         raise RequestFailed(error.cause, 1) from None
 
-    async def complete(self, body: Mapping[str, Any], parse: Callable[[str], T]) -> tuple[T, Usage]:
-        """Send one chat-completions request and parse its content, retrying per the policy.
+    async def complete(self, body: Mapping[str, Any] | bytes, parse: Callable[[str], T]) -> tuple[T, Usage]:
+        """Send one chat-completions request (a body, or its JSON bytes) and parse its content, with retries.
 
         `parse` raises `InvalidResponse` for content that is not usable; that is retried like a transport
         failure. Usage counts every answered attempt, since each one is billed.
         """
-        payload = json.dumps(body).encode()
+        payload = body if isinstance(body, bytes) else json.dumps(body).encode()
         usage = Usage()
         cause = "no attempt made"
         for attempt in range(1, self.retry.max_attempts + 1):

@@ -13,7 +13,7 @@ import asyncio
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Protocol
@@ -113,10 +113,9 @@ class GradingError(Exception):
         self.cause = cause
 
 
-def request_key(body: Mapping[str, Any]) -> str:
-    """A stable digest of an exact request body: equal requests, equal keys."""
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+def request_key(payload: bytes) -> str:
+    """The digest of the exact bytes of a request: equal requests, equal keys."""
+    return hashlib.sha256(payload).hexdigest()
 
 
 class VerdictCache(Protocol):
@@ -164,14 +163,15 @@ class Grader:
 
         A cache hit costs nothing and reports zero usage.
         """
-        body = self.request_body(prompt)
+        # Encoded once: the same bytes are sent and, with a cache, are the cache key.
+        payload = json.dumps(self.request_body(prompt)).encode()
         if self.cache is None:
-            return await self.client.complete(body, parse_verdict)
-        key = request_key(body)
+            return await self.client.complete(payload, parse_verdict)
+        key = request_key(payload)
         cached = self.cache.get_verdict(key)
         if cached is not None:
             return cached, Usage()
-        verdict, usage = await self.client.complete(body, parse_verdict)
+        verdict, usage = await self.client.complete(payload, parse_verdict)
         self.cache.put_verdict(key, verdict, usage)
         return verdict, usage
 
