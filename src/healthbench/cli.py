@@ -7,18 +7,21 @@ import functools
 import json
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 from pydantic import ValidationError
 
+from .baselines import GROUP_DESCRIPTIONS, baseline_jobs
 from .client import Usage
 from .config import DEFAULT_CONCURRENCY, GraderConfig
-from .data import DataError, Row, load_rows
+from .data import DataError, MetaRow, Row, load_meta_rows, load_rows
+from .grading import Grader
+from .metaeval import MODEL_F1, PHYSICIAN_F1, grade_meta_rows, select_meta_rows, write_meta_metrics
 from .pricing import cost, estimate, load_prices
-from .report import write_report
+from .report import write_meta_report, write_report
 from .runner import RUN, Job, RunOutcome, aggregate_records, load_responses, run_jobs, select_rows, write_json_atomic
 from .sampling import Policy, PolicyConfig
 from .store import STORE, ConfigMismatch, Store
@@ -141,6 +144,49 @@ def _execute(
     extra: dict[str, Any],
 ) -> RunOutcome:
     """Run jobs in `out` with its store, write run.json and usage.json, report, and exit 1 on failures."""
+
+    def start(grader: Grader, store: Store, costs: _Costs) -> Awaitable[RunOutcome]:
+        return run_jobs(
+            jobs, grader, store, out, policy=policy, seed=seed, progress=progress, describe_cost=costs.progress
+        )
+
+    def headline(metrics: dict[str, float | int]) -> str:
+        return (
+            f"score {metrics['score']:.4f} ± {metrics['score:bootstrap_std']:.4f} over "
+            f"{metrics['score:n_samples']} samples"
+        )
+
+    return _session(
+        start,
+        out,
+        grader_config,
+        identity,
+        policy=policy,
+        seed=seed,
+        prices=prices,
+        extra=extra,
+        write=write_report,
+        headline=headline,
+        units=(len(jobs), "samples"),
+    )
+
+
+def _session(
+    start: Callable[[Grader, Store, _Costs], Awaitable[RunOutcome]],
+    out: Path,
+    grader_config: GraderConfig,
+    identity: dict[str, Any],
+    *,
+    policy: Policy | None,
+    seed: int,
+    prices: Path | None,
+    extra: dict[str, Any],
+    write: Callable[[Path], Path],
+    headline: Callable[[dict[str, float | int]], str],
+    units: tuple[int, str],
+) -> RunOutcome:
+    """One session of a run in `out`: bind its store, run `start`, write run.json, usage.json and the report
+    (`write`), print each failure and exit 1 if there were any, else print `headline` and the cost."""
     costs = _Costs(prices, grader_config.model, policy.config.model if policy else None)
     store = Store(out / STORE)
     try:
@@ -149,9 +195,7 @@ def _execute(
 
         async def run() -> RunOutcome:
             try:
-                return await run_jobs(
-                    jobs, grader, store, out, policy=policy, seed=seed, progress=progress, describe_cost=costs.progress
-                )
+                return await start(grader, store, costs)
             finally:
                 await grader.client.aclose()
                 if policy is not None:
@@ -163,6 +207,7 @@ def _execute(
         paid_policy, paid_grader = store.spent()
     finally:
         store.close()
+    count, unit = units
     session = costs.usage_report(outcome.policy_usage, outcome.grader_usage)
     whole = costs.usage_report(paid_policy, paid_grader)
     write_json_atomic(out / USAGE, {"this_session": session, "whole_run": whole, "verdict_cache_hits": cache_hits})
@@ -173,26 +218,25 @@ def _execute(
         | extra
         | {
             "seed": seed,
-            "samples": len(jobs),
+            "samples": count,
             "failed": len(outcome.failures),
             "seconds": round(time.time() - started, 3),
             "cost_usd": whole["cost_usd"],
         },
     )
-    report = write_report(out)
+    report = write(out)
     for failure in outcome.failures:
         click.echo(f"healthbench: not graded: {failure}", err=True)
     if outcome.metrics is None:
         click.echo(
-            f"healthbench: {len(outcome.failures)} of {len(jobs)} samples could not be graded; no score written. "
+            f"healthbench: {len(outcome.failures)} of {count} {unit} could not be graded; no score written. "
             f"Everything answered is kept in {out / STORE}: run the same command again to finish.",
             err=True,
         )
         sys.exit(1)
     calls = outcome.policy_usage.calls + outcome.grader_usage.calls
     click.echo(
-        f"score {outcome.metrics['score']:.4f} ± {outcome.metrics['score:bootstrap_std']:.4f} over "
-        f"{outcome.metrics['score:n_samples']} samples; {calls} calls this session ({cache_hits} verdicts reused), "
+        f"{headline(outcome.metrics)}; {calls} calls this session ({cache_hits} verdicts reused), "
         f"cost {_money(session['cost_usd'])}; metrics in {out / 'metrics.json'}, report in {report}"
     )
     return outcome
@@ -353,11 +397,128 @@ def _print_estimate(
 
 
 @main.command()
+@click.option(
+    "--group",
+    required=True,
+    type=click.IntRange(1, 3),
+    help="Physician group: 1 wrote without reference completions, 2 and 3 were shown four.",
+)
+@click.option("--references", is_flag=True, help="Grade the 4 reference completions the group was shown (2, 3).")
+@data_options
+@click.option("--limit", type=click.IntRange(min=1), help="Grade N samples, chosen as the reference does.")
+@run_options
+@grader_options
+@_user_errors
+def baseline(
+    group: int,
+    references: bool,
+    data: Path | None,
+    subset: str | None,
+    limit: int | None,
+    out: Path,
+    seed: int,
+    prices: Path | None,
+    progress: bool,
+    grader_model: str | None,
+    grader_base_url: str | None,
+    concurrency: int,
+    max_attempts: int,
+) -> None:
+    """Grade the physicians' ideal completions of one group, or the reference completions they were shown."""
+    if references and group == 1:
+        raise click.UsageError(
+            "--references: Group 1 physicians were shown no reference completions; use --group 2 or 3"
+        )
+    rows, data_sha = _load_tasks(data, subset)
+    jobs = baseline_jobs(rows, group, references=references, limit=limit)
+    config = GraderConfig.from_env(
+        model=grader_model, base_url=grader_base_url, concurrency=concurrency, max_attempts=max_attempts
+    )
+    identity = {
+        "command": "baseline",
+        "group": group,
+        "references": references,
+        "data_sha256": data_sha,
+        "limit": limit,
+    } | config.identity()
+    extra = {
+        "data": str(data) if data else f"subset:{subset}",
+        "completions": f"Group {group} {'reference' if references else 'physician ideal'} completions",
+        "group_description": GROUP_DESCRIPTIONS[group],
+    }
+    _execute(jobs, out, config, identity, seed=seed, prices=prices, progress=progress, extra=extra)
+
+
+def _load_meta(data: Path | None, subset: str | None) -> tuple[list[MetaRow], str]:
+    """The meta-eval rows (the official file unless --data) and the sha256 of their file."""
+    from .subsets import file_sha256, load_meta_subset, subset_path  # deferred, as in _load_tasks
+
+    if data is not None and subset is not None:
+        raise click.UsageError("give at most one of --data PATH or --subset meta")
+    if data is None:
+        return load_meta_subset(), file_sha256(subset_path("meta"))
+    return load_meta_rows(data), file_sha256(data)
+
+
+def _meta_headline(metrics: dict[str, float | int]) -> str:
+    model, physicians = metrics.get(MODEL_F1), metrics.get(PHYSICIAN_F1)
+    grader = "undefined (the grader gave one verdict only)" if model is None else f"{model:.4f}"
+    pooled = "undefined" if physicians is None else f"{physicians:.4f}"
+    return f"grader macro F1 {grader} (physicians pooled: {pooled}) over {metrics['score:n_samples']} rows"
+
+
+@main.command(name="meta-eval")
+@click.option("--data", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Meta-eval JSONL file.")
+@click.option("--subset", type=click.Choice(["meta"]), help="The official meta-eval file [default, unless --data].")
+@click.option("--limit", type=click.IntRange(min=1), help="Grade N rows, chosen as the reference does.")
+@run_options
+@grader_options
+@_user_errors
+def meta_eval(
+    data: Path | None,
+    subset: str | None,
+    limit: int | None,
+    out: Path,
+    seed: int,
+    prices: Path | None,
+    progress: bool,
+    grader_model: str | None,
+    grader_base_url: str | None,
+    concurrency: int,
+    max_attempts: int,
+) -> None:
+    """Measure the grader's agreement with physicians (macro F1); run again on the same --out to resume."""
+    all_rows, data_sha = _load_meta(data, subset)
+    rows = select_meta_rows(all_rows, limit)
+    config = GraderConfig.from_env(
+        model=grader_model, base_url=grader_base_url, concurrency=concurrency, max_attempts=max_attempts
+    )
+    identity = {"command": "meta-eval", "data_sha256": data_sha, "limit": limit} | config.identity()
+
+    def start(grader: Grader, store: Store, costs: _Costs) -> Awaitable[RunOutcome]:
+        return grade_meta_rows(rows, grader, out, seed=seed, progress=progress, describe_cost=costs.progress)
+
+    _session(
+        start,
+        out,
+        config,
+        identity,
+        policy=None,
+        seed=seed,
+        prices=prices,
+        extra={"data": str(data) if data else "subset:meta"},
+        write=write_meta_report,
+        headline=_meta_headline,
+        units=(len(rows), "rows"),
+    )
+
+
+@main.command()
 @click.argument("out", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--seed", type=int, help="Bootstrap seed [default: the run's].")
 @_user_errors
 def report(out: Path, seed: int | None) -> None:
-    """Rebuild OUT/metrics.json and OUT/report.html from OUT/results.jsonl."""
+    """Rebuild OUT/metrics.json and OUT/report.html from OUT/results.jsonl (of any run, meta-eval included)."""
     from .compare import load_results
 
     results = load_results(out)
@@ -370,7 +531,12 @@ def report(out: Path, seed: int | None) -> None:
         raise click.ClickException(
             f"{out}: {failed} samples of this run were not graded; finish the run before scoring it"
         )
-    metrics = aggregate_records(results, seed=run.get("seed", 0) if seed is None else seed)
+    bootstrap_seed = run.get("seed", 0) if seed is None else seed
+    if run.get("command") == "meta-eval":
+        meta = write_meta_metrics(out, results, seed=bootstrap_seed)
+        click.echo(f"{_meta_headline(meta)}; report in {write_meta_report(out)}")
+        return
+    metrics = aggregate_records(results, seed=bootstrap_seed)
     write_json_atomic(out / "metrics.json", metrics)
     click.echo(f"score {metrics['score']:.4f} ± {metrics['score:bootstrap_std']:.4f}; report in {write_report(out)}")
 
