@@ -67,6 +67,8 @@ def test_eval_matches_the_reference_with_a_system_message(tmp_path: Path, fake: 
     assert "t000" in report and "<html" in report.lower()
     usage = json.loads((tmp_path / "out" / "usage.json").read_text())
     assert usage["whole_run"]["policy"]["calls"] == 12 and usage["whole_run"]["grader"]["calls"] == 24
+    assert usage["whole_run"]["unpriced_models"] == ["fake-model"] and usage["whole_run"]["cost_usd"] > 0
+    assert "(+ fake-model: no price)" in result.output
     for path in (tmp_path / "out").iterdir():
         assert KEY.encode() not in path.read_bytes()
 

@@ -51,6 +51,7 @@ def test_made_up_rows_match_the_reference(tmp_path: Path, fake: FakeOpenAI) -> N
     assert [i["points"] for i in first["rubric_items"]] == [7, -8, 5, -2]
     assert all(isinstance(i["criteria_met"], bool) and i["explanation"] for i in first["rubric_items"])
     assert first["usage"]["calls"] == 4
+    assert not (tmp_path / "out" / "report.html").exists()  # grade writes one only when asked (--report)
     for path in (tmp_path / "out").iterdir():
         assert KEY.encode() not in path.read_bytes()
     assert KEY not in result.output

@@ -15,12 +15,11 @@ import click
 from pydantic import ValidationError
 
 from .baselines import GROUP_DESCRIPTIONS, baseline_jobs
-from .client import Usage
 from .config import DEFAULT_CONCURRENCY, GraderConfig
 from .data import DataError, MetaRow, Row, load_meta_rows, load_rows
 from .grading import Grader
 from .metaeval import MODEL_F1, PHYSICIAN_F1, grade_meta_rows, select_meta_rows, write_meta_metrics
-from .pricing import cost, estimate, load_prices
+from .pricing import CostMeter, cost, estimate, load_prices
 from .report import write_meta_report, write_report
 from .runner import RUN, Job, RunOutcome, aggregate_records, load_responses, run_jobs, select_rows, write_json_atomic
 from .sampling import Policy, PolicyConfig
@@ -85,6 +84,11 @@ def _load_tasks(data: Path | None, subset: str | None) -> tuple[list[Row], str]:
     return load_rows(data), file_sha256(data)
 
 
+def _grader_config(model: str | None, base_url: str | None, concurrency: int, max_attempts: int) -> GraderConfig:
+    """The grader settings from the shared flags, falling back to the grader's own environment variables."""
+    return GraderConfig.from_env(model=model, base_url=base_url, concurrency=concurrency, max_attempts=max_attempts)
+
+
 def _user_errors(func: F) -> F:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -98,39 +102,6 @@ def _user_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def _money(value: float | None) -> str:
-    return "unpriced" if value is None else f"${value:,.2f}"
-
-
-class _Costs:
-    """Prices usage for the progress bar, run.json and usage.json."""
-
-    def __init__(self, prices: Path | None, grader_model: str, policy_model: str | None) -> None:
-        self.table = load_prices(prices)
-        self.grader_model = grader_model
-        self.policy_model = policy_model
-        self.started = time.monotonic()
-
-    def total(self, policy: Usage, grader: Usage) -> float | None:
-        parts = [cost(grader, self.grader_model, self.table)]
-        if self.policy_model is not None and policy.calls:
-            parts.append(cost(policy, self.policy_model, self.table))
-        return None if None in parts else sum(p for p in parts if p is not None)
-
-    def progress(self, policy: Usage, grader: Usage) -> str:
-        rate = (policy.calls + grader.calls) / max(time.monotonic() - self.started, 1e-9)
-        return f"{rate:.0f} calls/s, {_money(self.total(policy, grader))}"
-
-    def usage_report(self, policy: Usage, grader: Usage) -> dict[str, Any]:
-        report: dict[str, Any] = {"grader": grader.as_dict() | {"model": self.grader_model}}
-        report["grader"]["cost_usd"] = cost(grader, self.grader_model, self.table)
-        if self.policy_model is not None:
-            report["policy"] = policy.as_dict() | {"model": self.policy_model}
-            report["policy"]["cost_usd"] = cost(policy, self.policy_model, self.table)
-        report["cost_usd"] = self.total(policy, grader)
-        return report
-
-
 def _execute(
     jobs: Sequence[Job],
     out: Path,
@@ -142,10 +113,12 @@ def _execute(
     prices: Path | None,
     progress: bool,
     extra: dict[str, Any],
+    html: bool = True,
 ) -> RunOutcome:
-    """Run jobs in `out` with its store, write run.json and usage.json, report, and exit 1 on failures."""
+    """Run jobs in `out` with its store, write run.json, usage.json and (with `html`) the report; exit 1 on
+    failures."""
 
-    def start(grader: Grader, store: Store, costs: _Costs) -> Awaitable[RunOutcome]:
+    def start(grader: Grader, store: Store, costs: CostMeter) -> Awaitable[RunOutcome]:
         return run_jobs(
             jobs, grader, store, out, policy=policy, seed=seed, progress=progress, describe_cost=costs.progress
         )
@@ -165,14 +138,14 @@ def _execute(
         seed=seed,
         prices=prices,
         extra=extra,
-        write=write_report,
+        write=write_report if html else None,
         headline=headline,
         units=(len(jobs), "samples"),
     )
 
 
 def _session(
-    start: Callable[[Grader, Store, _Costs], Awaitable[RunOutcome]],
+    start: Callable[[Grader, Store, CostMeter], Awaitable[RunOutcome]],
     out: Path,
     grader_config: GraderConfig,
     identity: dict[str, Any],
@@ -181,13 +154,13 @@ def _session(
     seed: int,
     prices: Path | None,
     extra: dict[str, Any],
-    write: Callable[[Path], Path],
+    write: Callable[[Path], Path] | None,
     headline: Callable[[dict[str, float | int]], str],
     units: tuple[int, str],
 ) -> RunOutcome:
     """One session of a run in `out`: bind its store, run `start`, write run.json, usage.json and the report
     (`write`), print each failure and exit 1 if there were any, else print `headline` and the cost."""
-    costs = _Costs(prices, grader_config.model, policy.config.model if policy else None)
+    costs = CostMeter(prices, grader_config.model, policy.config.model if policy else None)
     store = Store(out / STORE)
     try:
         store.bind_config(identity)
@@ -224,7 +197,7 @@ def _session(
             "cost_usd": whole["cost_usd"],
         },
     )
-    report = write(out)
+    report = f", report in {write(out)}" if write is not None else ""
     for failure in outcome.failures:
         click.echo(f"healthbench: not graded: {failure}", err=True)
     if outcome.metrics is None:
@@ -237,7 +210,7 @@ def _session(
     calls = outcome.policy_usage.calls + outcome.grader_usage.calls
     click.echo(
         f"{headline(outcome.metrics)}; {calls} calls this session ({cache_hits} verdicts reused), "
-        f"cost {_money(session['cost_usd'])}; metrics in {out / 'metrics.json'}, report in {report}"
+        f"cost {costs.describe(session)}; metrics in {out / 'metrics.json'}{report}"
     )
     return outcome
 
@@ -268,12 +241,14 @@ def download(names: tuple[str, ...]) -> None:
     help='JSONL of {"prompt_id": ..., "response": ...}.',
 )
 @run_options
+@click.option("--report", is_flag=True, help="Also write report.html (healthbench report DIR does it later).")
 @grader_options
 @_user_errors
 def grade(
     data: Path | None,
     subset: str | None,
     responses: Path,
+    report: bool,
     out: Path,
     seed: int,
     prices: Path | None,
@@ -286,14 +261,11 @@ def grade(
     """Grade fixed replies; results.jsonl grows as samples finish, then metrics.json is written."""
     rows, _ = _load_tasks(data, subset)
     replies = load_responses(responses, {row.prompt_id for row in rows})
-    config = GraderConfig.from_env(
-        model=grader_model, base_url=grader_base_url, concurrency=concurrency, max_attempts=max_attempts
-    )
+    config = _grader_config(grader_model, grader_base_url, concurrency, max_attempts)
     jobs = [Job(row, 0, replies[row.prompt_id]) for row in rows if row.prompt_id in replies]
     identity = {"command": "grade"} | config.identity()
-    _execute(
-        jobs, out, config, identity, seed=seed, prices=prices, progress=progress, extra={"responses": str(responses)}
-    )
+    extra = {"responses": str(responses)}
+    _execute(jobs, out, config, identity, seed=seed, prices=prices, progress=progress, extra=extra, html=report)
 
 
 @main.command(name="eval")
@@ -351,9 +323,7 @@ def evaluate(
         concurrency=policy_concurrency,
         max_attempts=max_attempts,
     )
-    grader_config = GraderConfig.from_env(
-        model=grader_model, base_url=grader_base_url, concurrency=concurrency, max_attempts=max_attempts
-    )
+    grader_config = _grader_config(grader_model, grader_base_url, concurrency, max_attempts)
     if dry_run:
         _print_estimate(rows, n_repeats, policy_config, grader_config, prices)
         return
@@ -431,9 +401,7 @@ def baseline(
         )
     rows, data_sha = _load_tasks(data, subset)
     jobs = baseline_jobs(rows, group, references=references, limit=limit)
-    config = GraderConfig.from_env(
-        model=grader_model, base_url=grader_base_url, concurrency=concurrency, max_attempts=max_attempts
-    )
+    config = _grader_config(grader_model, grader_base_url, concurrency, max_attempts)
     identity = {
         "command": "baseline",
         "group": group,
@@ -490,12 +458,10 @@ def meta_eval(
     """Measure the grader's agreement with physicians (macro F1); run again on the same --out to resume."""
     all_rows, data_sha = _load_meta(data, subset)
     rows = select_meta_rows(all_rows, limit)
-    config = GraderConfig.from_env(
-        model=grader_model, base_url=grader_base_url, concurrency=concurrency, max_attempts=max_attempts
-    )
+    config = _grader_config(grader_model, grader_base_url, concurrency, max_attempts)
     identity = {"command": "meta-eval", "data_sha256": data_sha, "limit": limit} | config.identity()
 
-    def start(grader: Grader, store: Store, costs: _Costs) -> Awaitable[RunOutcome]:
+    def start(grader: Grader, store: Store, costs: CostMeter) -> Awaitable[RunOutcome]:
         return grade_meta_rows(rows, grader, out, seed=seed, progress=progress, describe_cost=costs.progress)
 
     _session(
@@ -593,7 +559,5 @@ def serve(
         raise
     except ValueError as exc:  # --data together with --subset full
         raise click.UsageError(str(exc)) from None
-    config = GraderConfig.from_env(
-        model=grader_model, base_url=grader_base_url, concurrency=concurrency, max_attempts=max_attempts
-    )
+    config = _grader_config(grader_model, grader_base_url, concurrency, max_attempts)
     serve_environment(splits, host=host, port=port, grader=config)

@@ -8,9 +8,11 @@ charges half. A model is matched by the longest table entry its name starts with
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -123,3 +125,48 @@ def estimate(rows: Sequence[Row], *, repeats: int, sample_policy: bool, system_m
             grader.calls += repeats
     policy.calls = len(rows) * repeats if sample_policy else 0
     return Estimate(policy, grader)
+
+
+class CostMeter:
+    """Prices a run's usage for the progress bar, usage.json and the summary line.
+
+    A model missing from the table is reported as unpriced; the total then covers the priced part only
+    and says so, rather than hiding what is known.
+    """
+
+    def __init__(self, prices: Path | None, grader_model: str, policy_model: str | None) -> None:
+        self.table = load_prices(prices)
+        self.grader_model = grader_model
+        self.policy_model = policy_model
+        self.started = time.monotonic()
+
+    def _parts(self, policy: Usage, grader: Usage) -> list[tuple[str, Usage]]:
+        parts = [(self.grader_model, grader)]
+        if self.policy_model is not None and policy.calls:
+            parts.append((self.policy_model, policy))
+        return parts
+
+    def usage_report(self, policy: Usage, grader: Usage) -> dict[str, Any]:
+        """Tokens and USD per side, the priced total, and the models without a price."""
+        report: dict[str, Any] = {"grader": grader.as_dict() | {"model": self.grader_model}}
+        report["grader"]["cost_usd"] = cost(grader, self.grader_model, self.table)
+        if self.policy_model is not None:
+            report["policy"] = policy.as_dict() | {"model": self.policy_model}
+            report["policy"]["cost_usd"] = cost(policy, self.policy_model, self.table)
+        priced = [(model, cost(usage, model, self.table)) for model, usage in self._parts(policy, grader)]
+        report["cost_usd"] = sum(value for _, value in priced if value is not None)
+        report["unpriced_models"] = sorted({model for model, value in priced if value is None})
+        return report
+
+    @staticmethod
+    def describe(report: dict[str, Any]) -> str:
+        """`$1.23`, with any unpriced model named."""
+        text = f"${report['cost_usd']:,.2f}"
+        if report["unpriced_models"]:
+            text += f" (+ {', '.join(report['unpriced_models'])}: no price)"
+        return text
+
+    def progress(self, policy: Usage, grader: Usage) -> str:
+        """Calls per second and cost so far, for the progress bar."""
+        rate = (policy.calls + grader.calls) / max(time.monotonic() - self.started, 1e-9)
+        return f"{rate:.0f} calls/s, {self.describe(self.usage_report(policy, grader))}"
