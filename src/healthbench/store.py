@@ -1,13 +1,15 @@
 """Durable progress of a run: an SQLite file in the output folder.
 
-Each policy reply and each verdict is committed the moment it arrives, so a process killed at any point
-loses only the calls that were in flight; running the same command again asks for nothing already
-answered. Verdicts are keyed by the exact grader request, which also makes re-grading an identical reply
-free. The run's configuration is stored once, and a different one is refused rather than mixed in.
+Each policy reply and each verdict is committed as it arrives (with the others of the same event-loop
+iteration), so a process killed at any point loses only the calls that were in flight; running the same
+command again asks for nothing already answered. Verdicts are keyed by the exact grader request, which
+also makes re-grading an identical reply free. The run's configuration is stored once, and a different
+one is refused rather than mixed in.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 from collections.abc import Mapping
@@ -40,20 +42,57 @@ def _usage(text: str) -> Usage:
 
 
 class Store:
-    """Samples and verdicts of one run folder, committed one by one."""
+    """Samples and verdicts of one run folder.
+
+    Inside an event loop, writes are committed together at the end of the loop iteration in which they
+    arrived: one transaction for a wave of answers instead of one each, and nothing is kept waiting for
+    longer than it takes the loop to come round. Without a running loop each write commits at once.
+    """
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        # Autocommit with WAL: each write is durable against a killed process as soon as it returns.
+        # WAL: a committed write survives a killed process as soon as the commit returns.
         self._db = sqlite3.connect(path, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
         self.hits = 0
+        self._samples: dict[tuple[str, int], tuple[str, str]] = {}
+        self._verdicts: dict[str, tuple[int, str, str]] = {}
+        self._flush_scheduled = False
 
     def close(self) -> None:
-        """Close the database."""
+        """Write what is pending and close the database."""
+        self.flush()
         self._db.close()
+
+    def flush(self) -> None:
+        """Commit pending writes in one transaction."""
+        self._flush_scheduled = False
+        if not self._samples and not self._verdicts:
+            return
+        self._db.execute("BEGIN")
+        self._db.executemany(
+            "INSERT OR REPLACE INTO samples VALUES (?, ?, ?, ?)",
+            [(pid, repeat, *value) for (pid, repeat), value in self._samples.items()],
+        )
+        self._db.executemany(
+            "INSERT OR REPLACE INTO verdicts VALUES (?, ?, ?, ?)",
+            [(key, *value) for key, value in self._verdicts.items()],
+        )
+        self._db.execute("COMMIT")
+        self._samples.clear()
+        self._verdicts.clear()
+
+    def _written(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.flush()
+            return
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            loop.call_soon(self.flush)
 
     def bind_config(self, config: Mapping[str, Any]) -> None:
         """Record the configuration of a new run, or refuse one that differs from what is recorded."""
@@ -78,6 +117,9 @@ class Store:
 
     def sample(self, prompt_id: str, repeat: int) -> tuple[str, Usage] | None:
         """A recorded policy reply and its usage."""
+        pending = self._samples.get((prompt_id, repeat))
+        if pending is not None:
+            return pending[0], _usage(pending[1])
         row = self._db.execute(
             "SELECT response, usage FROM samples WHERE prompt_id = ? AND repeat = ?", (prompt_id, repeat)
         ).fetchone()
@@ -85,14 +127,15 @@ class Store:
 
     def put_sample(self, prompt_id: str, repeat: int, response: str, usage: Usage) -> None:
         """Record a policy reply."""
-        self._db.execute(
-            "INSERT OR REPLACE INTO samples VALUES (?, ?, ?, ?)",
-            (prompt_id, repeat, response, json.dumps(usage.as_dict())),
-        )
+        self._samples[prompt_id, repeat] = (response, json.dumps(usage.as_dict()))
+        self._written()
 
     def get_verdict(self, key: str) -> Verdict | None:
         """A recorded verdict for an exact grader request."""
-        row = self._db.execute("SELECT criteria_met, explanation FROM verdicts WHERE key = ?", (key,)).fetchone()
+        row = (
+            self._verdicts.get(key)
+            or self._db.execute("SELECT criteria_met, explanation FROM verdicts WHERE key = ?", (key,)).fetchone()
+        )
         if row is None:
             return None
         self.hits += 1
@@ -100,13 +143,12 @@ class Store:
 
     def put_verdict(self, key: str, verdict: Verdict, usage: Usage) -> None:
         """Record a verdict."""
-        self._db.execute(
-            "INSERT OR REPLACE INTO verdicts VALUES (?, ?, ?, ?)",
-            (key, int(verdict.criteria_met), verdict.explanation, json.dumps(usage.as_dict())),
-        )
+        self._verdicts[key] = (int(verdict.criteria_met), verdict.explanation, json.dumps(usage.as_dict()))
+        self._written()
 
     def spent(self) -> tuple[Usage, Usage]:
         """Usage paid so far for policy replies and for verdicts, across every session of this run."""
+        self.flush()
         policy, grader = Usage(), Usage()
         for (text,) in self._db.execute("SELECT usage FROM samples"):
             policy.add(_usage(text))
