@@ -14,7 +14,6 @@ files.
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import statistics
 from collections import Counter, defaultdict
@@ -23,12 +22,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from .client import RequestFailed, Usage
 from .data import MetaRow
 from .grading import Grader, grader_prompt, render_conversation, transcript_with_reply
-from .runner import METRICS, RESULTS, RunOutcome, write_json_atomic
+from .runner import METRICS, ResultSink, RunOutcome, write_json_atomic
 
 AGREEMENT = "agreement.json"
 MODEL_F1 = "pairwise_model_f1_balanced"
@@ -337,20 +334,16 @@ async def grade_meta_rows(
     rubric item. Verdicts come from the grader's cache when it has them, so a re-run asks nothing again. A row
     that cannot be graded is a failure of the run: no metrics are written.
     """
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / METRICS).unlink(missing_ok=True)
-    (out_dir / AGREEMENT).unlink(missing_ok=True)
     outcome = RunOutcome(metrics=None)
-    records: list[dict[str, Any]] = []
-    bar = tqdm(total=len(rows), unit="row", desc="healthbench meta-eval", disable=not progress or None)
+    sink = ResultSink(out_dir, len(rows), outcome, unit="row", progress=progress, describe_cost=describe_cost)
+    (out_dir / AGREEMENT).unlink(missing_ok=True)
 
     async def one(index: int, row: MetaRow) -> None:
         conversation = render_conversation(transcript_with_reply(row.prompt, row.completion))
         try:
             verdict, usage = await grader.verdict(grader_prompt(conversation, row.rubric))
         except RequestFailed as exc:
-            outcome.failures.append(MetaGradingError(index, row, str(exc)))
-            bar.update()
+            sink.fail(MetaGradingError(index, row, str(exc)))
             return
         outcome.grader_usage.add(usage)
         record = {
@@ -366,19 +359,12 @@ async def grade_meta_rows(
             "usage": usage.as_dict(),
             "grader_model": grader.model,
         }
-        results.write(json.dumps(record) + "\n")
-        results.flush()
-        records.append(record)
-        outcome.done += 1
-        bar.update()
-        if describe_cost is not None:
-            bar.set_postfix_str(describe_cost(outcome.policy_usage, outcome.grader_usage), refresh=False)
+        sink.add(record)
 
-    with (out_dir / RESULTS).open("w", encoding="utf-8") as results:
-        try:
-            await asyncio.gather(*(one(index, row) for index, row in enumerate(rows)))
-        finally:
-            bar.close()
+    try:
+        await asyncio.gather(*(one(index, row) for index, row in enumerate(rows)))
+    finally:
+        sink.close()
     if not outcome.failures:
-        outcome.metrics = write_meta_metrics(out_dir, records, seed=seed)
+        outcome.metrics = write_meta_metrics(out_dir, sink.records, seed=seed)
     return outcome

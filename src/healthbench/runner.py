@@ -126,6 +126,51 @@ class RunOutcome:
     done: int = 0
 
 
+class ResultSink:
+    """results.jsonl written afresh, a line per sample the moment it is done, with the progress bar and the
+    run's counters; shared by every kind of run so they record and report progress alike."""
+
+    def __init__(
+        self,
+        out_dir: Path,
+        total: int,
+        outcome: RunOutcome,
+        *,
+        unit: str,
+        progress: bool,
+        describe_cost: Callable[[Usage, Usage], str] | None,
+    ) -> None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / METRICS).unlink(missing_ok=True)
+        self.records: list[dict[str, Any]] = []
+        self._outcome = outcome
+        self._describe_cost = describe_cost
+        self._file = (out_dir / RESULTS).open("w", encoding="utf-8")
+        self._bar = tqdm(total=total, unit=unit, desc="healthbench", disable=not progress or None)
+
+    def add(self, record: dict[str, Any]) -> None:
+        """Write one finished sample."""
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+        self.records.append(record)
+        self._outcome.done += 1
+        self._bar.update()
+        if self._describe_cost is not None:
+            self._bar.set_postfix_str(
+                self._describe_cost(self._outcome.policy_usage, self._outcome.grader_usage), refresh=False
+            )
+
+    def fail(self, error: Exception) -> None:
+        """Count a sample that could not be done."""
+        self._outcome.failures.append(error)
+        self._bar.update()
+
+    def close(self) -> None:
+        """Close the bar and the file."""
+        self._bar.close()
+        self._file.close()
+
+
 async def run_jobs(
     jobs: Sequence[Job],
     grader: Grader,
@@ -143,12 +188,9 @@ async def run_jobs(
     resumed after a crash pays only for what it did not finish. results.jsonl is written afresh, one line
     per sample as it is graded.
     """
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / METRICS).unlink(missing_ok=True)
     outcome = RunOutcome(metrics=None)
-    records: list[dict[str, Any]] = []
     system_message = policy.config.system_message if policy else None
-    bar = tqdm(total=len(jobs), unit="sample", desc="healthbench", disable=not progress or None)
+    sink = ResultSink(out_dir, len(jobs), outcome, unit="sample", progress=progress, describe_cost=describe_cost)
 
     async def reply_for(job: Job) -> tuple[str, Usage]:
         if job.reply is not None:
@@ -172,8 +214,7 @@ async def run_jobs(
             transcript = transcript_with_reply(job.row.prompt, reply, system_message)
             graded = await grader.grade(job.row.prompt_id, transcript, job.row.rubrics)
         except (SampleError, GradingError) as exc:
-            outcome.failures.append(exc)
-            bar.update()
+            sink.fail(exc)
             return
         outcome.grader_usage.add(graded.usage)
         metrics = task_metrics(
@@ -185,20 +226,13 @@ async def run_jobs(
         record = result_record(job.row, transcript, metrics, graded, grader.model) | {"repeat": job.repeat}
         if policy is not None:
             record |= {"policy_model": policy.config.model, "policy_usage": policy_usage.as_dict()}
-        results.write(json.dumps(record) + "\n")
-        results.flush()
-        records.append(record)
-        outcome.done += 1
-        bar.update()
-        if describe_cost is not None:
-            bar.set_postfix_str(describe_cost(outcome.policy_usage, outcome.grader_usage), refresh=False)
+        sink.add(record)
 
-    with (out_dir / RESULTS).open("w", encoding="utf-8") as results:
-        try:
-            await asyncio.gather(*(one(job) for job in jobs))
-        finally:
-            bar.close()
+    try:
+        await asyncio.gather(*(one(job) for job in jobs))
+    finally:
+        sink.close()
     if not outcome.failures:
-        outcome.metrics = aggregate_records(records, seed=seed)
+        outcome.metrics = aggregate_records(sink.records, seed=seed)
         write_json_atomic(out_dir / METRICS, outcome.metrics)
     return outcome
