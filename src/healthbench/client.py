@@ -158,20 +158,27 @@ class RateGovernor:
     pace by 2% of a request per second, i.e. about 2% a second at any rate. An answer saying no requests
     remain holds new starts until the window resets. This keeps a run close to a provider's limit without
     a storm of 429s, without knowing the limit in advance.
+
+    Two guards keep stray 429s (a proxy's, a provider's hiccup) from strangling a run: early in a run the
+    accepted rate is counted over the time actually seen, not a full second; and no cut goes below a quarter
+    of the best rate ever accepted, since each cut is measured against a pace the previous cut set.
     """
 
     WINDOW = 1.0
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.rate: float | None = None
         self.throttled = 0
+        self._clock = clock
         self._next_start = 0.0
         self._last_cut = -1e9
+        self._first_success: float | None = None
+        self._peak = 0
         self._successes: deque[float] = deque()
 
     async def wait(self) -> None:
         """Sleep until this request may start."""
-        now = time.monotonic()
+        now = self._clock()
         start = max(now, self._next_start)
         self._next_start = start + (1.0 / self.rate if self.rate else 0.0)
         if start > now:
@@ -184,9 +191,13 @@ class RateGovernor:
 
     def on_success(self, headers: Mapping[str, str]) -> None:
         """Count a success; respect a reported empty request budget."""
-        now = time.monotonic()
+        now = self._clock()
+        if self._first_success is None:
+            self._first_success = now
         self._successes.append(now)
-        self._recent(now)
+        recent = self._recent(now)
+        if now - self._first_success >= self.WINDOW:
+            self._peak = max(self._peak, recent)
         if self.rate is not None:
             self.rate += 0.02
         if headers.get("x-ratelimit-remaining-requests") == "0":
@@ -197,12 +208,14 @@ class RateGovernor:
     def on_throttle(self) -> None:
         """A 429: slow down to just under what the server has been accepting."""
         self.throttled += 1
-        now = time.monotonic()
-        if now - self._last_cut < self.WINDOW:
+        now = self._clock()
+        if self._first_success is None or now - self._last_cut < self.WINDOW:
             return
         self._last_cut = now
-        accepted = self._recent(now) / self.WINDOW
-        self.rate = max(1.0, 0.9 * accepted if accepted else 0.5 * (self.rate or 2.0))
+        # Early in a run the window is not full yet: rate over the time actually seen.
+        seen = min(self.WINDOW, max(now - self._first_success, 0.05))
+        accepted = self._recent(now) / seen
+        self.rate = max(1.0, 0.9 * accepted, 0.25 * self._peak / self.WINDOW)
 
 
 def _content(body: bytes) -> tuple[str, Usage]:
