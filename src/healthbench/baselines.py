@@ -10,11 +10,10 @@ The rows, the expansion into one sample per reference, and the `--limit` draw ar
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 
 from .data import DataError, Row
-from .runner import Job
+from .runner import Job, select_rows
 
 REFERENCES_PER_ROW = 4
 GROUP_DESCRIPTIONS = {
@@ -61,6 +60,4 @@ def baseline_jobs(rows: Sequence[Row], group: int, *, references: bool = False, 
                 f"this one has {len(completions)}"
             )
         jobs.extend(Job(row, index, completion) for index, completion in enumerate(completions))
-    if limit is not None and limit < len(jobs):
-        return random.Random(0).sample(jobs, limit)
-    return jobs
+    return select_rows(jobs, limit)

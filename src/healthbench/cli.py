@@ -18,7 +18,7 @@ from .baselines import GROUP_DESCRIPTIONS, baseline_jobs
 from .config import DEFAULT_CONCURRENCY, GraderConfig
 from .data import DataError, MetaRow, Row, load_meta_rows, load_rows
 from .grading import Grader
-from .metaeval import MODEL_F1, PHYSICIAN_F1, grade_meta_rows, select_meta_rows, write_meta_metrics
+from .metaeval import MODEL_F1, PHYSICIAN_F1, grade_meta_rows, write_meta_metrics
 from .pricing import CostMeter, cost, estimate, load_prices
 from .report import write_meta_report, write_report
 from .runner import RUN, Job, RunOutcome, aggregate_records, load_responses, run_jobs, select_rows, write_json_atomic
@@ -457,7 +457,7 @@ def meta_eval(
 ) -> None:
     """Measure the grader's agreement with physicians (macro F1); run again on the same --out to resume."""
     all_rows, data_sha = _load_meta(data, subset)
-    rows = select_meta_rows(all_rows, limit)
+    rows = select_rows(all_rows, limit)
     config = _grader_config(grader_model, grader_base_url, concurrency, max_attempts)
     identity = {"command": "meta-eval", "data_sha256": data_sha, "limit": limit} | config.identity()
 

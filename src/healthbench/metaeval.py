@@ -14,7 +14,6 @@ files.
 from __future__ import annotations
 
 import asyncio
-import random
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -291,13 +290,6 @@ def meta_metrics(
         "by_category": [asdict(f) for f in group_figures(verdicts, labels, physicians, categories)][1:],
     }
     return metrics, agreement
-
-
-def select_meta_rows(rows: Sequence[MetaRow], limit: int | None) -> list[MetaRow]:
-    """`limit` rows chosen as the reference chooses them: `random.Random(0).sample`."""
-    if limit is not None and limit < len(rows):
-        return random.Random(0).sample(list(rows), limit)
-    return list(rows)
 
 
 def write_meta_metrics(out_dir: Path, records: Sequence[Mapping[str, Any]], *, seed: int) -> dict[str, float | int]:

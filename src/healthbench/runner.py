@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, StrictStr
 from tqdm import tqdm
@@ -28,6 +28,8 @@ from .grading import GradedReply, Grader, GradingError, transcript_with_reply
 from .sampling import Policy
 from .scoring import aggregate, task_metrics
 from .store import Store
+
+T = TypeVar("T")
 
 RESULTS = "results.jsonl"
 METRICS = "metrics.json"
@@ -91,8 +93,9 @@ def aggregate_records(records: Iterable[Mapping[str, Any]], *, seed: int) -> dic
     return aggregate([r["metrics"] for r in ordered], seed=seed)
 
 
-def select_rows(rows: Sequence[Row], limit: int | None) -> list[Row]:
-    """`limit` tasks chosen as the reference chooses them: `random.Random(0).sample`."""
+def select_rows(rows: Sequence[T], limit: int | None) -> list[T]:
+    """`limit` items (tasks, samples, meta-eval rows) chosen as the reference chooses them:
+    `random.Random(0).sample`, only when fewer than all are asked for."""
     if limit is not None and limit < len(rows):
         return random.Random(0).sample(list(rows), limit)
     return list(rows)
