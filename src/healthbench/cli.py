@@ -8,13 +8,17 @@ import json
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 from pydantic import ValidationError
+from tqdm import tqdm
 
 from .baselines import GROUP_DESCRIPTIONS, baseline_jobs
+from .batch import BatchClient, BatchSettings
+from .client import ChatClient, Completer
 from .config import DEFAULT_CONCURRENCY, GraderConfig
 from .data import DataError, MetaRow, Row, load_meta_rows, load_rows
 from .grading import Grader
@@ -62,6 +66,22 @@ grader_options = _options(
     ),
 )
 
+batch_options = _options(
+    click.option(
+        "--batch",
+        is_flag=True,
+        help="Grade through the OpenAI Batch API: half price, results within 24 hours. Killed or closed while "
+        "waiting, the same command re-attaches to the batches it submitted.",
+    ),
+    click.option(
+        "--poll-interval",
+        type=click.FloatRange(min=0.01),
+        default=30.0,
+        show_default=True,
+        help="Seconds between batch status checks.",
+    ),
+)
+
 run_options = _options(
     click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Output folder."),
     click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed."),
@@ -102,13 +122,28 @@ def _user_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+@dataclass(frozen=True)
+class BatchChoice:
+    """Which calls go through the Batch API: the grader's always, the policy's with `policy`."""
+
+    settings: BatchSettings
+    policy: bool = False
+
+
+def _batch_choice(batch: bool, poll_interval: float, policy: bool = False) -> BatchChoice | None:
+    if policy and not batch:
+        raise click.UsageError("--policy-batch needs --batch")
+    return BatchChoice(BatchSettings(poll_interval=poll_interval), policy) if batch else None
+
+
 def _execute(
     jobs: Sequence[Job],
     out: Path,
     grader_config: GraderConfig,
     identity: dict[str, Any],
     *,
-    policy: Policy | None = None,
+    policy: PolicyConfig | None = None,
+    batch: BatchChoice | None,
     seed: int,
     prices: Path | None,
     progress: bool,
@@ -118,9 +153,17 @@ def _execute(
     """Run jobs in `out` with its store, write run.json, usage.json and (with `html`) the report; exit 1 on
     failures."""
 
-    def start(grader: Grader, store: Store, costs: CostMeter) -> Awaitable[RunOutcome]:
+    def start(grader: Grader, policy: Policy | None, store: Store, costs: CostMeter) -> Awaitable[RunOutcome]:
         return run_jobs(
-            jobs, grader, store, out, policy=policy, seed=seed, progress=progress, describe_cost=costs.progress
+            jobs,
+            grader,
+            store,
+            out,
+            policy=policy,
+            seed=seed,
+            progress=progress,
+            describe_cost=costs.progress,
+            sample_first=batch is not None,
         )
 
     def headline(metrics: dict[str, float | int]) -> str:
@@ -135,6 +178,7 @@ def _execute(
         grader_config,
         identity,
         policy=policy,
+        batch=batch,
         seed=seed,
         prices=prices,
         extra=extra,
@@ -145,12 +189,13 @@ def _execute(
 
 
 def _session(
-    start: Callable[[Grader, Store, CostMeter], Awaitable[RunOutcome]],
+    start: Callable[[Grader, Policy | None, Store, CostMeter], Awaitable[RunOutcome]],
     out: Path,
     grader_config: GraderConfig,
     identity: dict[str, Any],
     *,
-    policy: Policy | None,
+    policy: PolicyConfig | None,
+    batch: BatchChoice | None,
     seed: int,
     prices: Path | None,
     extra: dict[str, Any],
@@ -160,30 +205,56 @@ def _session(
 ) -> RunOutcome:
     """One session of a run in `out`: bind its store, run `start`, write run.json, usage.json and the report
     (`write`), print each failure and exit 1 if there were any, else print `headline` and the cost."""
-    costs = CostMeter(prices, grader_config.model, policy.config.model if policy else None)
+    costs = CostMeter(prices, grader_config.model, policy.model if policy else None)
     store = Store(out / STORE)
     try:
         store.bind_config(identity)
-        grader = grader_config.build(cache=store)
+        batchers: list[BatchClient] = []
+
+        def batched(purpose: str) -> Callable[[ChatClient], Completer]:
+            def wrap(chat: ChatClient) -> Completer:
+                assert batch is not None
+                batchers.append(BatchClient(chat, store, purpose, batch.settings, _notify))
+                return batchers[-1]
+
+            return wrap
+
+        grader = grader_config.build(cache=store, wrap=batched("grader") if batch else None)
+        sampler = None if policy is None else Policy(policy, batched("policy") if batch and batch.policy else None)
+        _announce_batches(store, batchers, batch)
 
         async def run() -> RunOutcome:
             try:
-                return await start(grader, store, costs)
+                outcome = await start(grader, sampler, store, costs)
+                for batcher in batchers:
+                    batcher.release()
+                return outcome
             finally:
                 await grader.client.aclose()
-                if policy is not None:
-                    await policy.client.aclose()
+                if sampler is not None:
+                    await sampler.client.aclose()
 
         started = time.time()
         outcome = asyncio.run(run())
         cache_hits = store.hits
         paid_policy, paid_grader = store.spent()
+        batches_made, batch_requests = store.batch_totals()
     finally:
         store.close()
     count, unit = units
     session = costs.usage_report(outcome.policy_usage, outcome.grader_usage)
     whole = costs.usage_report(paid_policy, paid_grader)
-    write_json_atomic(out / USAGE, {"this_session": session, "whole_run": whole, "verdict_cache_hits": cache_hits})
+    batches = {
+        "this_session": {
+            "batches": sum(b.batches_submitted for b in batchers),
+            "requests": sum(b.requests_submitted for b in batchers),
+        },
+        "whole_run": {"batches": batches_made, "requests": batch_requests},
+    }
+    write_json_atomic(
+        out / USAGE,
+        {"this_session": session, "whole_run": whole, "verdict_cache_hits": cache_hits, "batches": batches},
+    )
     write_json_atomic(
         out / RUN,
         identity
@@ -208,11 +279,34 @@ def _session(
         )
         sys.exit(1)
     calls = outcome.policy_usage.calls + outcome.grader_usage.calls
+    batched_note = ""
+    if batchers:
+        made = batches["this_session"]
+        batched_note = f" in {made['batches']} batches"
     click.echo(
-        f"{headline(outcome.metrics)}; {calls} calls this session ({cache_hits} verdicts reused), "
+        f"{headline(outcome.metrics)}; {calls} calls this session{batched_note} ({cache_hits} verdicts reused), "
         f"cost {costs.describe(session)}; metrics in {out / 'metrics.json'}{report}"
     )
     return outcome
+
+
+def _notify(message: str) -> None:
+    """A batch status line, printed above the progress bar."""
+    tqdm.write(f"healthbench: {message}", file=sys.stderr)
+
+
+def _announce_batches(store: Store, batchers: Sequence[BatchClient], batch: BatchChoice | None) -> None:
+    """Say what is being waited for from an earlier session, or warn that it will be paid for again."""
+    waiting = sum(batcher.reattached for batcher in batchers)
+    if waiting:
+        _notify(f"re-attaching to {waiting} batch{'es' if waiting != 1 else ''} submitted earlier")
+    left = len(store.open_batches()) - waiting
+    if left:
+        flags = "--batch --policy-batch" if batch is not None else "--batch"
+        _notify(
+            f"{left} batch(es) submitted by an earlier session of this run are not collected by this one, and "
+            f"their requests are sent again; stop now and run with {flags} to collect them instead"
+        )
 
 
 @click.group()
@@ -243,6 +337,7 @@ def download(names: tuple[str, ...]) -> None:
 @run_options
 @click.option("--report", is_flag=True, help="Also write report.html (healthbench report DIR does it later).")
 @grader_options
+@batch_options
 @_user_errors
 def grade(
     data: Path | None,
@@ -257,6 +352,8 @@ def grade(
     grader_base_url: str | None,
     concurrency: int,
     max_attempts: int,
+    batch: bool,
+    poll_interval: float,
 ) -> None:
     """Grade fixed replies; results.jsonl grows as samples finish, then metrics.json is written."""
     rows, _ = _load_tasks(data, subset)
@@ -265,7 +362,10 @@ def grade(
     jobs = [Job(row, 0, replies[row.prompt_id]) for row in rows if row.prompt_id in replies]
     identity = {"command": "grade"} | config.identity()
     extra = {"responses": str(responses)}
-    _execute(jobs, out, config, identity, seed=seed, prices=prices, progress=progress, extra=extra, html=report)
+    choice = _batch_choice(batch, poll_interval)
+    _execute(
+        jobs, out, config, identity, batch=choice, seed=seed, prices=prices, progress=progress, extra=extra, html=report
+    )
 
 
 @main.command(name="eval")
@@ -283,8 +383,10 @@ def grade(
 @click.option("--reasoning-effort", type=click.Choice(["minimal", "low", "medium", "high"]))
 @click.option("--policy-concurrency", type=click.IntRange(min=1), default=32, show_default=True)
 @click.option("--dry-run", is_flag=True, help="Print calls, tokens and cost, and stop.")
+@click.option("--policy-batch", is_flag=True, help="With --batch, sample the model's replies in batches too.")
 @run_options
 @grader_options
+@batch_options
 @_user_errors
 def evaluate(
     model: str,
@@ -300,6 +402,7 @@ def evaluate(
     reasoning_effort: str | None,
     policy_concurrency: int,
     dry_run: bool,
+    policy_batch: bool,
     out: Path,
     seed: int,
     prices: Path | None,
@@ -308,8 +411,11 @@ def evaluate(
     grader_base_url: str | None,
     concurrency: int,
     max_attempts: int,
+    batch: bool,
+    poll_interval: float,
 ) -> None:
     """Sample replies from a model and grade them; run again on the same --out to resume."""
+    choice = _batch_choice(batch, poll_interval, policy_batch)
     all_rows, data_sha = _load_tasks(data, subset)
     rows = select_rows(all_rows, limit)
     policy_config = PolicyConfig.from_env(
@@ -339,7 +445,8 @@ def evaluate(
         out,
         grader_config,
         identity,
-        policy=Policy(policy_config),
+        policy=policy_config,
+        batch=choice,
         seed=seed,
         prices=prices,
         progress=progress,
@@ -378,6 +485,7 @@ def _print_estimate(
 @click.option("--limit", type=click.IntRange(min=1), help="Grade N samples, chosen as the reference does.")
 @run_options
 @grader_options
+@batch_options
 @_user_errors
 def baseline(
     group: int,
@@ -393,6 +501,8 @@ def baseline(
     grader_base_url: str | None,
     concurrency: int,
     max_attempts: int,
+    batch: bool,
+    poll_interval: float,
 ) -> None:
     """Grade the physicians' ideal completions of one group, or the reference completions they were shown."""
     if references and group == 1:
@@ -414,7 +524,8 @@ def baseline(
         "completions": f"Group {group} {'reference' if references else 'physician ideal'} completions",
         "group_description": GROUP_DESCRIPTIONS[group],
     }
-    _execute(jobs, out, config, identity, seed=seed, prices=prices, progress=progress, extra=extra)
+    choice = _batch_choice(batch, poll_interval)
+    _execute(jobs, out, config, identity, batch=choice, seed=seed, prices=prices, progress=progress, extra=extra)
 
 
 def _load_meta(data: Path | None, subset: str | None) -> tuple[list[MetaRow], str]:
@@ -441,6 +552,7 @@ def _meta_headline(metrics: dict[str, float | int]) -> str:
 @click.option("--limit", type=click.IntRange(min=1), help="Grade N rows, chosen as the reference does.")
 @run_options
 @grader_options
+@batch_options
 @_user_errors
 def meta_eval(
     data: Path | None,
@@ -454,6 +566,8 @@ def meta_eval(
     grader_base_url: str | None,
     concurrency: int,
     max_attempts: int,
+    batch: bool,
+    poll_interval: float,
 ) -> None:
     """Measure the grader's agreement with physicians (macro F1); run again on the same --out to resume."""
     all_rows, data_sha = _load_meta(data, subset)
@@ -461,7 +575,7 @@ def meta_eval(
     config = _grader_config(grader_model, grader_base_url, concurrency, max_attempts)
     identity = {"command": "meta-eval", "data_sha256": data_sha, "limit": limit} | config.identity()
 
-    def start(grader: Grader, store: Store, costs: CostMeter) -> Awaitable[RunOutcome]:
+    def start(grader: Grader, _policy: Policy | None, _store: Store, costs: CostMeter) -> Awaitable[RunOutcome]:
         return grade_meta_rows(rows, grader, out, seed=seed, progress=progress, describe_cost=costs.progress)
 
     _session(
@@ -470,6 +584,7 @@ def meta_eval(
         config,
         identity,
         policy=None,
+        batch=_batch_choice(batch, poll_interval),
         seed=seed,
         prices=prices,
         extra={"data": str(data) if data else "subset:meta"},

@@ -17,9 +17,9 @@ import random
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import aiohttp
 
@@ -30,6 +30,9 @@ OPENAI_BASE_URL = "https://api.openai.com/v1"
 # Statuses worth asking again, as openai-python retries them; anything else 4xx is the caller's mistake.
 RETRY_STATUSES = frozenset({408, 409, 429})
 _MAX_RETRY_AFTER = 120.0
+_JSON = {"Content-Type": "application/json"}
+# Batch input and output files run to hundreds of megabytes: no total limit, only a stalled read.
+_BULK = aiohttp.ClientTimeout(total=None, sock_connect=60, sock_read=300)
 
 
 class InvalidResponse(Exception):
@@ -47,16 +50,24 @@ class RequestFailed(Exception):
 
 @dataclass
 class Usage:
-    """Token usage summed over calls, in the units providers bill."""
+    """Token usage summed over calls, in the units providers bill.
+
+    `batch` marks usage billed at Batch API prices. One session sends each side (policy, grader) one way
+    only, so a sum keeps the mark of the calls in it; a run that mixed ways across sessions is split by
+    the store when it is priced.
+    """
 
     calls: int = 0
     prompt_tokens: int = 0
     cached_prompt_tokens: int = 0
     completion_tokens: int = 0
     reasoning_tokens: int = 0
+    batch: bool = False
 
     def add(self, other: Usage) -> None:
         """Add another usage into this one."""
+        if other.calls:
+            self.batch = self.batch or other.batch
         self.calls += other.calls
         self.prompt_tokens += other.prompt_tokens
         self.cached_prompt_tokens += other.cached_prompt_tokens
@@ -64,20 +75,26 @@ class Usage:
         self.reasoning_tokens += other.reasoning_tokens
 
     def as_dict(self) -> dict[str, int]:
-        """Plain numbers for JSON output."""
-        return {
+        """Plain numbers for JSON output; `"batch": 1` only for batch-priced usage."""
+        numbers = {
             "calls": self.calls,
             "prompt_tokens": self.prompt_tokens,
             "cached_prompt_tokens": self.cached_prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "reasoning_tokens": self.reasoning_tokens,
         }
+        return numbers | {"batch": 1} if self.batch else numbers
 
     @classmethod
-    def from_response(cls, usage: Any) -> Usage:
+    def from_dict(cls, numbers: Mapping[str, Any]) -> Usage:
+        """The inverse of `as_dict`."""
+        return cls(**{**numbers, "batch": bool(numbers.get("batch"))})
+
+    @classmethod
+    def from_response(cls, usage: Any, *, batch: bool = False) -> Usage:
         """Read an OpenAI `usage` object; missing fields count as zero."""
         if not isinstance(usage, dict):
-            return cls(calls=1)
+            return cls(calls=1, batch=batch)
         prompt_details = usage.get("prompt_tokens_details") or {}
         completion_details = usage.get("completion_tokens_details") or {}
         return cls(
@@ -86,6 +103,7 @@ class Usage:
             cached_prompt_tokens=int(prompt_details.get("cached_tokens") or 0),
             completion_tokens=int(usage.get("completion_tokens") or 0),
             reasoning_tokens=int(completion_details.get("reasoning_tokens") or 0),
+            batch=batch,
         )
 
 
@@ -218,16 +236,34 @@ class RateGovernor:
         self.rate = max(1.0, 0.9 * accepted, 0.25 * self._peak / self.WINDOW)
 
 
-def _content(body: bytes) -> tuple[str, Usage]:
+class Completer(Protocol):
+    """What graders and policies call: one chat completion, parsed, with what it cost.
+
+    `ChatClient` sends it live; `batch.BatchClient` sends it through the Batch API. `ident` tells apart
+    requests with equal bodies that must each get an answer of their own (repeats of a policy sample).
+    """
+
+    async def complete(
+        self, body: Mapping[str, Any] | bytes, parse: Callable[[str], T], *, ident: str | None = None
+    ) -> tuple[T, Usage]:
+        """Send one request and parse its content; raise `RequestFailed` past the retry bound."""
+
+    async def aclose(self) -> None:
+        """Release connections."""
+
+
+def completion_content(body: bytes | dict[str, Any], *, batch: bool = False) -> tuple[str, Usage]:
+    """The message content and usage of a chat-completion response body (bytes, or already parsed);
+    `InvalidResponse` if unusable."""
     try:
-        payload = json.loads(body)
+        payload = json.loads(body) if isinstance(body, bytes) else body
         content = payload["choices"][0]["message"]["content"]
     except (ValueError, KeyError, IndexError, TypeError) as exc:
         raise InvalidResponse(f"malformed response body ({type(exc).__name__})") from None
     # An empty string is a reply (a policy may give one, and the reference accepts it); a missing one is not.
     if not isinstance(content, str):
         raise InvalidResponse("no content in the response")
-    return content, Usage.from_response(payload.get("usage"))
+    return content, Usage.from_response(payload.get("usage"), batch=batch)
 
 
 # Rate limits belong to a key at an endpoint, not to a client object: clients that share both (the policy and
@@ -278,14 +314,14 @@ class ChatClient:
         retry: RetryPolicy | None = None,
         budget: Budget | None = None,
     ) -> None:
-        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.base_url = base_url.rstrip("/")
+        self.url = self.base_url + "/chat/completions"
         # A budget shared with other clients (one per API key on a server) keeps one limit per process.
         self.budget = budget or Budget(concurrency)
         self.concurrency = self.budget.limit
         self.retry = retry or RetryPolicy()
-        self._headers = {"Content-Type": "application/json"}
-        if api_key:
-            self._headers["Authorization"] = f"Bearer {api_key}"
+        # Content-Type is set per request: a multipart upload (`api`) needs its own.
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -306,46 +342,75 @@ class ChatClient:
         session = self._bind()
         async with self.budget.semaphore():
             await self.governor.wait()
-            async with session.post(self.url, data=payload) as response:
+            async with session.post(self.url, data=payload, headers=_JSON) as response:
                 body = await response.read()
                 status = response.status
                 headers = response.headers
         if status == 200:
             self.governor.on_success(headers)
-            return _content(body)
+            return completion_content(body)
         if status == 429:
             self.governor.on_throttle()
-        snippet = body[:200].decode("utf-8", "replace")
-        error = _StatusError(f"HTTP {status}: {snippet}", retry_after_seconds(headers))
-        if status in RETRY_STATUSES or status >= 500:
-            raise error
-        raise RequestFailed(error.cause, 1) from None
+        raise _status_error(status, body, headers)
 
-    async def complete(self, body: Mapping[str, Any] | bytes, parse: Callable[[str], T]) -> tuple[T, Usage]:
+    async def complete(
+        self, body: Mapping[str, Any] | bytes, parse: Callable[[str], T], *, ident: str | None = None
+    ) -> tuple[T, Usage]:
         """Send one chat-completions request (a body, or its JSON bytes) and parse its content, with retries.
 
         `parse` raises `InvalidResponse` for content that is not usable; that is retried like a transport
-        failure. Usage counts every answered attempt, since each one is billed.
+        failure. Usage counts every answered attempt, since each one is billed. `ident` is not needed live:
+        every call is its own request.
         """
         payload = body if isinstance(body, bytes) else json.dumps(body).encode()
         usage = Usage()
+
+        async def attempt() -> T:
+            content, attempt_usage = await self._attempt(payload)
+            usage.add(attempt_usage)
+            return parse(content)
+
+        return await self._with_retries(attempt), usage
+
+    async def api(
+        self, method: str, path: str, *, json_body: Any = None, form: Callable[[], aiohttp.FormData] | None = None
+    ) -> bytes:
+        """One call to another endpoint of the same API (`/files`, `/batches`), under the same retry table;
+        returns the body of a 2xx answer. `form` builds a multipart body afresh for each attempt."""
+        url = self.base_url + path
+
+        async def attempt() -> bytes:
+            session = self._bind()
+            data = form() if form is not None else None if json_body is None else json.dumps(json_body).encode()
+            headers = _JSON if json_body is not None else None
+            request = session.request(method, url, data=data, headers=headers, timeout=_BULK)
+            async with self.budget.semaphore(), request as response:
+                body = await response.read()
+                status = response.status
+                response_headers = response.headers
+            if 200 <= status < 300:
+                return body
+            raise _status_error(status, body, response_headers)
+
+        return await self._with_retries(attempt)
+
+    async def _with_retries(self, attempt: Callable[[], Awaitable[T]]) -> T:
+        """Run `attempt` until it succeeds, by the retry table; `RequestFailed` with the last cause past it."""
         cause = "no attempt made"
-        for attempt in range(1, self.retry.max_attempts + 1):
+        for number in range(1, self.retry.max_attempts + 1):
             retry_after: float | None = None
             try:
-                content, attempt_usage = await self._attempt(payload)
-                usage.add(attempt_usage)
-                return parse(content), usage
+                return await attempt()
             except RequestFailed as exc:
-                raise RequestFailed(exc.cause, attempt) from None
+                raise RequestFailed(exc.cause, number) from None
             except _StatusError as exc:
                 cause, retry_after = exc.cause, exc.retry_after
             except InvalidResponse as exc:
                 cause = str(exc)
             except (aiohttp.ClientError, TimeoutError) as exc:
                 cause = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            if attempt < self.retry.max_attempts:
-                await asyncio.sleep(self.retry.backoff(attempt, retry_after))
+            if number < self.retry.max_attempts:
+                await asyncio.sleep(self.retry.backoff(number, retry_after))
         raise RequestFailed(cause, self.retry.max_attempts)
 
     async def aclose(self) -> None:
@@ -361,3 +426,16 @@ class _StatusError(Exception):
         super().__init__(cause)
         self.cause = cause
         self.retry_after = retry_after
+
+
+def is_retryable(status: int) -> bool:
+    """Whether an HTTP status is worth asking again (a 4xx other than these is the caller's mistake)."""
+    return status in RETRY_STATUSES or status >= 500
+
+
+def _status_error(status: int, body: bytes, headers: Mapping[str, str]) -> Exception:
+    """A retryable `_StatusError`, or `RequestFailed` for a status not worth retrying."""
+    cause = f"HTTP {status}: {body[:200].decode('utf-8', 'replace')}"
+    if is_retryable(status):
+        return _StatusError(cause, retry_after_seconds(headers))
+    return RequestFailed(cause, 1)

@@ -8,11 +8,12 @@ the policy being evaluated, and a grader silently following it would grade with 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from .client import OPENAI_BASE_URL, Budget, ChatClient, RetryPolicy
+from .client import OPENAI_BASE_URL, Budget, ChatClient, Completer, RetryPolicy
 from .grading import DEFAULT_GRADER_MODEL, TEMPLATE_SHA256, Grader, VerdictCache
 
 DEFAULT_CONCURRENCY = 64
@@ -58,9 +59,15 @@ class GraderConfig(BaseModel):
         """What a run reports about its grader (never the key)."""
         return self.identity() | {"grader_base_url": self.base_url}
 
-    def build(self, cache: VerdictCache | None = None, budget: Budget | None = None) -> Grader:
-        """A grader with a client of its own, under `budget` if given, else a budget of `concurrency`."""
-        client = ChatClient(
+    def build(
+        self,
+        cache: VerdictCache | None = None,
+        budget: Budget | None = None,
+        wrap: Callable[[ChatClient], Completer] | None = None,
+    ) -> Grader:
+        """A grader with a client of its own, under `budget` if given, else a budget of `concurrency`; `wrap`
+        turns the live client into another way of sending (the Batch API)."""
+        chat = ChatClient(
             self.base_url,
             self.api_key.get_secret_value() if self.api_key else None,
             concurrency=self.concurrency,
@@ -68,4 +75,4 @@ class GraderConfig(BaseModel):
             retry=RetryPolicy(max_attempts=self.max_attempts),
             budget=budget,
         )
-        return Grader(client, self.model, cache=cache)
+        return Grader(chat if wrap is None else wrap(chat), self.model, cache=cache)

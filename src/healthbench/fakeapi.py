@@ -22,9 +22,12 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
+
+if TYPE_CHECKING:
+    from healthbench.fakebatch import FakeBatchAPI
 
 __all__ = [
     "FAULT_KINDS",
@@ -86,9 +89,21 @@ def _estimate_tokens(chars: int) -> int:
     return chars // 4 + 1
 
 
+def _error_body(message: str, error_type: str) -> Body:
+    return {"error": {"message": message, "type": error_type, "param": None, "code": None}}
+
+
 def _error(status: int, message: str, error_type: str, headers: dict[str, str] | None = None) -> web.Response:
-    body = {"error": {"message": message, "type": error_type, "param": None, "code": None}}
+    body = _error_body(message, error_type)
     return web.Response(status=status, text=json.dumps(body), content_type="application/json", headers=headers)
+
+
+def _chat_messages(body: Any) -> list[Body] | None:
+    """Return the request's messages, or None if they are not a non-empty list of objects."""
+    messages = body.get("messages") if isinstance(body, dict) else None
+    if isinstance(messages, list) and messages and all(isinstance(m, dict) for m in messages):
+        return messages
+    return None
 
 
 class _TokenBucket:
@@ -126,6 +141,10 @@ class FakeOpenAI:
     ``"fail_always"``, ``"rate_limited"`` and ``"bad_request"``. Counters are only mutated on the
     server's event loop; read them (or call ``reset()``) while no requests are in flight. The
     ``respond`` and ``fail_always`` hooks run on that loop too, so they must be quick and not block.
+
+    It also fakes the Batch API (files and batches, see ``healthbench.fakebatch``), configured by the
+    ``batch_*`` and ``max_*`` arguments and counted in ``batches_created``, ``batch_lines_submitted``,
+    ``batch_bodies`` and ``files_uploaded``. Batches never touch the live counters above.
     """
 
     def __init__(
@@ -141,7 +160,15 @@ class FakeOpenAI:
         host: str = "127.0.0.1",
         port: int = 0,
         record: bool = True,
+        batch_delay: float = 0.0,
+        batch_fail_rate: float = 0.0,
+        batch_malformed_rate: float = 0.0,
+        batch_fail_always: Callable[[Body], bool] | None = None,
+        max_file_bytes: int = 200 * 1024 * 1024,
+        max_batch_requests: int = 50_000,
     ) -> None:
+        from healthbench.fakebatch import FakeBatchAPI  # fakebatch imports this module
+
         unknown = sorted(set(faults) - set(FAULT_KINDS))
         if unknown:
             raise ValueError(f"unknown faults {unknown}; choose from {FAULT_KINDS}")
@@ -153,6 +180,12 @@ class FakeOpenAI:
             raise ValueError("rate_limit must be positive")
         if latency < 0:
             raise ValueError("latency must be non-negative")
+        if batch_delay < 0:
+            raise ValueError("batch_delay must be non-negative")
+        if not (0.0 <= batch_fail_rate <= 1.0 and 0.0 <= batch_malformed_rate <= 1.0):
+            raise ValueError("batch_fail_rate and batch_malformed_rate must be between 0 and 1")
+        if max_file_bytes <= 0 or max_batch_requests <= 0:
+            raise ValueError("max_file_bytes and max_batch_requests must be positive")
         self.respond = respond
         self.fault_rate = fault_rate
         self.faults = tuple(faults)
@@ -165,6 +198,14 @@ class FakeOpenAI:
         # A long benchmark run would otherwise keep every prompt alive, and the garbage collector's
         # full passes over that heap show up as latency.
         self.record = record
+        self.batch_delay = batch_delay
+        self.batch_fail_rate = batch_fail_rate
+        self.batch_malformed_rate = batch_malformed_rate
+        self.batch_fail_always = batch_fail_always
+        self.max_file_bytes = max_file_bytes
+        self.max_batch_requests = max_batch_requests
+        # Files and batches live as long as the server, across reset(), like the real service's.
+        self.batch_api: FakeBatchAPI = FakeBatchAPI(self)
         self.base_url: str | None = None
         self._runner: web.AppRunner | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -172,7 +213,10 @@ class FakeOpenAI:
         self.reset()
 
     def reset(self) -> None:
-        """Clear counters and records, and restart the fault RNG and rate limiter from scratch."""
+        """Clear counters and records, and restart the fault RNGs and rate limiter from scratch.
+
+        Uploaded files and created batches are kept.
+        """
         self.requests_total = 0
         self.responses_by_kind: Counter[str] = Counter()
         self.max_in_flight = 0
@@ -181,6 +225,11 @@ class FakeOpenAI:
         self._in_flight = 0
         self._rng = random.Random(self.seed)
         self._bucket = None if self.rate_limit is None else _TokenBucket(self.rate_limit, time.monotonic())
+        self.batches_created = 0
+        self.batch_lines_submitted = 0
+        self.batch_bodies: list[str] = []
+        self.files_uploaded = 0
+        self.batch_api.reset()
 
     async def _handle(self, request: web.Request) -> web.Response:
         self.requests_total += 1
@@ -200,8 +249,8 @@ class FakeOpenAI:
             return _error(400, "request body is not valid JSON", "invalid_request_error")
         if isinstance(body, dict) and self.record:
             self.bodies.append(body)
-        messages = body.get("messages") if isinstance(body, dict) else None
-        if not (isinstance(messages, list) and messages and all(isinstance(m, dict) for m in messages)):
+        messages = _chat_messages(body)
+        if messages is None:
             self.responses_by_kind["bad_request"] += 1
             return _error(400, "'messages' must be a non-empty list of objects", "invalid_request_error")
 
@@ -232,13 +281,7 @@ class FakeOpenAI:
     def _respond(self, kind: str, request: web.Request, body: Body, messages: list[Body]) -> web.Response:
         content: str | None
         if kind == "ok":
-            content = self.respond(body) if self.respond is not None else None
-            if content is None:
-                last = messages[-1].get("content")
-                if isinstance(last, str) and GRADER_MARKER in last:
-                    content = verdict_reply(prompt_verdict(last))
-                else:
-                    content = policy_reply(messages)
+            content = self._ok_content(body, messages)
         elif kind in ("prose", "fail_always"):
             content = _PROSE
         elif kind == "null":
@@ -258,13 +301,26 @@ class FakeOpenAI:
                 request.transport.close()
             # Never reaches the client: aiohttp discards writes to a closed transport.
             return web.Response()
-        return self._completion(body, messages, content)
+        payload = self._completion_payload(body, messages, content, f"chatcmpl-fake-{self.requests_total}")
+        return web.Response(text=json.dumps(payload), content_type="application/json")
 
-    def _completion(self, body: Body, messages: list[Body], content: str | None) -> web.Response:
+    def _ok_content(self, body: Body, messages: list[Body]) -> str | None:
+        """The reply when nothing is injected: shared by live requests and batch lines."""
+        content = self.respond(body) if self.respond is not None else None
+        if content is None:
+            last = messages[-1].get("content")
+            if isinstance(last, str) and GRADER_MARKER in last:
+                content = verdict_reply(prompt_verdict(last))
+            else:
+                content = policy_reply(messages)
+        return content
+
+    def _completion_payload(self, body: Body, messages: list[Body], content: str | None, completion_id: str) -> Body:
+        """A chat.completion object: shared by live requests and batch lines."""
         prompt_tokens = _estimate_tokens(sum(len(c) for m in messages if isinstance(c := m.get("content"), str)))
         completion_tokens = _estimate_tokens(len(content or ""))
-        payload = {
-            "id": f"chatcmpl-fake-{self.requests_total}",
+        return {
+            "id": completion_id,
             "object": "chat.completion",
             "created": int(time.time()),
             "model": body.get("model", "fake-model"),
@@ -283,12 +339,12 @@ class FakeOpenAI:
                 "completion_tokens_details": {"reasoning_tokens": 0},
             },
         }
-        return web.Response(text=json.dumps(payload), content_type="application/json")
 
     async def _start_site(self) -> str:
         app = web.Application(client_max_size=_CLIENT_MAX_SIZE)
         app.router.add_post("/v1/chat/completions", self._handle)
         app.router.add_post("/chat/completions", self._handle)
+        self.batch_api.add_routes(app)
         # Access logging costs more than the handler itself at thousands of requests per second.
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=_SHUTDOWN_TIMEOUT)
         await runner.setup()
@@ -362,6 +418,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--faults", default="", help=f"comma-separated subset of {','.join(FAULT_KINDS)}")
     parser.add_argument("--rate-limit", type=float, default=None, help="requests per second")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--batch-delay", type=float, default=0.0, help="seconds until a batch completes")
+    parser.add_argument("--batch-fail-rate", type=float, default=0.0, help="share of batch lines that fail")
+    parser.add_argument("--batch-malformed-rate", type=float, default=0.0, help="share of unusable batch verdicts")
     args = parser.parse_args(argv)
     try:
         server = FakeOpenAI(
@@ -373,6 +432,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             host=args.host,
             port=args.port,
             record=False,
+            batch_delay=args.batch_delay,
+            batch_fail_rate=args.batch_fail_rate,
+            batch_malformed_rate=args.batch_malformed_rate,
         )
     except ValueError as exc:
         parser.error(str(exc))

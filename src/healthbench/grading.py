@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Protocol
 
-from .client import ChatClient, InvalidResponse, RequestFailed, Usage
+from .client import Completer, InvalidResponse, RequestFailed, Usage
 from .data import Message, RubricItem
 
 TEMPLATE = resources.files("healthbench").joinpath("grader_template.txt").read_bytes().decode("utf-8")
@@ -129,11 +129,12 @@ class VerdictCache(Protocol):
 
 
 class Grader:
-    """Grades replies with an LLM grader through a `ChatClient`, optionally through a verdict cache."""
+    """Grades replies with an LLM grader through a `Completer` (live or batched), optionally through a verdict
+    cache."""
 
     def __init__(
         self,
-        client: ChatClient,
+        client: Completer,
         model: str = DEFAULT_GRADER_MODEL,
         *,
         temperature: float = GRADER_TEMPERATURE,

@@ -1,8 +1,9 @@
 """What calls cost: a per-model price table (overridable) and the estimate `--dry-run` prints.
 
 Prices are USD per million tokens, OpenAI's list prices for standard (live) requests; the Batch API
-charges half. A model is matched by the longest table entry its name starts with, so dated snapshots
-(`gpt-4.1-2025-04-14`) find their family. Unknown models cost nothing in the sums and are named as such.
+charges half, unless a table entry gives batch prices of its own. A model is matched by the longest table
+entry its name starts with, so dated snapshots (`gpt-4.1-2025-04-14`) find their family. Unknown models
+cost nothing in the sums and are named as such.
 """
 
 from __future__ import annotations
@@ -29,13 +30,26 @@ FRAMING_TOKENS = 20
 
 
 class Price(BaseModel):
-    """USD per million tokens."""
+    """USD per million tokens; the batch prices default to half the live ones."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     input: float
     cached_input: float
     output: float
+    batch_input: float | None = None
+    batch_cached_input: float | None = None
+    batch_output: float | None = None
+
+    def rates(self, batch: bool) -> tuple[float, float, float]:
+        """(input, cached input, output) for live or batch requests."""
+        if not batch:
+            return self.input, self.cached_input, self.output
+        return (
+            self.input / 2 if self.batch_input is None else self.batch_input,
+            self.cached_input / 2 if self.batch_cached_input is None else self.batch_cached_input,
+            self.output / 2 if self.batch_output is None else self.batch_output,
+        )
 
 
 PRICES: dict[str, Price] = {
@@ -84,16 +98,15 @@ def price_for(model: str, prices: Mapping[str, Price]) -> Price | None:
     return prices[max(matches, key=len)] if matches else None
 
 
-def cost(usage: Usage, model: str, prices: Mapping[str, Price], *, batch: bool = False) -> float | None:
-    """USD for this usage, or None for a model without a price."""
+def cost(usage: Usage, model: str, prices: Mapping[str, Price], *, batch: bool | None = None) -> float | None:
+    """USD for this usage (at batch prices if `batch`, by default if the usage is marked so), or None for a
+    model without a price."""
     price = price_for(model, prices)
     if price is None:
         return None
+    fresh_rate, cached_rate, output_rate = price.rates(usage.batch if batch is None else batch)
     fresh = usage.prompt_tokens - usage.cached_prompt_tokens
-    total = (
-        fresh * price.input + usage.cached_prompt_tokens * price.cached_input + usage.completion_tokens * price.output
-    )
-    return total / 1e6 * (0.5 if batch else 1.0)
+    return (fresh * fresh_rate + usage.cached_prompt_tokens * cached_rate + usage.completion_tokens * output_rate) / 1e6
 
 
 @dataclass
@@ -140,22 +153,30 @@ class CostMeter:
         self.policy_model = policy_model
         self.started = time.monotonic()
 
-    def _parts(self, policy: Usage, grader: Usage) -> list[tuple[str, Usage]]:
-        parts = [(self.grader_model, grader)]
-        if self.policy_model is not None and policy.calls:
-            parts.append((self.policy_model, policy))
-        return parts
+    def _side(self, model: str, parts: Sequence[Usage]) -> dict[str, Any]:
+        """Summed tokens of one side, its batch calls, and its cost with each part at its own prices."""
+        total = Usage()
+        for part in parts:
+            total.add(part)
+        costs = [cost(part, model, self.table) for part in parts if part.calls] or [cost(total, model, self.table)]
+        side: dict[str, Any] = total.as_dict()
+        side.pop("batch", None)
+        return side | {
+            "batch_calls": sum(part.calls for part in parts if part.batch),
+            "model": model,
+            "cost_usd": None if None in costs else sum(c for c in costs if c is not None),
+        }
 
-    def usage_report(self, policy: Usage, grader: Usage) -> dict[str, Any]:
-        """Tokens and USD per side, the priced total, and the models without a price."""
-        report: dict[str, Any] = {"grader": grader.as_dict() | {"model": self.grader_model}}
-        report["grader"]["cost_usd"] = cost(grader, self.grader_model, self.table)
+    def usage_report(self, policy: Usage | Sequence[Usage], grader: Usage | Sequence[Usage]) -> dict[str, Any]:
+        """Tokens and USD per side (each side one usage, or its live and batch parts), the priced total, and
+        the models without a price."""
+        sides = {"grader": self._side(self.grader_model, [grader] if isinstance(grader, Usage) else grader)}
         if self.policy_model is not None:
-            report["policy"] = policy.as_dict() | {"model": self.policy_model}
-            report["policy"]["cost_usd"] = cost(policy, self.policy_model, self.table)
-        priced = [(model, cost(usage, model, self.table)) for model, usage in self._parts(policy, grader)]
-        report["cost_usd"] = sum(value for _, value in priced if value is not None)
-        report["unpriced_models"] = sorted({model for model, value in priced if value is None})
+            sides["policy"] = self._side(self.policy_model, [policy] if isinstance(policy, Usage) else policy)
+        report: dict[str, Any] = dict(sides)
+        priced = [side for side in sides.values() if side["calls"] or side is sides["grader"]]
+        report["cost_usd"] = sum(side["cost_usd"] or 0.0 for side in priced)
+        report["unpriced_models"] = sorted({side["model"] for side in priced if side["cost_usd"] is None})
         return report
 
     @staticmethod

@@ -184,12 +184,14 @@ async def run_jobs(
     seed: int = 0,
     progress: bool = True,
     describe_cost: Callable[[Usage, Usage], str] | None = None,
+    sample_first: bool = False,
 ) -> RunOutcome:
     """Sample (where a job has no fixed reply) and grade every job; write results.jsonl and metrics.json.
 
     Replies and verdicts come from `store` when it has them and go into it as they arrive, so a run
     resumed after a crash pays only for what it did not finish. results.jsonl is written afresh, one line
-    per sample as it is graded.
+    per sample as it is graded. With `sample_first`, every reply is in before any grading starts, so a
+    batching grader sees all its requests at once instead of a trickle.
     """
     outcome = RunOutcome(metrics=None)
     system_message = policy.config.system_message if policy else None
@@ -204,15 +206,26 @@ async def run_jobs(
         if policy is None:
             raise SampleError(job.row.prompt_id, "no reply given and no model to ask")
         try:
-            reply, usage = await policy.sample(job.row.prompt)
+            reply, usage = await policy.sample(job.row.prompt, ident=f"{job.row.prompt_id}#{job.repeat}")
         except RequestFailed as exc:
             raise SampleError(job.row.prompt_id, str(exc)) from None
         store.put_sample(job.row.prompt_id, job.repeat, reply, usage)
         return reply, usage
 
-    async def one(job: Job) -> None:
+    sampled: dict[int, tuple[str, Usage] | SampleError] = {}
+
+    async def prefetch(index: int, job: Job) -> None:
         try:
-            reply, policy_usage = await reply_for(job)
+            sampled[index] = await reply_for(job)
+        except SampleError as exc:
+            sampled[index] = exc
+
+    async def one(index: int, job: Job) -> None:
+        try:
+            got = sampled.pop(index, None)
+            if isinstance(got, SampleError):
+                raise got
+            reply, policy_usage = got if got is not None else await reply_for(job)
             outcome.policy_usage.add(policy_usage)
             transcript = transcript_with_reply(job.row.prompt, reply, system_message)
             graded = await grader.grade(job.row.prompt_id, transcript, job.row.rubrics)
@@ -232,7 +245,9 @@ async def run_jobs(
         sink.add(record)
 
     try:
-        await asyncio.gather(*(one(job) for job in jobs))
+        if sample_first:
+            await asyncio.gather(*(prefetch(index, job) for index, job in enumerate(jobs)))
+        await asyncio.gather(*(one(index, job) for index, job in enumerate(jobs)))
     finally:
         sink.close()
     if not outcome.failures:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
-from .client import OPENAI_BASE_URL, ChatClient, RetryPolicy, Usage
+from .client import OPENAI_BASE_URL, ChatClient, Completer, RetryPolicy, Usage
 from .data import Message
 
 _REASONING = re.compile(r"^(o\d|gpt-5)")
@@ -73,17 +73,18 @@ class PolicyConfig(BaseModel):
 
 
 class Policy:
-    """Samples replies from the evaluated model."""
+    """Samples replies from the evaluated model, live, or through `wrap` (the Batch API, say)."""
 
-    def __init__(self, config: PolicyConfig) -> None:
+    def __init__(self, config: PolicyConfig, wrap: Callable[[ChatClient], Completer] | None = None) -> None:
         self.config = config
-        self.client = ChatClient(
+        chat = ChatClient(
             config.base_url,
             config.api_key.get_secret_value() if config.api_key else None,
             concurrency=config.concurrency,
             timeout=config.timeout,
             retry=RetryPolicy(max_attempts=config.max_attempts),
         )
+        self.client: Completer = chat if wrap is None else wrap(chat)
 
     def messages(self, prompt: Sequence[Message]) -> list[Message]:
         """What the model is sent, which is also what the graded transcript starts with."""
@@ -106,6 +107,7 @@ class Policy:
                 body["max_tokens"] = config.max_tokens
         return body
 
-    async def sample(self, prompt: Sequence[Message]) -> tuple[str, Usage]:
-        """One reply; raises `RequestFailed` past the retry bound."""
-        return await self.client.complete(self.request_body(prompt), _reply)
+    async def sample(self, prompt: Sequence[Message], *, ident: str | None = None) -> tuple[str, Usage]:
+        """One reply; raises `RequestFailed` past the retry bound. `ident` names the sample (task and repeat),
+        so that batched repeats of one prompt are answered apart."""
+        return await self.client.complete(self.request_body(prompt), _reply, ident=ident)

@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from collections.abc import Mapping
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,13 @@ CREATE TABLE IF NOT EXISTS samples (
 CREATE TABLE IF NOT EXISTS verdicts (
     key TEXT PRIMARY KEY, criteria_met INTEGER NOT NULL, explanation TEXT NOT NULL, usage TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS batches (
+    input_file_id TEXT PRIMARY KEY, batch_id TEXT, purpose TEXT NOT NULL, requests INTEGER NOT NULL,
+    created REAL NOT NULL, open INTEGER NOT NULL DEFAULT 1
+);
+CREATE TABLE IF NOT EXISTS batch_requests (
+    custom_id TEXT PRIMARY KEY, input_file_id TEXT NOT NULL, attempts INTEGER NOT NULL
+);
 """
 
 
@@ -38,7 +47,18 @@ class ConfigMismatch(Exception):
 
 
 def _usage(text: str) -> Usage:
-    return Usage(**json.loads(text))
+    return Usage.from_dict(json.loads(text))
+
+
+@dataclass(frozen=True)
+class BatchRecord:
+    """A batch this run uploaded: its input file, and its id once the batch was created."""
+
+    input_file_id: str
+    batch_id: str | None
+    purpose: str
+    requests: int
+    created: float
 
 
 class Store:
@@ -146,12 +166,59 @@ class Store:
         self._verdicts[key] = (int(verdict.criteria_met), verdict.explanation, json.dumps(usage.as_dict()))
         self._written()
 
-    def spent(self) -> tuple[Usage, Usage]:
-        """Usage paid so far for policy replies and for verdicts, across every session of this run."""
+    def spent(self) -> tuple[list[Usage], list[Usage]]:
+        """Usage paid so far for policy replies and for verdicts, across every session of this run; each
+        side as its live part and its batch part, which are priced apart."""
         self.flush()
-        policy, grader = Usage(), Usage()
-        for (text,) in self._db.execute("SELECT usage FROM samples"):
-            policy.add(_usage(text))
-        for (text,) in self._db.execute("SELECT usage FROM verdicts"):
-            grader.add(_usage(text))
-        return policy, grader
+        sides = []
+        for table in ("samples", "verdicts"):
+            live, batch = Usage(), Usage(batch=True)
+            for (text,) in self._db.execute(f"SELECT usage FROM {table}"):
+                usage = _usage(text)
+                (batch if usage.batch else live).add(usage)
+            sides.append([live, batch])
+        return sides[0], sides[1]
+
+    # The batch ledger: written and committed at once, since a batch id lost is a batch paid for twice.
+
+    def record_upload(self, input_file_id: str, purpose: str, requests: Iterable[tuple[str, int]]) -> None:
+        """An uploaded batch input file and the (custom_id, attempt number) of each request in it."""
+        self.flush()
+        rows = list(requests)
+        self._db.execute("BEGIN")
+        self._db.execute(
+            "INSERT INTO batches (input_file_id, purpose, requests, created) VALUES (?, ?, ?, ?)",
+            (input_file_id, purpose, len(rows), time.time()),
+        )
+        self._db.executemany(
+            "INSERT OR REPLACE INTO batch_requests VALUES (?, ?, ?)",
+            [(custom_id, input_file_id, attempts) for custom_id, attempts in rows],
+        )
+        self._db.execute("COMMIT")
+
+    def record_batch_id(self, input_file_id: str, batch_id: str) -> None:
+        """The batch created from an uploaded file."""
+        self._db.execute("UPDATE batches SET batch_id = ? WHERE input_file_id = ?", (batch_id, input_file_id))
+
+    def close_batch(self, input_file_id: str) -> None:
+        """A batch whose results this run has taken in (or no longer needs)."""
+        self._db.execute("UPDATE batches SET open = 0 WHERE input_file_id = ?", (input_file_id,))
+
+    def open_batches(self) -> list[BatchRecord]:
+        """Batches submitted by an earlier session and not yet taken in, oldest first."""
+        rows = self._db.execute(
+            "SELECT input_file_id, batch_id, purpose, requests, created FROM batches WHERE open = 1 ORDER BY created"
+        )
+        return [BatchRecord(*row) for row in rows]
+
+    def batch_request(self, custom_id: str) -> tuple[str, int] | None:
+        """The input file that last carried this request, and its attempt number there."""
+        row = self._db.execute(
+            "SELECT input_file_id, attempts FROM batch_requests WHERE custom_id = ?", (custom_id,)
+        ).fetchone()
+        return None if row is None else (row[0], row[1])
+
+    def batch_totals(self) -> tuple[int, int]:
+        """Batches created and requests uploaded in them, over every session of this run."""
+        row = self._db.execute("SELECT COUNT(*), COALESCE(SUM(requests), 0) FROM batches").fetchone()
+        return int(row[0]), int(row[1])

@@ -1,0 +1,429 @@
+"""Sending chat completions through OpenAI's Batch API, at half the price of live requests.
+
+`BatchClient` is a `Completer`: graders and policies call `complete` as they call a live `ChatClient`, and get
+the same answers, later. Requests wait in a queue until none has come for `settle` seconds (or the queue fills
+a batch); they are then written as Batch API input, each body byte for byte what a live call sends, uploaded,
+submitted, polled and collected. A request's custom_id is the digest of its bytes (and of its `ident`, for
+requests that must each be answered apart), so equal requests are sent once.
+
+A request that fails in a batch (an error line, no line at all, an unusable answer, a failed or expired batch)
+goes into a follow-up batch, counted against the same attempt bound as live retries; past it, `RequestFailed`.
+The ledger (the run's store) records each uploaded file, and each batch id as soon as it exists, so a process
+killed while waiting, run again, re-attaches to its batches instead of paying for them twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+import aiohttp
+
+from .client import ChatClient, InvalidResponse, RequestFailed, Usage, completion_content, is_retryable
+from .grading import request_key
+from .store import BatchRecord
+
+T = TypeVar("T")
+
+ENDPOINT = "/v1/chat/completions"
+# The Batch API's limits per batch: 50,000 requests and a 200 MB input file.
+MAX_REQUESTS = 50_000
+MAX_BYTES = 200 * 1000 * 1000
+TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
+# How many pages of the batch list to search for a batch whose id was lost in a crash.
+_LIST_PAGES = 20
+
+
+class BatchLedger(Protocol):
+    """Where batches are remembered across processes (implemented by `store.Store`)."""
+
+    def record_upload(self, input_file_id: str, purpose: str, requests: Iterable[tuple[str, int]]) -> None:
+        """An uploaded input file and the (custom_id, attempt) of each request in it."""
+
+    def record_batch_id(self, input_file_id: str, batch_id: str) -> None:
+        """The batch created from an uploaded file."""
+
+    def close_batch(self, input_file_id: str) -> None:
+        """A batch whose results have been taken in."""
+
+    def open_batches(self) -> list[BatchRecord]:
+        """Batches not yet taken in."""
+
+    def batch_request(self, custom_id: str) -> tuple[str, int] | None:
+        """The input file that last carried a request, and its attempt number there."""
+
+
+@dataclass(frozen=True)
+class BatchSettings:
+    """How batches are formed and watched."""
+
+    poll_interval: float = 30.0
+    settle: float = 1.0
+    max_requests: int = MAX_REQUESTS
+    max_bytes: int = MAX_BYTES
+    completion_window: str = "24h"
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """One request's result in a batch: content, or why there is none."""
+
+    content: str | None
+    usage: Usage
+    cause: str = ""
+    retryable: bool = True
+
+
+@dataclass
+class _Request:
+    custom_id: str
+    line: bytes
+    parse: Callable[[str], Any]
+    attempts: int = 0
+    usage: Usage = field(default_factory=lambda: Usage(batch=True))
+    waiters: list[asyncio.Future[tuple[Any, Usage]]] = field(default_factory=list)
+
+
+@dataclass
+class _Batch:
+    input_file_id: str
+    batch_id: str | None
+    requests: int
+    created: float
+    members: set[str] = field(default_factory=set)
+    status: str = "submitted"
+    shown: str = ""
+    unclaimed: int = 0
+
+
+def _line(custom_id: str, payload: bytes) -> bytes:
+    # The body is spliced in as the very bytes a live request sends, never re-serialised.
+    head = json.dumps({"custom_id": custom_id, "method": "POST", "url": ENDPOINT})
+    return head[:-1].encode() + b', "body": ' + payload + b"}\n"
+
+
+def _elapsed(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+
+
+def parse_output_line(record: Mapping[str, Any]) -> _Outcome:
+    """A line of a batch output or error file as an outcome."""
+    response = record.get("response")
+    if isinstance(response, dict):
+        status = response.get("status_code")
+        body = response.get("body")
+        if status == 200 and isinstance(body, dict):
+            try:
+                content, usage = completion_content(body, batch=True)
+            except InvalidResponse as exc:
+                return _Outcome(None, Usage(batch=True), str(exc))
+            return _Outcome(content, usage)
+        text = json.dumps(body)[:200]
+        code = status if isinstance(status, int) else 500
+        return _Outcome(None, Usage(batch=True), f"HTTP {code} in batch: {text}", is_retryable(code))
+    error = record.get("error") or {}
+    message = f"{error.get('code', 'error')}: {error.get('message', '')}" if isinstance(error, dict) else str(error)
+    return _Outcome(None, Usage(batch=True), f"batch error {message}")
+
+
+class BatchClient:
+    """A `Completer` that sends requests through the Batch API of `chat`'s endpoint, with `chat`'s retry table
+    for its own calls and `chat.retry.max_attempts` as the bound on attempts per request."""
+
+    def __init__(
+        self,
+        chat: ChatClient,
+        ledger: BatchLedger,
+        purpose: str,
+        settings: BatchSettings | None = None,
+        notify: Callable[[str], None] | None = None,
+    ) -> None:
+        self.chat = chat
+        self.ledger = ledger
+        self.purpose = purpose
+        self.settings = settings or BatchSettings()
+        self.notify = notify or (lambda _message: None)
+        self.batches_submitted = 0
+        self.requests_submitted = 0
+        self._requests: dict[str, _Request] = {}
+        self._queue: dict[str, _Request] = {}
+        self._queued_bytes = 0
+        self._last_queued = 0.0
+        self._open = {
+            record.input_file_id: _Batch(record.input_file_id, record.batch_id, record.requests, record.created)
+            for record in ledger.open_batches()
+            if record.purpose == purpose
+        }
+        self.reattached = len(self._open)
+        self._unclaimed: dict[str, tuple[str, _Outcome]] = {}
+        self._pump_task: asyncio.Task[None] | None = None
+
+    async def complete(
+        self, body: Mapping[str, Any] | bytes, parse: Callable[[str], T], *, ident: str | None = None
+    ) -> tuple[T, Usage]:
+        """Queue one request for a batch and wait for its parsed answer."""
+        payload = body if isinstance(body, bytes) else json.dumps(body).encode()
+        custom_id = request_key(payload if ident is None else payload + b"\0" + ident.encode())
+        request = self._requests.get(custom_id)
+        if request is None:
+            request = self._requests[custom_id] = _Request(custom_id, _line(custom_id, payload), parse)
+            self._place(request)
+        waiter: asyncio.Future[tuple[Any, Usage]] = asyncio.get_running_loop().create_future()
+        request.waiters.append(waiter)
+        if custom_id in self._unclaimed:
+            input_file_id, outcome = self._unclaimed.pop(custom_id)
+            self._claimed(input_file_id)
+            self._apply(request, outcome)
+        if self._pump_task is None or self._pump_task.done():
+            self._pump_task = asyncio.ensure_future(self._pump())
+        try:
+            value, usage = await waiter
+        finally:
+            if waiter.cancelled():
+                self._abandon(request, waiter)
+        return value, usage
+
+    def _place(self, request: _Request) -> None:
+        record = self.ledger.batch_request(request.custom_id)
+        batch = self._open.get(record[0]) if record is not None else None
+        if record is not None and batch is not None and batch.status not in TERMINAL:
+            # Submitted already (by an earlier process, say) and still out: wait for it rather than pay again.
+            request.attempts = record[1]
+            batch.members.add(request.custom_id)
+        elif request.custom_id not in self._unclaimed:
+            self._enqueue(request)
+
+    def _enqueue(self, request: _Request) -> None:
+        self._queue[request.custom_id] = request
+        self._queued_bytes += len(request.line)
+        self._last_queued = time.monotonic()
+
+    def _abandon(self, request: _Request, waiter: asyncio.Future[tuple[Any, Usage]]) -> None:
+        """A caller gave up (its task failed elsewhere): a request nobody waits for is not sent."""
+        with contextlib.suppress(ValueError):
+            request.waiters.remove(waiter)
+        if not request.waiters and request.custom_id in self._queue:
+            del self._queue[request.custom_id]
+            self._queued_bytes -= len(request.line)
+            del self._requests[request.custom_id]
+
+    def _claimed(self, input_file_id: str) -> None:
+        batch = self._open.get(input_file_id)
+        if batch is not None:
+            batch.unclaimed -= 1
+            if batch.unclaimed == 0 and batch.status in TERMINAL:
+                self._close(batch)
+
+    def _close(self, batch: _Batch) -> None:
+        self._open.pop(batch.input_file_id, None)
+        self.ledger.close_batch(batch.input_file_id)
+
+    def _apply(self, request: _Request, outcome: _Outcome) -> None:
+        """Settle a request with a batch result: answer its callers, queue a follow-up, or fail it."""
+        request.usage.add(outcome.usage)
+        cause, retryable = outcome.cause, outcome.retryable
+        if outcome.content is not None:
+            try:
+                value = request.parse(outcome.content)
+            except InvalidResponse as exc:
+                cause, retryable = str(exc), True
+            else:
+                self._finish(request, (value, request.usage))
+                return
+        if retryable and request.attempts < self.chat.retry.max_attempts:
+            self._enqueue(request)
+            return
+        self._finish(request, RequestFailed(cause, request.attempts))
+
+    def _finish(self, request: _Request, result: tuple[Any, Usage] | RequestFailed) -> None:
+        self._requests.pop(request.custom_id, None)
+        for waiter in request.waiters:
+            if waiter.done():
+                continue
+            if isinstance(result, RequestFailed):
+                waiter.set_exception(result)
+            else:
+                waiter.set_result(result)
+                # One request was paid for: callers after the first get it free, as from a cache.
+                result = (result[0], Usage(batch=True))
+
+    async def _pump(self) -> None:
+        """Submit, poll and collect until nothing is queued or out; any failure fails the waiting requests."""
+        next_poll = 0.0
+        try:
+            while self._queue or self._watching():
+                now = time.monotonic()
+                if self._queue and (
+                    now - self._last_queued >= self.settings.settle
+                    or len(self._queue) >= self.settings.max_requests
+                    or self._queued_bytes >= self.settings.max_bytes
+                ):
+                    await self._submit_queue()
+                    continue
+                if self._watching() and now >= next_poll:
+                    await self._poll()
+                    next_poll = time.monotonic() + self.settings.poll_interval
+                    continue
+                waits = [next_poll - now] if self._watching() else []
+                if self._queue:
+                    waits.append(self._last_queued + self.settings.settle - now)
+                await asyncio.sleep(max(0.01, min(waits)))
+        except Exception as exc:
+            failure = exc if isinstance(exc, RequestFailed) else RequestFailed(f"{type(exc).__name__}: {exc}", 1)
+            for request in list(self._requests.values()):
+                self._finish(request, failure)
+            self._queue.clear()
+            self._queued_bytes = 0
+
+    def _watching(self) -> bool:
+        return any(batch.status not in TERMINAL for batch in self._open.values())
+
+    def _chunks(self, requests: list[_Request]) -> list[list[_Request]]:
+        chunks: list[list[_Request]] = [[]]
+        size = 0
+        for request in requests:
+            if chunks[-1] and (
+                len(chunks[-1]) >= self.settings.max_requests or size + len(request.line) > self.settings.max_bytes
+            ):
+                chunks.append([])
+                size = 0
+            chunks[-1].append(request)
+            size += len(request.line)
+        return chunks
+
+    async def _submit_queue(self) -> None:
+        requests = list(self._queue.values())
+        self._queue.clear()
+        self._queued_bytes = 0
+        for chunk in self._chunks(requests):
+            try:
+                await self._submit(chunk)
+            except RequestFailed as exc:
+                error = RequestFailed(f"could not submit a batch to {self.chat.base_url}: {exc.cause}", exc.attempts)
+                for request in chunk:
+                    self._finish(request, error)
+
+    async def _submit(self, chunk: list[_Request]) -> None:
+        data = b"".join(request.line for request in chunk)
+
+        def upload() -> aiohttp.FormData:
+            form = aiohttp.FormData()
+            form.add_field("purpose", "batch")
+            form.add_field("file", data, filename=f"healthbench-{self.purpose}.jsonl", content_type="application/jsonl")
+            return form
+
+        uploaded = json.loads(await self.chat.api("POST", "/files", form=upload))
+        for request in chunk:
+            request.attempts += 1
+        self.ledger.record_upload(uploaded["id"], self.purpose, [(r.custom_id, r.attempts) for r in chunk])
+        batch = _Batch(uploaded["id"], None, len(chunk), time.time(), {r.custom_id for r in chunk})
+        self._open[batch.input_file_id] = batch
+        try:
+            await self._create(batch)
+        except RequestFailed:
+            self._close(batch)
+            raise
+        self.batches_submitted += 1
+        self.requests_submitted += len(chunk)
+        megabytes = len(data) / 1e6
+        self.notify(f"batch {batch.batch_id}: submitted {len(chunk)} {self.purpose} requests ({megabytes:.1f} MB)")
+
+    async def _create(self, batch: _Batch) -> None:
+        body = {
+            "input_file_id": batch.input_file_id,
+            "endpoint": ENDPOINT,
+            "completion_window": self.settings.completion_window,
+            "metadata": {"healthbench": self.purpose},
+        }
+        created = json.loads(await self.chat.api("POST", "/batches", json_body=body))
+        batch.batch_id = created["id"]
+        self.ledger.record_batch_id(batch.input_file_id, created["id"])
+
+    async def _find(self, batch: _Batch) -> None:
+        """The id of a batch created from `batch`'s file by a process that died before recording it; or, if
+        there is none, the batch created now."""
+        after: str | None = None
+        for _ in range(_LIST_PAGES):
+            query = "/batches?limit=100" + (f"&after={after}" if after else "")
+            page = json.loads(await self.chat.api("GET", query))
+            for found in page.get("data", []):
+                if found.get("input_file_id") == batch.input_file_id:
+                    batch.batch_id = found["id"]
+                    self.ledger.record_batch_id(batch.input_file_id, found["id"])
+                    return
+            if not page.get("has_more") or not page.get("data"):
+                break
+            after = page["data"][-1]["id"]
+        await self._create(batch)
+
+    async def _poll(self) -> None:
+        for batch in list(self._open.values()):
+            if batch.status in TERMINAL:
+                continue
+            if batch.batch_id is None:
+                await self._find(batch)
+            state = json.loads(await self.chat.api("GET", f"/batches/{batch.batch_id}"))
+            batch.status = str(state.get("status"))
+            counts = state.get("request_counts") or {}
+            shown = (
+                f"batch {batch.batch_id}: {batch.status}, {counts.get('completed', 0)}/{counts.get('total', 0)} done, "
+                f"{counts.get('failed', 0)} failed"
+            )
+            if shown != batch.shown:
+                batch.shown = shown
+                self.notify(f"{shown}; {_elapsed(time.time() - batch.created)} since submitted")
+            if batch.status in TERMINAL:
+                await self._collect(batch, state)
+
+    async def _collect(self, batch: _Batch, state: Mapping[str, Any]) -> None:
+        outcomes: dict[str, _Outcome] = {}
+        for key in ("output_file_id", "error_file_id"):
+            file_id = state.get(key)
+            if not file_id:
+                continue
+            content = await self.chat.api("GET", f"/files/{file_id}/content")
+            for text in content.splitlines():
+                if text.strip():
+                    record = json.loads(text)
+                    outcomes[str(record.get("custom_id"))] = parse_output_line(record)
+        missing = f"no result in batch {batch.batch_id} ({batch.status})"
+        if batch.status == "failed":
+            errors = (state.get("errors") or {}).get("data") or []
+            missing = f"batch {batch.batch_id} failed: " + "; ".join(str(e.get("message")) for e in errors[:3])
+        for custom_id in batch.members:
+            request = self._requests.get(custom_id)
+            if request is not None:
+                self._apply(request, outcomes.pop(custom_id, _Outcome(None, Usage(batch=True), missing)))
+        for custom_id, outcome in outcomes.items():
+            request = self._requests.get(custom_id)
+            if request is not None and custom_id not in self._queue:
+                self._apply(request, outcome)
+            elif request is None:
+                # A request of this run not asked for yet in this process (re-attached after a restart).
+                self._unclaimed[custom_id] = (batch.input_file_id, outcome)
+                batch.unclaimed += 1
+        if batch.unclaimed == 0:
+            self._close(batch)
+
+    def release(self) -> None:
+        """At the end of a finished run: results nobody asked for are not needed, so their batches close."""
+        for input_file_id, _ in self._unclaimed.values():
+            batch = self._open.get(input_file_id)
+            if batch is not None and batch.status in TERMINAL:
+                self._close(batch)
+        self._unclaimed.clear()
+
+    async def aclose(self) -> None:
+        """Stop watching batches (they stay recorded for the next run) and close the connection."""
+        if self._pump_task is not None and not self._pump_task.done():
+            self._pump_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._pump_task
+        await self.chat.aclose()
