@@ -54,8 +54,9 @@ def batch_prompts(server: FakeOpenAI) -> Counter[str]:
 
 
 def failed_lines(server: FakeOpenAI) -> int:
-    """Lines the fake answered in an error file, over all its batches."""
-    return sum(not ok for batch in server.batch_api.batches.values() for ok, _ in batch.results)
+    """Lines the fake answered in an error file or with a malformed verdict, over all its batches."""
+    batches = server.batch_api.batches.values()
+    return sum(not ok for batch in batches for ok, _ in batch.results) + sum(batch.malformed for batch in batches)
 
 
 def live_bodies(rows: list[dict[str, Any]], replies: dict[str, str]) -> set[str]:
@@ -120,12 +121,13 @@ def test_failed_lines_and_malformed_verdicts_go_into_follow_up_batches(tmp_path:
         failed = failed_lines(server)
         assert server.requests_total == 0
         assert 2 <= server.batches_created <= 12  # follow-ups happened, within the attempt bound
-        assert distinct < server.batch_lines_submitted < 2 * distinct
         assert failed > 0
+        assert server.batch_lines_submitted == distinct + failed  # each failure was sent again once
+        errors = sum(not ok for batch in server.batch_api.batches.values() for ok, _ in batch.results)
     usage = json.loads((tmp_path / "out" / "usage.json").read_text())
     assert usage["batches"]["whole_run"]["requests"] == server.batch_lines_submitted
-    # answered lines are billed even when the verdict was unusable: more calls than distinct requests
-    assert distinct < usage["whole_run"]["grader"]["calls"] <= server.batch_lines_submitted - failed
+    # answered lines are billed even when the verdict was unusable; error lines are not
+    assert usage["whole_run"]["grader"]["calls"] == server.batch_lines_submitted - errors
 
 
 def test_a_request_that_always_fails_exhausts_the_attempt_bound(tmp_path: Path) -> None:
@@ -195,7 +197,7 @@ def finish_batches_now(server: FakeOpenAI) -> None:
 def test_killed_while_waiting_then_run_again_re_attaches(tmp_path: Path) -> None:
     rows = made_up_rows()
     data, responses, replies = fixed_replies(tmp_path, rows)
-    with FakeOpenAI(batch_delay=3600, batch_fail_rate=0.2, seed=5) as server:
+    with FakeOpenAI(batch_delay=3600, batch_fail_rate=0.2, batch_malformed_rate=0.1, seed=5) as server:
         server.batch_api.clock = lambda: 0.0  # the batch stays out until the test says so
         assert server.base_url
         args = grade_args(data, responses, tmp_path / "out", server.base_url, *FAST)

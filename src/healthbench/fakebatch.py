@@ -91,6 +91,7 @@ class _Batch:
     output_file_id: str | None = None
     error_file_id: str | None = None
     files_made: bool = False
+    malformed: int = 0  # answered lines whose verdict was made unusable on purpose
 
 
 class FakeBatchAPI:
@@ -255,6 +256,7 @@ class FakeBatchAPI:
                 "error": None,
             }
             batch.results.append((status == 200, json.dumps(line).encode() + b"\n"))
+        batch.malformed = malformed
 
     def _reply(
         self, body: Body, fail_draw: float, malformed_draw: float, malformed: int, cid: str
