@@ -1,6 +1,7 @@
 """HealthBench: OpenAI's physician-rubric health benchmark, graded exactly as the reference does."""
 
-from .client import ChatClient, InvalidResponse, RequestFailed, RetryPolicy, Usage
+from .batch import BatchClient, BatchSettings
+from .client import ChatClient, Completer, InvalidResponse, RequestFailed, RetryPolicy, Usage
 from .config import GraderConfig
 from .data import DataError, IdealCompletions, Message, MetaRow, Row, RubricItem, load_meta_rows, load_rows
 from .grading import (
@@ -26,7 +27,10 @@ __all__ = [
     "SUBSETS",
     "TEMPLATE",
     "TEMPLATE_SHA256",
+    "BatchClient",
+    "BatchSettings",
     "ChatClient",
+    "Completer",
     "DataError",
     "GradedItem",
     "GradedReply",

@@ -113,7 +113,7 @@ def _elapsed(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
 
 
-def parse_output_line(record: Mapping[str, Any]) -> _Outcome:
+def _parse_output_line(record: Mapping[str, Any]) -> _Outcome:
     """A line of a batch output or error file as an outcome."""
     response = record.get("response")
     if isinstance(response, dict):
@@ -392,7 +392,7 @@ class BatchClient:
             for text in content.splitlines():
                 if text.strip():
                     record = json.loads(text)
-                    outcomes[str(record.get("custom_id"))] = parse_output_line(record)
+                    outcomes[str(record.get("custom_id"))] = _parse_output_line(record)
         missing = f"no result in batch {batch.batch_id} ({batch.status})"
         if batch.status == "failed":
             errors = (state.get("errors") or {}).get("data") or []

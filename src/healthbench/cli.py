@@ -2,35 +2,29 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
-import sys
-import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 from pydantic import ValidationError
-from tqdm import tqdm
 
 from .baselines import GROUP_DESCRIPTIONS, baseline_jobs
-from .batch import BatchClient, BatchSettings
-from .client import ChatClient, Completer
+from .batch import BatchSettings
 from .config import DEFAULT_CONCURRENCY, GraderConfig
 from .data import DataError, MetaRow, Row, load_meta_rows, load_rows
 from .grading import Grader
 from .metaeval import MODEL_F1, PHYSICIAN_F1, grade_meta_rows, write_meta_metrics
 from .pricing import CostMeter, cost, estimate, load_prices
 from .report import write_meta_report, write_report
-from .runner import RUN, Job, RunOutcome, aggregate_records, load_responses, run_jobs, select_rows, write_json_atomic
+from .runner import RUN, Job, RunOutcome, aggregate_records, load_responses, select_rows, write_json_atomic
 from .sampling import Policy, PolicyConfig
-from .store import STORE, ConfigMismatch, Store
+from .session import BatchChoice, execute, run_session
+from .store import ConfigMismatch, Store
 
 F = TypeVar("F", bound=Callable[..., Any])
-USAGE = "usage.json"
 
 
 def _options(*options: Callable[[F], F]) -> Callable[[F], F]:
@@ -122,191 +116,10 @@ def _user_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-@dataclass(frozen=True)
-class BatchChoice:
-    """Which calls go through the Batch API: the grader's always, the policy's with `policy`."""
-
-    settings: BatchSettings
-    policy: bool = False
-
-
 def _batch_choice(batch: bool, poll_interval: float, policy: bool = False) -> BatchChoice | None:
     if policy and not batch:
         raise click.UsageError("--policy-batch needs --batch")
     return BatchChoice(BatchSettings(poll_interval=poll_interval), policy) if batch else None
-
-
-def _execute(
-    jobs: Sequence[Job],
-    out: Path,
-    grader_config: GraderConfig,
-    identity: dict[str, Any],
-    *,
-    policy: PolicyConfig | None = None,
-    batch: BatchChoice | None,
-    seed: int,
-    prices: Path | None,
-    progress: bool,
-    extra: dict[str, Any],
-    html: bool = True,
-) -> RunOutcome:
-    """Run jobs in `out` with its store, write run.json, usage.json and (with `html`) the report; exit 1 on
-    failures."""
-
-    def start(grader: Grader, policy: Policy | None, store: Store, costs: CostMeter) -> Awaitable[RunOutcome]:
-        return run_jobs(
-            jobs,
-            grader,
-            store,
-            out,
-            policy=policy,
-            seed=seed,
-            progress=progress,
-            describe_cost=costs.progress,
-            sample_first=batch is not None,
-        )
-
-    def headline(metrics: dict[str, float | int]) -> str:
-        return (
-            f"score {metrics['score']:.4f} ± {metrics['score:bootstrap_std']:.4f} over "
-            f"{metrics['score:n_samples']} samples"
-        )
-
-    return _session(
-        start,
-        out,
-        grader_config,
-        identity,
-        policy=policy,
-        batch=batch,
-        seed=seed,
-        prices=prices,
-        extra=extra,
-        write=write_report if html else None,
-        headline=headline,
-        units=(len(jobs), "samples"),
-    )
-
-
-def _session(
-    start: Callable[[Grader, Policy | None, Store, CostMeter], Awaitable[RunOutcome]],
-    out: Path,
-    grader_config: GraderConfig,
-    identity: dict[str, Any],
-    *,
-    policy: PolicyConfig | None,
-    batch: BatchChoice | None,
-    seed: int,
-    prices: Path | None,
-    extra: dict[str, Any],
-    write: Callable[[Path], Path] | None,
-    headline: Callable[[dict[str, float | int]], str],
-    units: tuple[int, str],
-) -> RunOutcome:
-    """One session of a run in `out`: bind its store, run `start`, write run.json, usage.json and the report
-    (`write`), print each failure and exit 1 if there were any, else print `headline` and the cost."""
-    costs = CostMeter(prices, grader_config.model, policy.model if policy else None)
-    store = Store(out / STORE)
-    try:
-        store.bind_config(identity)
-        batchers: list[BatchClient] = []
-
-        def batched(purpose: str) -> Callable[[ChatClient], Completer]:
-            def wrap(chat: ChatClient) -> Completer:
-                assert batch is not None
-                batchers.append(BatchClient(chat, store, purpose, batch.settings, _notify))
-                return batchers[-1]
-
-            return wrap
-
-        grader = grader_config.build(cache=store, wrap=batched("grader") if batch else None)
-        sampler = None if policy is None else Policy(policy, batched("policy") if batch and batch.policy else None)
-        _announce_batches(store, batchers, batch)
-
-        async def run() -> RunOutcome:
-            try:
-                outcome = await start(grader, sampler, store, costs)
-                for batcher in batchers:
-                    batcher.release()
-                return outcome
-            finally:
-                await grader.client.aclose()
-                if sampler is not None:
-                    await sampler.client.aclose()
-
-        started = time.time()
-        outcome = asyncio.run(run())
-        cache_hits = store.hits
-        paid_policy, paid_grader = store.spent()
-        batches_made, batch_requests = store.batch_totals()
-    finally:
-        store.close()
-    count, unit = units
-    session = costs.usage_report(outcome.policy_usage, outcome.grader_usage)
-    whole = costs.usage_report(paid_policy, paid_grader)
-    batches = {
-        "this_session": {
-            "batches": sum(b.batches_submitted for b in batchers),
-            "requests": sum(b.requests_submitted for b in batchers),
-        },
-        "whole_run": {"batches": batches_made, "requests": batch_requests},
-    }
-    write_json_atomic(
-        out / USAGE,
-        {"this_session": session, "whole_run": whole, "verdict_cache_hits": cache_hits, "batches": batches},
-    )
-    write_json_atomic(
-        out / RUN,
-        identity
-        | grader_config.describe()
-        | extra
-        | {
-            "seed": seed,
-            "samples": count,
-            "failed": len(outcome.failures),
-            "seconds": round(time.time() - started, 3),
-            "cost_usd": whole["cost_usd"],
-        },
-    )
-    report = f", report in {write(out)}" if write is not None else ""
-    for failure in outcome.failures:
-        click.echo(f"healthbench: not graded: {failure}", err=True)
-    if outcome.metrics is None:
-        click.echo(
-            f"healthbench: {len(outcome.failures)} of {count} {unit} could not be graded; no score written. "
-            f"Everything answered is kept in {out / STORE}: run the same command again to finish.",
-            err=True,
-        )
-        sys.exit(1)
-    calls = outcome.policy_usage.calls + outcome.grader_usage.calls
-    batched_note = ""
-    if batchers:
-        made = batches["this_session"]
-        batched_note = f" in {made['batches']} batches"
-    click.echo(
-        f"{headline(outcome.metrics)}; {calls} calls this session{batched_note} ({cache_hits} verdicts reused), "
-        f"cost {costs.describe(session)}; metrics in {out / 'metrics.json'}{report}"
-    )
-    return outcome
-
-
-def _notify(message: str) -> None:
-    """A batch status line, printed above the progress bar."""
-    tqdm.write(f"healthbench: {message}", file=sys.stderr)
-
-
-def _announce_batches(store: Store, batchers: Sequence[BatchClient], batch: BatchChoice | None) -> None:
-    """Say what is being waited for from an earlier session, or warn that it will be paid for again."""
-    waiting = sum(batcher.reattached for batcher in batchers)
-    if waiting:
-        _notify(f"re-attaching to {waiting} batch{'es' if waiting != 1 else ''} submitted earlier")
-    left = len(store.open_batches()) - waiting
-    if left:
-        flags = "--batch --policy-batch" if batch is not None else "--batch"
-        _notify(
-            f"{left} batch(es) submitted by an earlier session of this run are not collected by this one, and "
-            f"their requests are sent again; stop now and run with {flags} to collect them instead"
-        )
 
 
 @click.group()
@@ -363,7 +176,7 @@ def grade(
     identity = {"command": "grade"} | config.identity()
     extra = {"responses": str(responses)}
     choice = _batch_choice(batch, poll_interval)
-    _execute(
+    execute(
         jobs, out, config, identity, batch=choice, seed=seed, prices=prices, progress=progress, extra=extra, html=report
     )
 
@@ -440,7 +253,7 @@ def evaluate(
     )
     jobs = [Job(row, repeat) for repeat in range(n_repeats) for row in rows]
     extra = {"data": str(data) if data else f"subset:{subset}", "base_url": policy_config.base_url}
-    _execute(
+    execute(
         jobs,
         out,
         grader_config,
@@ -525,7 +338,7 @@ def baseline(
         "group_description": GROUP_DESCRIPTIONS[group],
     }
     choice = _batch_choice(batch, poll_interval)
-    _execute(jobs, out, config, identity, batch=choice, seed=seed, prices=prices, progress=progress, extra=extra)
+    execute(jobs, out, config, identity, batch=choice, seed=seed, prices=prices, progress=progress, extra=extra)
 
 
 def _load_meta(data: Path | None, subset: str | None) -> tuple[list[MetaRow], str]:
@@ -578,7 +391,7 @@ def meta_eval(
     def start(grader: Grader, _policy: Policy | None, _store: Store, costs: CostMeter) -> Awaitable[RunOutcome]:
         return grade_meta_rows(rows, grader, out, seed=seed, progress=progress, describe_cost=costs.progress)
 
-    _session(
+    run_session(
         start,
         out,
         config,
