@@ -128,6 +128,16 @@ class VerdictCache(Protocol):
         """Remember a verdict and what it cost."""
 
 
+class _Abandoned(Exception):
+    """The caller that sent a shared request gave up on it; whoever waits for it asks again."""
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    """Mark a shared request's failure as seen, since nobody may be left waiting for it."""
+    if not future.cancelled():
+        future.exception()
+
+
 class Grader:
     """Grades replies with an LLM grader through a `Completer` (live or batched), optionally through a verdict
     cache."""
@@ -146,6 +156,7 @@ class Grader:
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.cache = cache
+        self._in_flight: dict[str, asyncio.Future[tuple[Verdict, Usage]]] = {}
 
     def request_body(self, prompt: str) -> dict[str, Any]:
         """The chat-completions body for one grader prompt, as the reference sampler sends it."""
@@ -162,18 +173,37 @@ class Grader:
     async def verdict(self, prompt: str) -> tuple[Verdict, Usage]:
         """One grader call for a rendered grader prompt; raises `RequestFailed` past the retry bound.
 
-        A cache hit costs nothing and reports zero usage.
+        A cache hit, or a request identical to one already out, costs nothing and reports zero usage.
         """
         # Encoded once: the same bytes are sent and, with a cache, are the cache key.
         payload = json.dumps(self.request_body(prompt)).encode()
         if self.cache is None:
             return await self.client.complete(payload, parse_verdict)
         key = request_key(payload)
-        cached = self.cache.get_verdict(key)
-        if cached is not None:
-            return cached, Usage()
-        verdict, usage = await self.client.complete(payload, parse_verdict)
+        while True:
+            cached = self.cache.get_verdict(key)
+            if cached is not None:
+                return cached, Usage()
+            shared = self._in_flight.get(key)
+            if shared is None:
+                break
+            # The same request is out already (a rubric that repeats a criterion): one call serves both.
+            try:
+                verdict, _ = await asyncio.shield(shared)
+            except _Abandoned:
+                continue
+            return verdict, Usage()
+        shared = self._in_flight[key] = asyncio.get_running_loop().create_future()
+        shared.add_done_callback(_retrieve)
+        try:
+            verdict, usage = await self.client.complete(payload, parse_verdict)
+        except BaseException as exc:
+            shared.set_exception(exc if isinstance(exc, RequestFailed) else _Abandoned())
+            raise
+        finally:
+            del self._in_flight[key]
         self.cache.put_verdict(key, verdict, usage)
+        shared.set_result((verdict, usage))
         return verdict, usage
 
     async def grade(self, prompt_id: str, transcript: Sequence[Message], rubrics: Sequence[RubricItem]) -> GradedReply:
