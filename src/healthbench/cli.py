@@ -17,7 +17,7 @@ from .config import DEFAULT_CONCURRENCY, GraderConfig
 from .data import DataError, MetaRow, Row, load_meta_rows, load_rows
 from .grading import Grader
 from .metaeval import MODEL_F1, PHYSICIAN_F1, grade_meta_rows, write_meta_metrics
-from .pricing import CostMeter, cost, estimate, load_prices
+from .pricing import CostMeter, Unit, estimate, estimate_report, load_prices
 from .report import write_meta_report, write_report
 from .runner import RUN, Job, RunOutcome, aggregate_records, load_responses, select_rows, write_json_atomic
 from .sampling import Policy, PolicyConfig
@@ -81,6 +81,9 @@ run_options = _options(
     click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed."),
     click.option("--prices", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Price table JSON."),
     click.option("--progress/--no-progress", default=True, help="Show a progress bar on a terminal."),
+    click.option(
+        "--dry-run", is_flag=True, help="Print the calls, tokens and cost (live and batch) of this run, and stop."
+    ),
 )
 
 
@@ -161,6 +164,7 @@ def grade(
     seed: int,
     prices: Path | None,
     progress: bool,
+    dry_run: bool,
     grader_model: str | None,
     grader_base_url: str | None,
     concurrency: int,
@@ -176,6 +180,9 @@ def grade(
     identity = {"command": "grade"} | config.identity()
     extra = {"responses": str(responses)}
     choice = _batch_choice(batch, poll_interval)
+    if dry_run:
+        _print_estimate([_unit(job) for job in jobs], config, prices)
+        return
     execute(
         jobs, out, config, identity, batch=choice, seed=seed, prices=prices, progress=progress, extra=extra, html=report
     )
@@ -195,7 +202,6 @@ def grade(
 @click.option("--reasoning/--no-reasoning", default=None, help="Treat as a reasoning model [default: by name].")
 @click.option("--reasoning-effort", type=click.Choice(["minimal", "low", "medium", "high"]))
 @click.option("--policy-concurrency", type=click.IntRange(min=1), default=32, show_default=True)
-@click.option("--dry-run", is_flag=True, help="Print calls, tokens and cost, and stop.")
 @click.option("--policy-batch", is_flag=True, help="With --batch, sample the model's replies in batches too.")
 @run_options
 @grader_options
@@ -214,12 +220,12 @@ def evaluate(
     reasoning: bool | None,
     reasoning_effort: str | None,
     policy_concurrency: int,
-    dry_run: bool,
     policy_batch: bool,
     out: Path,
     seed: int,
     prices: Path | None,
     progress: bool,
+    dry_run: bool,
     grader_model: str | None,
     grader_base_url: str | None,
     concurrency: int,
@@ -243,15 +249,15 @@ def evaluate(
         max_attempts=max_attempts,
     )
     grader_config = _grader_config(grader_model, grader_base_url, concurrency, max_attempts)
+    jobs = [Job(row, repeat) for repeat in range(n_repeats) for row in rows]
     if dry_run:
-        _print_estimate(rows, n_repeats, policy_config, grader_config, prices)
+        _print_estimate([_unit(job) for job in jobs], grader_config, prices, policy_config, tasks=len(rows))
         return
     identity = (
         {"command": "eval", "data_sha256": data_sha, "limit": limit, "n_repeats": n_repeats}
         | policy_config.identity()
         | grader_config.identity()
     )
-    jobs = [Job(row, repeat) for repeat in range(n_repeats) for row in rows]
     extra = {"data": str(data) if data else f"subset:{subset}", "base_url": policy_config.base_url}
     execute(
         jobs,
@@ -267,23 +273,21 @@ def evaluate(
     )
 
 
+def _unit(job: Job) -> Unit:
+    return Unit(job.row.prompt, job.reply, [item.criterion for item in job.row.rubrics])
+
+
 def _print_estimate(
-    rows: Sequence[Row], repeats: int, policy: PolicyConfig, grader: GraderConfig, prices: Path | None
+    units: Sequence[Unit],
+    grader: GraderConfig,
+    prices: Path | None,
+    policy: PolicyConfig | None = None,
+    **counts: int,
 ) -> None:
-    guess = estimate(rows, repeats=repeats, sample_policy=True, system_message=policy.system_message)
-    table = load_prices(prices)
-    lines = {
-        "tasks": len(rows),
-        "samples": len(rows) * repeats,
-        "policy": guess.policy.as_dict() | {"model": policy.model, "cost_usd": cost(guess.policy, policy.model, table)},
-        "grader": guess.grader.as_dict()
-        | {
-            "model": grader.model,
-            "cost_usd": cost(guess.grader, grader.model, table),
-            "batch_cost_usd": cost(guess.grader, grader.model, table, batch=True),
-        },
-    }
-    click.echo(json.dumps(lines, indent=2))
+    """The `--dry-run` answer, as JSON: nothing is sent and nothing is written."""
+    guess = estimate(units, system_message=policy.system_message if policy else None)
+    report = estimate_report(guess, load_prices(prices), grader.model, policy.model if policy else None)
+    click.echo(json.dumps(counts | {"samples": len(units)} | report, indent=2))
 
 
 @main.command()
@@ -310,6 +314,7 @@ def baseline(
     seed: int,
     prices: Path | None,
     progress: bool,
+    dry_run: bool,
     grader_model: str | None,
     grader_base_url: str | None,
     concurrency: int,
@@ -338,6 +343,9 @@ def baseline(
         "group_description": GROUP_DESCRIPTIONS[group],
     }
     choice = _batch_choice(batch, poll_interval)
+    if dry_run:
+        _print_estimate([_unit(job) for job in jobs], config, prices)
+        return
     execute(jobs, out, config, identity, batch=choice, seed=seed, prices=prices, progress=progress, extra=extra)
 
 
@@ -375,6 +383,7 @@ def meta_eval(
     seed: int,
     prices: Path | None,
     progress: bool,
+    dry_run: bool,
     grader_model: str | None,
     grader_base_url: str | None,
     concurrency: int,
@@ -386,6 +395,9 @@ def meta_eval(
     all_rows, data_sha = _load_meta(data, subset)
     rows = select_rows(all_rows, limit)
     config = _grader_config(grader_model, grader_base_url, concurrency, max_attempts)
+    if dry_run:
+        _print_estimate([Unit(row.prompt, row.completion, [row.rubric]) for row in rows], config, prices)
+        return
     identity = {"command": "meta-eval", "data_sha256": data_sha, "limit": limit} | config.identity()
 
     def start(grader: Grader, _policy: Policy | None, _store: Store, costs: CostMeter) -> Awaitable[RunOutcome]:

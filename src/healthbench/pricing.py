@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .client import Usage
-from .data import DataError, Row
+from .data import DataError, Message
 from .grading import TEMPLATE
 
 # Rough sizes for the estimate: four characters a token, a typical reply, a typical verdict.
@@ -121,23 +121,54 @@ def _tokens(chars: int) -> int:
     return int(chars / CHARS_PER_TOKEN) + 1
 
 
-def estimate(rows: Sequence[Row], *, repeats: int, sample_policy: bool, system_message: str | None) -> Estimate:
-    """Calls and tokens for sampling (when `sample_policy`) and grading each row `repeats` times."""
+class Unit(NamedTuple):
+    """One sample to estimate: its conversation, its reply (None: sampled from the policy) and the rubric
+    criteria it is graded against, one grader call each."""
+
+    prompt: Sequence[Message]
+    reply: str | None
+    criteria: Sequence[str]
+
+
+def estimate(units: Iterable[Unit], *, system_message: str | None = None) -> Estimate:
+    """Calls and tokens for sampling the replies not given and grading every unit."""
     policy, grader = Usage(), Usage()
-    template = len(TEMPLATE)
     system = len(system_message or "")
-    for row in rows:
-        conversation = sum(len(m.role) + len(m.content) + 4 for m in row.prompt) + system
-        if sample_policy:
-            policy.prompt_tokens += _tokens(conversation) * repeats
-            policy.completion_tokens += REPLY_TOKENS * repeats
-        for item in row.rubrics:
-            prompt = template + conversation + REPLY_TOKENS * CHARS_PER_TOKEN + len(item.criterion) + 8
-            grader.prompt_tokens += (_tokens(int(prompt)) + FRAMING_TOKENS) * repeats
-            grader.completion_tokens += VERDICT_TOKENS * repeats
-            grader.calls += repeats
-    policy.calls = len(rows) * repeats if sample_policy else 0
+    for unit in units:
+        conversation = sum(len(m.role) + len(m.content) + 4 for m in unit.prompt) + system
+        if unit.reply is None:
+            policy.calls += 1
+            policy.prompt_tokens += _tokens(conversation)
+            policy.completion_tokens += REPLY_TOKENS
+        reply = REPLY_TOKENS * CHARS_PER_TOKEN if unit.reply is None else len(unit.reply)
+        for criterion in unit.criteria:
+            prompt = len(TEMPLATE) + conversation + reply + len(criterion) + 8
+            grader.calls += 1
+            grader.prompt_tokens += _tokens(int(prompt)) + FRAMING_TOKENS
+            grader.completion_tokens += VERDICT_TOKENS
     return Estimate(policy, grader)
+
+
+def estimate_report(guess: Estimate, prices: Mapping[str, Price], grader_model: str, policy_model: str | None) -> Any:
+    """What `--dry-run` prints: calls, tokens and USD per side at live and batch prices, and the totals
+    (None where a model has no price)."""
+
+    def side(usage: Usage, model: str) -> dict[str, Any]:
+        return usage.as_dict() | {
+            "model": model,
+            "cost_usd": cost(usage, model, prices, batch=False),
+            "batch_cost_usd": cost(usage, model, prices, batch=True),
+        }
+
+    sides = {"grader": side(guess.grader, grader_model)}
+    if policy_model is not None:
+        sides = {"policy": side(guess.policy, policy_model)} | sides
+
+    def total(key: str) -> float | None:
+        costs = [s[key] for s in sides.values()]
+        return None if None in costs else sum(costs)
+
+    return sides | {"total_cost_usd": {"live": total("cost_usd"), "batch": total("batch_cost_usd")}}
 
 
 class CostMeter:
