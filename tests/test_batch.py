@@ -280,3 +280,58 @@ def test_eval_with_policy_batches_equals_live_eval(tmp_path: Path, fake: FakeOpe
     usage = json.loads((tmp_path / "all-in-batch" / "usage.json").read_text())["whole_run"]
     assert usage["policy"]["batch_calls"] == 12 and usage["grader"]["batch_calls"] == usage["grader"]["calls"]
     assert run(["eval", "--model", "m", "--data", str(data), "--out", str(tmp_path / "x"), "--policy-batch"]).exit_code
+
+
+def test_no_wait_submits_leaves_and_a_later_run_collects(tmp_path: Path) -> None:
+    rows = made_up_rows()
+    data, responses, replies = fixed_replies(tmp_path, rows)
+    now = [0.0]
+    with FakeOpenAI(batch_delay=10, batch_fail_rate=0.2, batch_malformed_rate=0.1, seed=2) as server:
+        server.batch_api.clock = lambda: now[0]  # a batch is done once the test moves the clock on
+        assert server.base_url
+        args = grade_args(data, responses, tmp_path / "out", server.base_url, *FAST, "--no-wait")
+        result = run(args)
+        assert result.exit_code == 0, result.output
+        assert f"{len(rows)} of {len(rows)} samples wait on 1 batch(es) still out" in result.output
+        assert not (tmp_path / "out" / "metrics.json").exists()
+        assert json.loads((tmp_path / "out" / "run.json").read_text())["deferred"] == len(rows)
+        assert run(args).exit_code == 0 and server.batches_created == 1  # still out: nothing sent again
+        sessions = 1
+        while not (tmp_path / "out" / "metrics.json").exists():
+            now[0] += 100
+            assert run(args).exit_code == 0
+            sessions += 1
+            assert sessions <= 12  # one session per round of follow-ups, within --max-attempts
+        distinct = len(set(check_against_reference(tmp_path / "out", rows, replies)))
+        assert server.batches_created == sessions - 1 >= 2  # the last session only collected
+        assert server.batch_lines_submitted == distinct + failed_lines(server)
+        assert server.requests_total == 0
+
+
+def test_no_wait_eval_samples_then_grades_in_later_sessions(tmp_path: Path, fake: FakeOpenAI) -> None:
+    task_rows = [make_row(f"t{i}", prompt=(("user", f"Question {i}"),)) for i in range(4)]
+    data = write_jsonl(tmp_path / "rows.jsonl", task_rows)
+    assert fake.base_url
+    now = [0.0]
+    fake.batch_delay = 10
+    fake.batch_api.clock = lambda: now[0]
+
+    def evaluate(out: str, *extra: str) -> Result:
+        return run(
+            [
+                "eval", "--model", "fake-model", "--base-url", fake.base_url or "", "--data", str(data),
+                "--out", str(tmp_path / out), "--grader-base-url", fake.base_url or "", "--no-progress", *extra,
+            ]
+        )  # fmt: skip
+
+    flags = (*FAST, "--policy-batch", "--no-wait")
+    for session in range(3):  # the policy's batch, then the grader's, then the score
+        assert not (tmp_path / "later" / "metrics.json").exists()
+        result = evaluate("later", *flags)
+        assert result.exit_code == 0, result.output
+        assert fake.batches_created == min(session + 1, 2)
+        now[0] += 100
+    assert fake.requests_total == 0
+    assert evaluate("live").exit_code == 0
+    assert (tmp_path / "live" / "metrics.json").read_bytes() == (tmp_path / "later" / "metrics.json").read_bytes()
+    assert "--no-wait needs --batch" in evaluate("x", "--no-wait").output

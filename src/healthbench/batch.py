@@ -24,7 +24,7 @@ from typing import Any, Protocol, TypeVar
 
 import aiohttp
 
-from .client import ChatClient, InvalidResponse, RequestFailed, Usage, completion_content, is_retryable
+from .client import ChatClient, Deferred, InvalidResponse, RequestFailed, Usage, completion_content, is_retryable
 from .grading import request_key
 from .store import BatchRecord
 
@@ -67,6 +67,8 @@ class BatchSettings:
     max_requests: int = MAX_REQUESTS
     max_bytes: int = MAX_BYTES
     completion_window: str = "24h"
+    # False: submit what is needed, collect what is finished, and leave the rest out for the next session.
+    wait: bool = True
 
 
 @dataclass(frozen=True)
@@ -242,12 +244,12 @@ class BatchClient:
             return
         self._finish(request, RequestFailed(cause, request.attempts))
 
-    def _finish(self, request: _Request, result: tuple[Any, Usage] | RequestFailed) -> None:
+    def _finish(self, request: _Request, result: tuple[Any, Usage] | RequestFailed | Deferred) -> None:
         self._requests.pop(request.custom_id, None)
         for waiter in request.waiters:
             if waiter.done():
                 continue
-            if isinstance(result, RequestFailed):
+            if isinstance(result, Exception):
                 waiter.set_exception(result)
             else:
                 waiter.set_result(result)
@@ -257,6 +259,7 @@ class BatchClient:
     async def _pump(self) -> None:
         """Submit, poll and collect until nothing is queued or out; any failure fails the waiting requests."""
         next_poll = 0.0
+        polled = False  # since the last submission
         try:
             while self._queue or self._watching():
                 now = time.monotonic()
@@ -266,11 +269,17 @@ class BatchClient:
                     or self._queued_bytes >= self.settings.max_bytes
                 ):
                     await self._submit_queue()
+                    # Poll at once: the user sees the new batch's status, and `--no-wait` can leave.
+                    polled, next_poll = False, 0.0
                     continue
                 if self._watching() and now >= next_poll:
                     await self._poll()
+                    polled = True
                     next_poll = time.monotonic() + self.settings.poll_interval
                     continue
+                if polled and not self._queue and not self.settings.wait:
+                    self._leave()
+                    return
                 waits = [next_poll - now] if self._watching() else []
                 if self._queue:
                     waits.append(self._last_queued + self.settings.settle - now)
@@ -281,6 +290,12 @@ class BatchClient:
                 self._finish(request, failure)
             self._queue.clear()
             self._queued_bytes = 0
+
+    def _leave(self) -> None:
+        """Give every request still out back to its caller as deferred; the ledger keeps its batch."""
+        deferred = Deferred(f"waiting in a {self.purpose} batch")
+        for request in list(self._requests.values()):
+            self._finish(request, deferred)
 
     def _watching(self) -> bool:
         return any(batch.status not in TERMINAL for batch in self._open.values())

@@ -48,6 +48,10 @@ class RequestFailed(Exception):
         self.attempts = attempts
 
 
+class Deferred(Exception):
+    """A request left in a batch for a later session to collect (`--no-wait`): neither an answer nor a failure."""
+
+
 @dataclass
 class Usage:
     """Token usage summed over calls, in the units providers bill.

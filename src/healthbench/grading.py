@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Protocol
 
-from .client import Completer, InvalidResponse, RequestFailed, Usage
+from .client import Completer, Deferred, InvalidResponse, RequestFailed, Usage
 from .data import Message, RubricItem
 
 TEMPLATE = resources.files("healthbench").joinpath("grader_template.txt").read_bytes().decode("utf-8")
@@ -198,7 +198,7 @@ class Grader:
         try:
             verdict, usage = await self.client.complete(payload, parse_verdict)
         except BaseException as exc:
-            shared.set_exception(exc if isinstance(exc, RequestFailed) else _Abandoned())
+            shared.set_exception(exc if isinstance(exc, RequestFailed | Deferred) else _Abandoned())
             raise
         finally:
             del self._in_flight[key]

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .client import RequestFailed, Usage
+from .client import Deferred, RequestFailed, Usage
 from .data import MetaRow
 from .grading import Grader, grader_prompt, render_conversation, transcript_with_reply
 from .runner import METRICS, ResultSink, RunOutcome, write_json_atomic
@@ -337,6 +337,9 @@ async def grade_meta_rows(
         except RequestFailed as exc:
             sink.fail(MetaGradingError(index, row, str(exc)))
             return
+        except Deferred:
+            sink.defer()
+            return
         outcome.grader_usage.add(usage)
         record = {
             "index": index,
@@ -357,6 +360,6 @@ async def grade_meta_rows(
         await asyncio.gather(*(one(index, row) for index, row in enumerate(rows)))
     finally:
         sink.close()
-    if not outcome.failures:
+    if not outcome.failures and not outcome.deferred:
         outcome.metrics = write_meta_metrics(out_dir, sink.records, seed=seed)
     return outcome

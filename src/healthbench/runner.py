@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, StrictStr
 from tqdm import tqdm
 
-from .client import RequestFailed, Usage
+from .client import Deferred, RequestFailed, Usage
 from .data import DataError, Message, Row, read_jsonl
 from .grading import GradedReply, Grader, GradingError, transcript_with_reply
 from .sampling import Policy
@@ -120,10 +120,12 @@ class SampleError(Exception):
 
 @dataclass
 class RunOutcome:
-    """What a run produced: metrics only when every sample was graded; usage is what this session paid."""
+    """What a run produced: metrics only when every sample was graded; usage is what this session paid;
+    `deferred` counts samples left waiting in batches for a later session."""
 
     metrics: dict[str, float | int] | None
     failures: list[Exception] = field(default_factory=list)
+    deferred: int = 0
     policy_usage: Usage = field(default_factory=Usage)
     grader_usage: Usage = field(default_factory=Usage)
     done: int = 0
@@ -167,6 +169,10 @@ class ResultSink:
         """Count a sample that could not be done."""
         self._outcome.failures.append(error)
         self._bar.update()
+
+    def defer(self) -> None:
+        """Count a sample whose answer is still out in a batch."""
+        self._outcome.deferred += 1
 
     def close(self) -> None:
         """Close the bar and the file."""
@@ -212,18 +218,18 @@ async def run_jobs(
         store.put_sample(job.row.prompt_id, job.repeat, reply, usage)
         return reply, usage
 
-    sampled: dict[int, tuple[str, Usage] | SampleError] = {}
+    sampled: dict[int, tuple[str, Usage] | SampleError | Deferred] = {}
 
     async def prefetch(index: int, job: Job) -> None:
         try:
             sampled[index] = await reply_for(job)
-        except SampleError as exc:
+        except (SampleError, Deferred) as exc:
             sampled[index] = exc
 
     async def one(index: int, job: Job) -> None:
         try:
             got = sampled.pop(index, None)
-            if isinstance(got, SampleError):
+            if isinstance(got, Exception):
                 raise got
             reply, policy_usage = got if got is not None else await reply_for(job)
             outcome.policy_usage.add(policy_usage)
@@ -231,6 +237,9 @@ async def run_jobs(
             graded = await grader.grade(job.row.prompt_id, transcript, job.row.rubrics)
         except (SampleError, GradingError) as exc:
             sink.fail(exc)
+            return
+        except Deferred:
+            sink.defer()
             return
         outcome.grader_usage.add(graded.usage)
         metrics = task_metrics(
@@ -250,7 +259,7 @@ async def run_jobs(
         await asyncio.gather(*(one(index, job) for index, job in enumerate(jobs)))
     finally:
         sink.close()
-    if not outcome.failures:
+    if not outcome.failures and not outcome.deferred:
         outcome.metrics = aggregate_records(sink.records, seed=seed)
         write_json_atomic(out_dir / METRICS, outcome.metrics)
     return outcome

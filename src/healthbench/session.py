@@ -125,8 +125,9 @@ def run_session(
         async def run() -> RunOutcome:
             try:
                 outcome = await start(grader, sampler, store, costs)
-                for batcher in batchers:
-                    batcher.release()
+                if not outcome.deferred:
+                    for batcher in batchers:
+                        batcher.release()
                 return outcome
             finally:
                 await grader.client.aclose()
@@ -138,6 +139,7 @@ def run_session(
         cache_hits = store.hits
         paid_policy, paid_grader = store.spent()
         batches_made, batch_requests = store.batch_totals()
+        still_out = len(store.open_batches())
     finally:
         store.close()
     count, unit = units
@@ -163,6 +165,7 @@ def run_session(
             "seed": seed,
             "samples": count,
             "failed": len(outcome.failures),
+            "deferred": outcome.deferred,
             "seconds": round(time.time() - started, 3),
             "cost_usd": whole["cost_usd"],
         },
@@ -170,13 +173,21 @@ def run_session(
     report = f", report in {write(out)}" if write is not None else ""
     for failure in outcome.failures:
         click.echo(f"healthbench: not graded: {failure}", err=True)
-    if outcome.metrics is None:
+    if outcome.deferred:
+        click.echo(
+            f"healthbench: {outcome.deferred} of {count} {unit} wait on {still_out} batch(es) still out, and "
+            f"nothing of theirs is sent again; run the same command again to collect them.",
+            err=True,
+        )
+    if outcome.failures:
         click.echo(
             f"healthbench: {len(outcome.failures)} of {count} {unit} could not be graded; no score written. "
             f"Everything answered is kept in {out / STORE}: run the same command again to finish.",
             err=True,
         )
         sys.exit(1)
+    if outcome.metrics is None:
+        return outcome
     calls = outcome.policy_usage.calls + outcome.grader_usage.calls
     batched_note = ""
     if batchers:
