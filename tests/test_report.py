@@ -151,3 +151,18 @@ def test_write_report_without_metrics_or_run(tmp_path: Path) -> None:
     (tmp_path / "results.jsonl").write_text(json.dumps(RECORDS[0]) + "\n", encoding="utf-8")
     html = write_report(tmp_path).read_text(encoding="utf-8")
     assert "No score" in html and "task-a" in html
+
+
+def test_spending_per_side_with_the_batch_share() -> None:
+    spent = {
+        "whole_run": {
+            "policy": {"calls": 0, "batch_calls": 0, "model": "idle", "cost_usd": 0.0},
+            "grader": {"calls": 5962, "batch_calls": 5900, "model": "gpt-4.1-2025-04-14", "cost_usd": 6.7},
+        }
+    }
+    html = render_report(metrics_of(RECORDS), RECORDS, RUN, spent)
+    row = re.search(r"<tr><td>grader</td>(.*?)</tr>", html.split("spent (whole run)")[1])
+    assert row is not None
+    assert re.findall(r">([^<]+)<", row.group(1)) == ["gpt-4.1-2025-04-14", "5,962", "5,900", "$6.70"]
+    assert "idle" not in html  # a side that made no calls is not listed
+    assert "in batches" not in render()

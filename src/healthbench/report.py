@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from .compare import load_results
 from .metaeval import AGREEMENT
-from .runner import METRICS, RUN
+from .runner import METRICS, RUN, USAGE
 
 if TYPE_CHECKING:
     from jinja2 import Template
@@ -254,12 +254,16 @@ def _template() -> Template:
 
 
 def render_report(
-    metrics: Mapping[str, float | int], results: Sequence[Mapping[str, Any]], run: Mapping[str, Any]
+    metrics: Mapping[str, float | int],
+    results: Sequence[Mapping[str, Any]],
+    run: Mapping[str, Any],
+    spent: Mapping[str, Any] | None = None,
 ) -> str:
     """The report of one run as a self-contained HTML document.
 
     `metrics` is metrics.json (may be empty for an incomplete run), `results` the records of results.jsonl
-    in any order, `run` run.json; every key of `run` and every field beyond `prompt_id` is optional.
+    in any order, `run` run.json, `spent` usage.json; every key of `run` and `spent` and every field beyond
+    `prompt_id` is optional.
     """
     score = metrics.get("score", metrics.get("overall_score"))
     std = metrics.get("score:bootstrap_std", metrics.get("overall_score:bootstrap_std"))
@@ -287,6 +291,7 @@ def render_report(
         cost=_dollars(cost) if isinstance(cost, int | float) else None,
         usage=[(who, totals) for who, totals in usage if totals is not None],
         usage_fields=USAGE_FIELDS,
+        spending=_spending(spent or {}),
         notes=notes,
         charts=_charts(metrics),
         metric_rows=_metric_rows(metrics),
@@ -294,6 +299,19 @@ def render_report(
         tasks=tasks,
         themes=sorted({task.theme for task in tasks if task.theme}),
     )
+
+
+def _spending(spent: Mapping[str, Any]) -> list[tuple[str, str, str, str, str]]:
+    """Per side of the whole run: who, model, calls, calls made in batches, and USD."""
+    rows = []
+    for who in ("policy", "grader"):
+        side = (spent.get("whole_run") or {}).get(who)
+        if isinstance(side, Mapping) and side.get("calls"):
+            cost = side.get("cost_usd")
+            price = _dollars(cost) if isinstance(cost, int | float) else "unpriced"
+            calls, batched = int(side["calls"]), int(side.get("batch_calls") or 0)
+            rows.append((who, str(side.get("model", "")), f"{calls:,}", f"{batched:,}", price))
+    return rows
 
 
 def _dollars(cost: float) -> str:
@@ -329,7 +347,9 @@ def write_report(out_dir: Path) -> Path:
     results.jsonl is required; metrics.json and run.json may be absent (an incomplete run). The page is
     written to a temporary file and renamed, so a reader never sees half of it.
     """
-    html = render_report(_read_json(out_dir / METRICS), load_results(out_dir), _read_json(out_dir / RUN))
+    html = render_report(
+        _read_json(out_dir / METRICS), load_results(out_dir), _read_json(out_dir / RUN), _read_json(out_dir / USAGE)
+    )
     return _write_html(out_dir, html)
 
 

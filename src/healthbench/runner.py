@@ -34,6 +34,7 @@ T = TypeVar("T")
 RESULTS = "results.jsonl"
 METRICS = "metrics.json"
 RUN = "run.json"
+USAGE = "usage.json"
 
 
 class _ResponseLine(BaseModel):

@@ -20,11 +20,9 @@ from .config import GraderConfig
 from .grading import Grader
 from .pricing import CostMeter
 from .report import write_report
-from .runner import RUN, Job, RunOutcome, run_jobs, write_json_atomic
+from .runner import RUN, USAGE, Job, RunOutcome, run_jobs, write_json_atomic
 from .sampling import Policy, PolicyConfig
 from .store import STORE, Store
-
-USAGE = "usage.json"
 
 
 @dataclass(frozen=True)
