@@ -25,7 +25,7 @@ from healthbench.fakeapi import FakeOpenAI
 from healthbench.grading import Grader, grader_prompt, render_conversation, rubric_item_text, transcript_with_reply
 from healthbench.store import STORE, Store
 from tests.conftest import make_row, write_jsonl
-from tests.reference import KEY, check_against_reference, made_up_rows
+from tests.reference import KEY, check_against_reference, made_up_rows, once_each
 
 FAST = ("--batch", "--poll-interval", "0.02")
 
@@ -81,7 +81,7 @@ def test_grade_batch_matches_the_reference_and_sends_nothing_live(tmp_path: Path
         assert server.requests_total == 0  # no grader request went live
         assert server.batches_created == 1
         reference_prompts = check_against_reference(tmp_path / "out", rows, replies)
-        assert batch_prompts(server) == Counter(set(reference_prompts))  # each distinct request once
+        assert batch_prompts(server) == once_each(reference_prompts)
         assert set(server.batch_bodies) == live_bodies(rows, replies)  # byte for byte the live bodies
         assert all(auth == f"Bearer {KEY}" for auth in server.auth_headers)
     usage = json.loads((tmp_path / "out" / "usage.json").read_text())
@@ -109,11 +109,10 @@ def test_grade_batch_on_the_sample_equals_live(tmp_path: Path, sample_path: Path
     assert batch["whole_run"]["cost_usd"] == pytest.approx(live["whole_run"]["cost_usd"] / 2, rel=0.01)
 
 
-def test_failed_lines_and_malformed_verdicts_go_into_follow_up_batches(tmp_path: Path) -> None:
-    rows = made_up_rows() * 1
+def check_follow_ups(tmp_path: Path, rows: list[dict[str, Any]]) -> None:
+    """Grade with failed lines and malformed verdicts: reference metrics, each failure sent again once."""
     data, responses, replies = fixed_replies(tmp_path, rows)
-    faulty = FakeOpenAI(batch_fail_rate=0.25, batch_malformed_rate=0.25, seed=3)
-    with faulty as server:
+    with FakeOpenAI(batch_fail_rate=0.25, batch_malformed_rate=0.25, seed=3) as server:
         assert server.base_url
         result = run(grade_args(data, responses, tmp_path / "out", server.base_url, *FAST))
         assert result.exit_code == 0, result.output
@@ -128,6 +127,14 @@ def test_failed_lines_and_malformed_verdicts_go_into_follow_up_batches(tmp_path:
     assert usage["batches"]["whole_run"]["requests"] == server.batch_lines_submitted
     # answered lines are billed even when the verdict was unusable; error lines are not
     assert usage["whole_run"]["grader"]["calls"] == server.batch_lines_submitted - errors
+
+
+def test_failed_lines_and_malformed_verdicts_go_into_follow_up_batches(tmp_path: Path) -> None:
+    check_follow_ups(tmp_path, made_up_rows())
+
+
+def test_follow_up_batches_on_the_sample(tmp_path: Path, sample_path: Path) -> None:
+    check_follow_ups(tmp_path, [json.loads(line) for line in sample_path.read_text().split("\n")[:-1]])
 
 
 def test_a_request_that_always_fails_exhausts_the_attempt_bound(tmp_path: Path) -> None:

@@ -202,10 +202,11 @@ class BatchClient:
         elif request.custom_id not in self._unclaimed:
             self._enqueue(request)
 
-    def _enqueue(self, request: _Request) -> None:
+    def _enqueue(self, request: _Request, *, fresh: bool = True) -> None:
         self._queue[request.custom_id] = request
         self._queued_bytes += len(request.line)
-        self._last_queued = time.monotonic()
+        if fresh:  # follow-ups arrive all at once from a collected batch: no reason to wait for more
+            self._last_queued = time.monotonic()
 
     def _abandon(self, request: _Request, waiter: asyncio.Future[tuple[Any, Usage]]) -> None:
         """A caller gave up (its task failed elsewhere): a request nobody waits for is not sent."""
@@ -240,7 +241,7 @@ class BatchClient:
                 self._finish(request, (value, request.usage))
                 return
         if retryable and request.attempts < self.chat.retry.max_attempts:
-            self._enqueue(request)
+            self._enqueue(request, fresh=False)
             return
         self._finish(request, RequestFailed(cause, request.attempts))
 
