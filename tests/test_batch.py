@@ -19,10 +19,17 @@ from click.testing import CliRunner, Result
 
 from healthbench.batch import BatchClient, BatchSettings
 from healthbench.cli import main
-from healthbench.client import ChatClient
+from healthbench.client import ChatClient, RetryPolicy
 from healthbench.data import Row
 from healthbench.fakeapi import FakeOpenAI
-from healthbench.grading import Grader, grader_prompt, render_conversation, rubric_item_text, transcript_with_reply
+from healthbench.grading import (
+    Grader,
+    GradingError,
+    grader_prompt,
+    render_conversation,
+    rubric_item_text,
+    transcript_with_reply,
+)
 from healthbench.store import STORE, Store
 from tests.conftest import make_row, write_jsonl
 from tests.reference import KEY, check_against_reference, made_up_rows, once_each
@@ -342,3 +349,36 @@ def test_no_wait_eval_samples_then_grades_in_later_sessions(tmp_path: Path, fake
     assert evaluate("live").exit_code == 0
     assert (tmp_path / "live" / "metrics.json").read_bytes() == (tmp_path / "later" / "metrics.json").read_bytes()
     assert "--no-wait needs --batch" in evaluate("x", "--no-wait").output
+
+
+@pytest.mark.parametrize("outage", [6, 100])
+def test_a_provider_outage_while_waiting_is_outlasted_within_a_bound(
+    tmp_path: Path, fake: FakeOpenAI, outage: int
+) -> None:
+    row = Row.model_validate(make_row("p1"))
+    assert fake.base_url
+    fake.batch_delay = 0.05
+    fake.batch_api.outage = outage  # status checks and downloads answer 503 this many times
+    quick = RetryPolicy(max_attempts=2, initial_backoff=0.001, max_backoff=0.001)
+    said: list[str] = []
+
+    async def grade(ledger: Store) -> int:
+        chat = ChatClient(fake.base_url or "", KEY, retry=quick)
+        batcher = BatchClient(chat, ledger, "grader", BatchSettings(poll_interval=0.01, settle=0.01), said.append)
+        try:
+            graded = await Grader(batcher).grade("p1", transcript_with_reply(row.prompt, "Rest."), row.rubrics)
+        finally:
+            await batcher.aclose()
+        return len(graded.items)
+
+    ledger = Store(tmp_path / STORE)
+    if outage < 20:  # 3 failed checks of 2 attempts each, then the batch is collected
+        assert asyncio.run(grade(ledger)) == 2
+        assert sum("could not check on the grader batches" in line for line in said) == 3
+        assert fake.batch_lines_submitted == 2 and ledger.open_batches() == []
+    else:
+        with pytest.raises(GradingError, match="HTTP 503"):
+            asyncio.run(grade(ledger))
+        assert sum("could not check" in line for line in said) == 9  # the tenth failure ends the wait
+        assert len(ledger.open_batches()) == 1  # kept for a later run to collect
+    ledger.close()

@@ -37,6 +37,9 @@ MAX_BYTES = 200 * 1000 * 1000
 TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
 # How many pages of the batch list to search for a batch whose id was lost in a crash.
 _LIST_PAGES = 20
+# Checks on the batches that may fail in a row (each after the client's own retries) before the requests
+# waiting on them fail: a wait of hours should outlast a short outage.
+_CHECK_FAILURES = 10
 
 
 class BatchLedger(Protocol):
@@ -261,6 +264,7 @@ class BatchClient:
         """Submit, poll and collect until nothing is queued or out; any failure fails the waiting requests."""
         next_poll = 0.0
         polled = False  # since the last submission
+        failed_checks = 0
         try:
             while self._queue or self._watching():
                 now = time.monotonic()
@@ -274,7 +278,14 @@ class BatchClient:
                     polled, next_poll = False, 0.0
                     continue
                 if self._watching() and now >= next_poll:
-                    await self._poll()
+                    try:
+                        await self._poll()
+                        failed_checks = 0
+                    except RequestFailed as exc:
+                        failed_checks += 1
+                        if failed_checks >= _CHECK_FAILURES:
+                            raise
+                        self.notify(f"could not check on the {self.purpose} batches, trying again: {exc}")
                     polled = True
                     next_poll = time.monotonic() + self.settings.poll_interval
                     continue
@@ -386,17 +397,19 @@ class BatchClient:
             if batch.batch_id is None:
                 await self._find(batch)
             state = json.loads(await self.chat.api("GET", f"/batches/{batch.batch_id}"))
-            batch.status = str(state.get("status"))
+            status = str(state.get("status"))
             counts = state.get("request_counts") or {}
             shown = (
-                f"batch {batch.batch_id}: {batch.status}, {counts.get('completed', 0)}/{counts.get('total', 0)} done, "
+                f"batch {batch.batch_id}: {status}, {counts.get('completed', 0)}/{counts.get('total', 0)} done, "
                 f"{counts.get('failed', 0)} failed"
             )
             if shown != batch.shown:
                 batch.shown = shown
                 self.notify(f"{shown}; {_elapsed(time.time() - batch.created)} since submitted")
-            if batch.status in TERMINAL:
+            if status in TERMINAL:
+                # Marked finished only once collected: a download that fails is tried again at the next check.
                 await self._collect(batch, state)
+            batch.status = status
 
     async def _collect(self, batch: _Batch, state: Mapping[str, Any]) -> None:
         outcomes: dict[str, _Outcome] = {}
@@ -409,8 +422,9 @@ class BatchClient:
                 if text.strip():
                     record = json.loads(text)
                     outcomes[str(record.get("custom_id"))] = _parse_output_line(record)
-        missing = f"no result in batch {batch.batch_id} ({batch.status})"
-        if batch.status == "failed":
+        status = state.get("status")
+        missing = f"no result in batch {batch.batch_id} ({status})"
+        if status == "failed":
             errors = (state.get("errors") or {}).get("data") or []
             missing = f"batch {batch.batch_id} failed: " + "; ".join(str(e.get("message")) for e in errors[:3])
         for custom_id in batch.members:

@@ -104,6 +104,8 @@ class FakeBatchAPI:
     def __init__(self, server: FakeOpenAI) -> None:
         self.server = server
         self.clock: Callable[[], float] = time.monotonic
+        # The next this many status checks and file downloads answer 503, as during a provider outage.
+        self.outage = 0
         self.files: dict[str, _File] = {}
         self.batches: dict[str, _Batch] = {}
         # A per-server token keeps ids unique across restarts, so a stale id from a client is a 404.
@@ -163,7 +165,15 @@ class FakeBatchAPI:
         self.server.files_uploaded += 1
         return web.json_response(self._add_file(filename, "batch", data))
 
+    def _down(self) -> bool:
+        if self.outage <= 0:
+            return False
+        self.outage -= 1
+        return True
+
     async def _file(self, request: web.Request) -> web.Response:
+        if self._down():
+            return _error(503, "The server is temporarily unavailable", "server_error")
         file = self.files.get(request.match_info["id"])
         if file is None:
             return _error(404, "No such File object", _BAD_REQUEST)
@@ -336,6 +346,8 @@ class FakeBatchAPI:
         }
 
     async def _retrieve(self, request: web.Request) -> web.Response:
+        if self._down():
+            return _error(503, "The server is temporarily unavailable", "server_error")
         batch = self.batches.get(request.match_info["id"])
         return web.json_response(self._view(batch)) if batch else _error(404, "No such Batch", _BAD_REQUEST)
 
