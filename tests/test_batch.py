@@ -382,3 +382,38 @@ def test_a_provider_outage_while_waiting_is_outlasted_within_a_bound(
         assert sum("could not check" in line for line in said) == 9  # the tenth failure ends the wait
         assert len(ledger.open_batches()) == 1  # kept for a later run to collect
     ledger.close()
+
+
+def refused_lines(server: FakeOpenAI) -> int:
+    """Lines of batches the fake's enqueued-token limit turned away."""
+    return sum(b.total for b in server.batch_api.batches.values() if b.errors)
+
+
+def test_batches_past_the_enqueued_token_limit_go_again_smaller_without_spending_attempts(tmp_path: Path) -> None:
+    rows = made_up_rows()
+    data, responses, replies = fixed_replies(tmp_path, rows)
+    queued = sum(len(body) // 4 for body in live_bodies(rows, replies))
+    with FakeOpenAI(batch_delay=0.05, batch_token_limit=queued // 3) as server:
+        assert server.base_url
+        result = run(grade_args(data, responses, tmp_path / "out", server.base_url, *FAST, "--max-attempts", "1"))
+        assert result.exit_code == 0, result.output
+        assert "Enqueued token limit reached" in result.output
+        distinct = len(set(check_against_reference(tmp_path / "out", rows, replies)))
+        refused = refused_lines(server)
+        assert refused >= distinct  # the first batch, with everything, was turned away
+        assert server.batch_lines_submitted == distinct + refused
+        assert server.requests_total == 0
+
+
+def test_a_token_cap_under_the_limit_avoids_refusals(tmp_path: Path) -> None:
+    rows = made_up_rows()
+    data, responses, replies = fixed_replies(tmp_path, rows)
+    queued = sum(len(body) // 4 for body in live_bodies(rows, replies))
+    with FakeOpenAI(batch_delay=0.05, batch_token_limit=queued // 3) as server:
+        assert server.base_url
+        cap = ("--batch-tokens", str(queued // 4))  # the client's estimate is the higher: room to spare
+        result = run(grade_args(data, responses, tmp_path / "out", server.base_url, *FAST, *cap))
+        assert result.exit_code == 0, result.output
+        distinct = len(set(check_against_reference(tmp_path / "out", rows, replies)))
+        assert refused_lines(server) == 0
+        assert server.batches_created >= 4 and server.batch_lines_submitted == distinct

@@ -40,6 +40,10 @@ _LIST_PAGES = 20
 # Checks on the batches that may fail in a row (each after the client's own retries) before the requests
 # waiting on them fail: a wait of hours should outlast a short outage.
 _CHECK_FAILURES = 10
+# The error code of a batch the organization's enqueued-token limit refused, and how many refusals in a
+# row (each halving what is queued at once) before the requests in them fail.
+_REFUSED = "token_limit_exceeded"
+_REFUSALS = 20
 
 
 class BatchLedger(Protocol):
@@ -72,6 +76,9 @@ class BatchSettings:
     completion_window: str = "24h"
     # False: submit what is needed, collect what is finished, and leave the rest out for the next session.
     wait: bool = True
+    # Most estimated tokens queued in batches at once (the organization's batch queue limit for the model);
+    # None: found by halving after a refusal.
+    max_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -101,6 +108,7 @@ class _Batch:
     requests: int
     created: float
     members: set[str] = field(default_factory=set)
+    tokens: int = 0
     status: str = "submitted"
     shown: str = ""
     unclaimed: int = 0
@@ -110,6 +118,11 @@ def _line(custom_id: str, payload: bytes) -> bytes:
     # The body is spliced in as the very bytes a live request sends, never re-serialised.
     head = json.dumps({"custom_id": custom_id, "method": "POST", "url": ENDPOINT})
     return head[:-1].encode() + b', "body": ' + payload + b"}\n"
+
+
+def _tokens(line: bytes) -> int:
+    # Four bytes a token overstates a JSON line's tokens, which is the safe side of a queue limit.
+    return len(line) // 4
 
 
 def _elapsed(seconds: float) -> str:
@@ -167,6 +180,8 @@ class BatchClient:
             if record.purpose == purpose
         }
         self.reattached = len(self._open)
+        self._token_cap = self.settings.max_tokens
+        self._refusals = 0
         self._unclaimed: dict[str, tuple[str, _Outcome]] = {}
         self._pump_task: asyncio.Task[None] | None = None
 
@@ -202,6 +217,7 @@ class BatchClient:
             # Submitted already (by an earlier process, say) and still out: wait for it rather than pay again.
             request.attempts = record[1]
             batch.members.add(request.custom_id)
+            batch.tokens += _tokens(request.line)
         elif request.custom_id not in self._unclaimed:
             self._enqueue(request)
 
@@ -268,10 +284,14 @@ class BatchClient:
         try:
             while self._queue or self._watching():
                 now = time.monotonic()
-                if self._queue and (
-                    now - self._last_queued >= self.settings.settle
-                    or len(self._queue) >= self.settings.max_requests
-                    or self._queued_bytes >= self.settings.max_bytes
+                if (
+                    self._queue
+                    and self._room()
+                    and (
+                        now - self._last_queued >= self.settings.settle
+                        or len(self._queue) >= self.settings.max_requests
+                        or self._queued_bytes >= self.settings.max_bytes
+                    )
                 ):
                     await self._submit_queue()
                     # Poll at once: the user sees the new batch's status, and `--no-wait` can leave.
@@ -289,11 +309,11 @@ class BatchClient:
                     polled = True
                     next_poll = time.monotonic() + self.settings.poll_interval
                     continue
-                if polled and not self._queue and not self.settings.wait:
+                if polled and not self.settings.wait and not (self._queue and self._room()):
                     self._leave()
                     return
                 waits = [next_poll - now] if self._watching() else []
-                if self._queue:
+                if self._queue and self._room():
                     waits.append(self._last_queued + self.settings.settle - now)
                 await asyncio.sleep(max(0.01, min(waits)))
         except Exception as exc:
@@ -308,28 +328,48 @@ class BatchClient:
         deferred = Deferred(f"waiting in a {self.purpose} batch")
         for request in list(self._requests.values()):
             self._finish(request, deferred)
+        self._queue.clear()
+        self._queued_bytes = 0
+
+    def _queued_tokens(self) -> int:
+        """Estimated tokens of this client's batches still in the provider's queue."""
+        return sum(batch.tokens for batch in self._open.values() if batch.status not in TERMINAL)
+
+    def _room(self) -> bool:
+        """Whether the next queued request may go out now under the token cap."""
+        if self._token_cap is None:
+            return True
+        queued = self._queued_tokens()
+        return queued == 0 or queued + _tokens(next(iter(self._queue.values())).line) <= self._token_cap
 
     def _watching(self) -> bool:
         return any(batch.status not in TERMINAL for batch in self._open.values())
 
     def _chunks(self, requests: list[_Request]) -> list[list[_Request]]:
+        cap = self._token_cap
         chunks: list[list[_Request]] = [[]]
-        size = 0
+        size = tokens = 0
         for request in requests:
             if chunks[-1] and (
-                len(chunks[-1]) >= self.settings.max_requests or size + len(request.line) > self.settings.max_bytes
+                len(chunks[-1]) >= self.settings.max_requests
+                or size + len(request.line) > self.settings.max_bytes
+                or (cap is not None and tokens + _tokens(request.line) > cap)
             ):
                 chunks.append([])
-                size = 0
+                size = tokens = 0
             chunks[-1].append(request)
             size += len(request.line)
+            tokens += _tokens(request.line)
         return chunks
 
     async def _submit_queue(self) -> None:
-        requests = list(self._queue.values())
-        self._queue.clear()
-        self._queued_bytes = 0
-        for chunk in self._chunks(requests):
+        for chunk in self._chunks(list(self._queue.values())):
+            queued, tokens = self._queued_tokens(), sum(_tokens(r.line) for r in chunk)
+            if self._token_cap is not None and queued and queued + tokens > self._token_cap:
+                break  # the rest waits until a batch of this client's is done
+            for request in chunk:
+                del self._queue[request.custom_id]
+                self._queued_bytes -= len(request.line)
             try:
                 await self._submit(chunk)
             except RequestFailed as exc:
@@ -350,7 +390,8 @@ class BatchClient:
         for request in chunk:
             request.attempts += 1
         self.ledger.record_upload(uploaded["id"], self.purpose, [(r.custom_id, r.attempts) for r in chunk])
-        batch = _Batch(uploaded["id"], None, len(chunk), time.time(), {r.custom_id for r in chunk})
+        members = {r.custom_id for r in chunk}
+        batch = _Batch(uploaded["id"], None, len(chunk), time.time(), members, sum(_tokens(r.line) for r in chunk))
         self._open[batch.input_file_id] = batch
         try:
             await self._create(batch)
@@ -427,6 +468,10 @@ class BatchClient:
         if status == "failed":
             errors = (state.get("errors") or {}).get("data") or []
             missing = f"batch {batch.batch_id} failed: " + "; ".join(str(e.get("message")) for e in errors[:3])
+            if errors and all(e.get("code") == _REFUSED for e in errors):
+                self._refused(batch, missing)
+                return
+        self._refusals = 0
         for custom_id in batch.members:
             request = self._requests.get(custom_id)
             if request is not None:
@@ -441,6 +486,22 @@ class BatchClient:
                 batch.unclaimed += 1
         if batch.unclaimed == 0:
             self._close(batch)
+
+    def _refused(self, batch: _Batch, cause: str) -> None:
+        """A batch the organization's enqueued-token limit turned away: its requests go again, without
+        spending an attempt, in smaller batches that wait for this client's others to finish."""
+        self._close(batch)
+        self._refusals += 1
+        requests = [self._requests[c] for c in batch.members if c in self._requests]
+        if self._refusals > _REFUSALS:
+            for request in requests:
+                self._finish(request, RequestFailed(f"{cause} ({_REFUSALS} times in a row)", request.attempts))
+            return
+        self._token_cap = max(1, (batch.tokens + self._queued_tokens()) // 2)
+        for request in requests:
+            request.attempts -= 1
+            self._enqueue(request, fresh=False)
+        self.notify(f"{cause}; from now on at most about {self._token_cap:,} tokens are queued at once")
 
     def release(self) -> None:
         """At the end of a finished run: results nobody asked for are not needed, so their batches close."""

@@ -75,6 +75,12 @@ batch_options = _options(
         help="Seconds between batch status checks.",
     ),
     click.option(
+        "--batch-tokens",
+        type=click.IntRange(min=1),
+        help="With --batch: most tokens queued in batches at once (your organization's batch queue limit for "
+        "the model) [default: found from refused batches].",
+    ),
+    click.option(
         "--no-wait",
         is_flag=True,
         help="With --batch: submit, collect what is finished, and exit; the same command later goes on.",
@@ -124,11 +130,14 @@ def _user_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def _batch_choice(batch: bool, poll_interval: float, no_wait: bool, policy: bool = False) -> BatchChoice | None:
-    for flag, given in (("--policy-batch", policy), ("--no-wait", no_wait)):
+def _batch_choice(
+    batch: bool, poll_interval: float, tokens: int | None, no_wait: bool, policy: bool = False
+) -> BatchChoice | None:
+    for flag, given in (("--policy-batch", policy), ("--batch-tokens", tokens is not None), ("--no-wait", no_wait)):
         if given and not batch:
             raise click.UsageError(f"{flag} needs --batch")
-    return BatchChoice(BatchSettings(poll_interval=poll_interval, wait=not no_wait), policy) if batch else None
+    settings = BatchSettings(poll_interval=poll_interval, wait=not no_wait, max_tokens=tokens)
+    return BatchChoice(settings, policy) if batch else None
 
 
 @click.group()
@@ -177,6 +186,7 @@ def grade(
     max_attempts: int,
     batch: bool,
     poll_interval: float,
+    batch_tokens: int | None,
     no_wait: bool,
 ) -> None:
     """Grade fixed replies; results.jsonl grows as samples finish, then metrics.json is written."""
@@ -186,7 +196,7 @@ def grade(
     jobs = [Job(row, 0, replies[row.prompt_id]) for row in rows if row.prompt_id in replies]
     identity = {"command": "grade"} | config.identity()
     extra = {"responses": str(responses)}
-    choice = _batch_choice(batch, poll_interval, no_wait)
+    choice = _batch_choice(batch, poll_interval, batch_tokens, no_wait)
     if dry_run:
         _print_estimate([_unit(job) for job in jobs], config, prices)
         return
@@ -239,10 +249,11 @@ def evaluate(
     max_attempts: int,
     batch: bool,
     poll_interval: float,
+    batch_tokens: int | None,
     no_wait: bool,
 ) -> None:
     """Sample replies from a model and grade them; run again on the same --out to resume."""
-    choice = _batch_choice(batch, poll_interval, no_wait, policy_batch)
+    choice = _batch_choice(batch, poll_interval, batch_tokens, no_wait, policy_batch)
     all_rows, data_sha = _load_tasks(data, subset)
     rows = select_rows(all_rows, limit)
     policy_config = PolicyConfig.from_env(
@@ -329,6 +340,7 @@ def baseline(
     max_attempts: int,
     batch: bool,
     poll_interval: float,
+    batch_tokens: int | None,
     no_wait: bool,
 ) -> None:
     """Grade the physicians' ideal completions of one group, or the reference completions they were shown."""
@@ -351,7 +363,7 @@ def baseline(
         "completions": f"Group {group} {'reference' if references else 'physician ideal'} completions",
         "group_description": GROUP_DESCRIPTIONS[group],
     }
-    choice = _batch_choice(batch, poll_interval, no_wait)
+    choice = _batch_choice(batch, poll_interval, batch_tokens, no_wait)
     if dry_run:
         _print_estimate([_unit(job) for job in jobs], config, prices)
         return
@@ -399,6 +411,7 @@ def meta_eval(
     max_attempts: int,
     batch: bool,
     poll_interval: float,
+    batch_tokens: int | None,
     no_wait: bool,
 ) -> None:
     """Measure the grader's agreement with physicians (macro F1); run again on the same --out to resume."""
@@ -419,7 +432,7 @@ def meta_eval(
         config,
         identity,
         policy=None,
-        batch=_batch_choice(batch, poll_interval, no_wait),
+        batch=_batch_choice(batch, poll_interval, batch_tokens, no_wait),
         seed=seed,
         prices=prices,
         extra={"data": str(data) if data else "subset:meta"},

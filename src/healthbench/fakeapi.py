@@ -166,6 +166,7 @@ class FakeOpenAI:
         batch_fail_always: Callable[[Body], bool] | None = None,
         max_file_bytes: int = 200 * 1024 * 1024,
         max_batch_requests: int = 50_000,
+        batch_token_limit: int | None = None,
     ) -> None:
         from healthbench.fakebatch import FakeBatchAPI  # fakebatch imports this module
 
@@ -204,6 +205,8 @@ class FakeOpenAI:
         self.batch_fail_always = batch_fail_always
         self.max_file_bytes = max_file_bytes
         self.max_batch_requests = max_batch_requests
+        # The organization's enqueued-token limit: a batch that would pass it fails, as OpenAI's do.
+        self.batch_token_limit = batch_token_limit
         # Files and batches live as long as the server, across reset(), like the real service's.
         self.batch_api: FakeBatchAPI = FakeBatchAPI(self)
         self.base_url: str | None = None
@@ -421,6 +424,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--batch-delay", type=float, default=0.0, help="seconds until a batch completes")
     parser.add_argument("--batch-fail-rate", type=float, default=0.0, help="share of batch lines that fail")
     parser.add_argument("--batch-malformed-rate", type=float, default=0.0, help="share of unusable batch verdicts")
+    parser.add_argument("--batch-token-limit", type=int, help="enqueued tokens a batch may not take the queue past")
     args = parser.parse_args(argv)
     try:
         server = FakeOpenAI(
@@ -435,6 +439,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             batch_delay=args.batch_delay,
             batch_fail_rate=args.batch_fail_rate,
             batch_malformed_rate=args.batch_malformed_rate,
+            batch_token_limit=args.batch_token_limit,
         )
     except ValueError as exc:
         parser.error(str(exc))

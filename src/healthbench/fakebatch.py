@@ -31,6 +31,7 @@ BATCH_ENDPOINT = "/v1/chat/completions"
 _JSON_WS = " \t\n\r"
 _DECODER = json.JSONDecoder()
 _VALIDATING, _IN_PROGRESS = 0.1, 0.9  # shares of batch_delay at which each phase ends
+_FINISHED = frozenset({"completed", "failed", "expired", "cancelled"})
 _MALFORMED = (_PROSE, _STRING_VERDICT)
 _BAD_REQUEST = "invalid_request_error"
 
@@ -91,6 +92,7 @@ class _Batch:
     output_file_id: str | None = None
     error_file_id: str | None = None
     files_made: bool = False
+    tokens: int = 0  # what the batch holds in the organization's queue while it is not finished
     malformed: int = 0  # answered lines whose verdict was made unusable on purpose
 
 
@@ -211,10 +213,28 @@ class FakeBatchAPI:
             batch.errors.append(_line_error("too_many_tasks", message, None))
         else:
             requests = self._validate(lines, batch.errors)
+            batch.tokens = sum(len(json.dumps(body)) // 4 for _, body in requests)
+            if not batch.errors and not self._queue_has_room(batch):
+                batch.errors.append(_line_error("token_limit_exceeded", self._limit_message(), None))
             if not batch.errors:
                 self._answer(batch, requests)
         self.batches[batch.id] = batch
         return web.json_response(self._view(batch))
+
+    def _queue_has_room(self, batch: _Batch) -> bool:
+        """Whether the batch fits under ``batch_token_limit`` beside the batches still queued."""
+        limit = self.server.batch_token_limit
+        if limit is None:
+            return True
+        queued = sum(b.tokens for b in self.batches.values() if not b.errors and self._status(b) not in _FINISHED)
+        return queued + batch.tokens <= limit
+
+    def _limit_message(self) -> str:
+        return (
+            f"Enqueued token limit reached for the grader model in organization org-fake. Limit: "
+            f"{self.server.batch_token_limit:,} enqueued tokens. Please try again once some in_progress batches "
+            "have been completed."
+        )
 
     def _validate(self, lines: list[tuple[int, bytes]], errors: list[Body]) -> list[tuple[str, Body]]:
         """Check every line, appending an error per bad one; return (custom_id, body) pairs."""
