@@ -44,6 +44,7 @@ _CHECK_FAILURES = 10
 # row (each halving what is queued at once) before the requests in them fail.
 _REFUSED = "token_limit_exceeded"
 _REFUSALS = 20
+_SHOW_COUNTS_EVERY = 300.0
 
 
 class BatchLedger(Protocol):
@@ -110,7 +111,8 @@ class _Batch:
     members: set[str] = field(default_factory=set)
     tokens: int = 0
     status: str = "submitted"
-    shown: str = ""
+    shown_status: str = ""
+    shown_at: float = 0.0
     unclaimed: int = 0
 
 
@@ -440,13 +442,14 @@ class BatchClient:
             state = json.loads(await self.chat.api("GET", f"/batches/{batch.batch_id}"))
             status = str(state.get("status"))
             counts = state.get("request_counts") or {}
-            shown = (
+            line = (
                 f"batch {batch.batch_id}: {status}, {counts.get('completed', 0)}/{counts.get('total', 0)} done, "
                 f"{counts.get('failed', 0)} failed"
             )
-            if shown != batch.shown:
-                batch.shown = shown
-                self.notify(f"{shown}; {_elapsed(time.time() - batch.created)} since submitted")
+            # A new status at once, otherwise the counts every few minutes: a day's wait would flood the screen.
+            if status != batch.shown_status or time.monotonic() - batch.shown_at >= _SHOW_COUNTS_EVERY:
+                batch.shown_status, batch.shown_at = status, time.monotonic()
+                self.notify(f"{line}; {_elapsed(time.time() - batch.created)} since submitted")
             if status in TERMINAL:
                 # Marked finished only once collected: a download that fails is tried again at the next check.
                 await self._collect(batch, state)
