@@ -9,7 +9,10 @@ requests that must each be answered apart), so equal requests are sent once.
 A request that fails in a batch (an error line, no line at all, an unusable answer, a failed or expired batch)
 goes into a follow-up batch, counted against the same attempt bound as live retries; past it, `RequestFailed`.
 The ledger (the run's store) records each uploaded file, and each batch id as soon as it exists, so a process
-killed while waiting, run again, re-attaches to its batches instead of paying for them twice.
+killed while waiting, run again, re-attaches to its batches instead of paying for them twice. With
+`wait=False` the requests still out are handed back as `Deferred` once everything needed is submitted. A
+batch refused by the organization's enqueued-token limit is sent again in smaller batches, one at a time,
+without spending attempts.
 """
 
 from __future__ import annotations
