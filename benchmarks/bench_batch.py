@@ -3,7 +3,8 @@
 Prints, one figure a line: wall time and cost of a clean batch run against a live run and whether their
 metrics.json are byte-identical; with failed and malformed lines injected, how many follow-up batches and lines
 were needed and whether each failure was sent again exactly once; and after a SIGKILL while waiting, whether the
-re-run re-attached, resent only the failures and still matched live.
+re-run re-attached, resent only the failures and still matched live; and under an enqueued-token limit, how
+many batches were refused and sent again smaller.
 
     .venv/bin/python benchmarks/bench_batch.py [--data ../shared/data/healthbench_sample.jsonl] [--batch-delay 0.5]
 """
@@ -159,6 +160,19 @@ def run_scenarios(work: Path, args: argparse.Namespace) -> None:
         print(f"  metrics.json byte-identical to live: {same_metrics(work / 'live', work / 'killed')}")
         report_faults(server, before)
 
+    with FakeOpenAI(batch_delay=args.batch_delay, batch_token_limit=args.token_limit) as server:
+        assert server.base_url
+        wall, _ = run_grade(grade_command(args.data, responses, work / "limited", server.base_url, *batch))
+        refused = [b for b in server.batch_api.batches.values() if b.errors]
+        print(f"enqueued-token limit of {args.token_limit:,} (the sample's grading is about 7.7 million):")
+        print(f"  wall: {wall:.2f} s")
+        print(f"  metrics.json byte-identical to live: {same_metrics(work / 'live', work / 'limited')}")
+        print(f"  batches created: {server.batches_created}, refused: {len(refused)}")
+        print(
+            f"  lines submitted: {server.batch_lines_submitted} = {len(set(server.batch_bodies))} distinct + "
+            f"{sum(b.total for b in refused)} in refused batches"
+        )
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -168,6 +182,7 @@ def main() -> None:
     parser.add_argument("--fail-rate", type=float, default=0.1, help="share of batch lines that fail")
     parser.add_argument("--malformed-rate", type=float, default=0.1, help="share of batch verdicts made unusable")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--token-limit", type=int, default=2_000_000, help="the fake's enqueued-token limit")
     args = parser.parse_args()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-batch-") as work:
