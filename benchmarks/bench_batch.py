@@ -64,18 +64,17 @@ def injected(server: FakeOpenAI) -> tuple[int, int]:
     return sum(not ok for b in batches for ok, _ in b.results), sum(b.malformed for b in batches)
 
 
-def report_faults(server: FakeOpenAI, before: int | None = None) -> None:
+def report_faults(server: FakeOpenAI, items: int, before: int | None = None) -> None:
     errors, malformed = injected(server)
-    distinct = len(set(server.batch_bodies))  # a resent line repeats its body byte for byte
     print(f"  batches created: {server.batches_created} (first + follow-ups)")
     if before is not None:
         print(f"  lines submitted before the kill: {before}")
     print(f"  lines submitted in total: {server.batch_lines_submitted}")
-    print(f"  distinct requests: {distinct}")
+    print(f"  rubric items (one request each): {items}")
     print(f"  injected failures: {errors + malformed} ({errors} error lines + {malformed} malformed verdicts)")
     if before is None:
-        ok = server.batch_lines_submitted == distinct + errors + malformed
-        print(f"  lines submitted == distinct + failures: {ok}")
+        ok = server.batch_lines_submitted == items + errors + malformed
+        print(f"  lines submitted == items + failures: {ok}")
     else:
         ok = server.batch_lines_submitted == before + errors + malformed
         print(f"  total == before the kill + failures (only failures resent): {ok}")
@@ -104,8 +103,10 @@ def kill_while_waiting(command: list[str]) -> None:
 
 def run_scenarios(work: Path, args: argparse.Namespace) -> None:
     responses = work / "responses.jsonl"
-    with args.data.open(encoding="utf-8", newline="\n") as rows:
-        ids = [json.loads(line)["prompt_id"] for line in rows if line.strip()]
+    with args.data.open(encoding="utf-8", newline="\n") as lines:
+        rows = [json.loads(line) for line in lines if line.strip()]
+    ids = [row["prompt_id"] for row in rows]
+    items = sum(len(row["rubrics"]) for row in rows)
     responses.write_text(
         "".join(json.dumps({"prompt_id": i, "response": f"Reply to {i}: rest and drink water."}) + "\n" for i in ids)
     )
@@ -131,7 +132,7 @@ def run_scenarios(work: Path, args: argparse.Namespace) -> None:
         print(f"  metrics.json byte-identical: {same_metrics(work / 'live', work / 'batch')}")
         print(f"  live grader calls during the batch run: {server.requests_total}")
         print(f"  batches created: {server.batches_created}")
-        print(f"  distinct requests submitted: {len(set(server.batch_bodies))} in {server.batch_lines_submitted} lines")
+        print(f"  requests submitted: {server.batch_lines_submitted} for {items} rubric items")
         live_cost, batch_cost = live_usage[1], grader_usage(work / "batch")[1]
         print(f"  cost_usd live: {live_cost:.4f}, batch: {batch_cost:.4f} ({batch_cost / live_cost:.1%} of live)")
 
@@ -141,7 +142,7 @@ def run_scenarios(work: Path, args: argparse.Namespace) -> None:
         print(f"faults (fail rate {args.fail_rate}, malformed rate {args.malformed_rate}, seed {args.seed}):")
         print(f"  wall: {wall:.2f} s")
         print(f"  metrics.json byte-identical to live: {same_metrics(work / 'live', work / 'faults')}")
-        report_faults(server)
+        report_faults(server, items)
 
     with faulty(3600) as server:
         assert server.base_url
@@ -158,7 +159,7 @@ def run_scenarios(work: Path, args: argparse.Namespace) -> None:
         attach = [line for line in stderr.splitlines() if "re-attaching" in line]
         print(f"  re-run said re-attaching: {bool(attach)} ({attach[0] if attach else 'no such line'})")
         print(f"  metrics.json byte-identical to live: {same_metrics(work / 'live', work / 'killed')}")
-        report_faults(server, before)
+        report_faults(server, items, before)
 
     with FakeOpenAI(batch_delay=args.batch_delay, batch_token_limit=args.token_limit) as server:
         assert server.base_url
@@ -169,7 +170,7 @@ def run_scenarios(work: Path, args: argparse.Namespace) -> None:
         print(f"  metrics.json byte-identical to live: {same_metrics(work / 'live', work / 'limited')}")
         print(f"  batches created: {server.batches_created}, refused: {len(refused)}")
         print(
-            f"  lines submitted: {server.batch_lines_submitted} = {len(set(server.batch_bodies))} distinct + "
+            f"  lines submitted: {server.batch_lines_submitted} = {items} items + "
             f"{sum(b.total for b in refused)} in refused batches"
         )
 

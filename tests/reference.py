@@ -67,12 +67,6 @@ def sent_prompts(server: FakeOpenAI) -> Counter[str]:
     return Counter(b["messages"][1]["content"] for b in server.bodies)
 
 
-def once_each(prompts: Counter[str]) -> Counter[str]:
-    """What is sent for prompts the reference sends: each distinct request once, since identical requests in
-    flight together share one call (a rubric may repeat a criterion)."""
-    return Counter(set(prompts))
-
-
 def check_against_reference(out: Path, rows: list[dict[str, Any]], replies: dict[str, str]) -> Counter[str]:
     """Assert the metrics equal the reference-style ones (1e-9); return the prompts the reference would send."""
     per_task, prompts = reference_metrics(rows, replies)

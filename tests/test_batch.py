@@ -32,7 +32,7 @@ from healthbench.grading import (
 )
 from healthbench.store import STORE, Store
 from tests.conftest import make_row, write_jsonl
-from tests.reference import KEY, check_against_reference, made_up_rows, once_each
+from tests.reference import KEY, check_against_reference, made_up_rows
 
 FAST = ("--batch", "--poll-interval", "0.02")
 
@@ -88,14 +88,14 @@ def test_grade_batch_matches_the_reference_and_sends_nothing_live(tmp_path: Path
         assert server.requests_total == 0  # no grader request went live
         assert server.batches_created == 1
         reference_prompts = check_against_reference(tmp_path / "out", rows, replies)
-        assert batch_prompts(server) == once_each(reference_prompts)
+        assert batch_prompts(server) == reference_prompts
         assert set(server.batch_bodies) == live_bodies(rows, replies)  # byte for byte the live bodies
         assert all(auth == f"Bearer {KEY}" for auth in server.auth_headers)
     usage = json.loads((tmp_path / "out" / "usage.json").read_text())
     grader = usage["whole_run"]["grader"]
-    assert grader["calls"] == grader["batch_calls"] == len(reference_prompts)
+    assert grader["calls"] == grader["batch_calls"] == reference_prompts.total()
     assert usage["this_session"]["grader"] == grader
-    assert usage["batches"]["whole_run"] == {"batches": 1, "requests": len(reference_prompts)}
+    assert usage["batches"]["whole_run"] == {"batches": 1, "requests": reference_prompts.total()}
     for path in (tmp_path / "out").iterdir():
         assert KEY.encode() not in path.read_bytes()
 
@@ -110,7 +110,7 @@ def test_grade_batch_on_the_sample_equals_live(tmp_path: Path, sample_path: Path
         result = run(grade_args(data, responses, tmp_path / "batch", server.base_url, *FAST))
         assert result.exit_code == 0, result.output
         assert server.requests_total == live_requests
-        assert server.batch_lines_submitted == len(set(check_against_reference(tmp_path / "batch", rows, replies)))
+        assert server.batch_lines_submitted == check_against_reference(tmp_path / "batch", rows, replies).total()
     live, batch = (json.loads((tmp_path / name / "usage.json").read_text()) for name in ("live", "batch"))
     assert (tmp_path / "live" / "metrics.json").read_bytes() == (tmp_path / "batch" / "metrics.json").read_bytes()
     assert batch["whole_run"]["cost_usd"] == pytest.approx(live["whole_run"]["cost_usd"] / 2, rel=0.01)
@@ -123,12 +123,12 @@ def check_follow_ups(tmp_path: Path, rows: list[dict[str, Any]]) -> None:
         assert server.base_url
         result = run(grade_args(data, responses, tmp_path / "out", server.base_url, *FAST))
         assert result.exit_code == 0, result.output
-        distinct = len(set(check_against_reference(tmp_path / "out", rows, replies)))
+        items = check_against_reference(tmp_path / "out", rows, replies).total()
         failed = failed_lines(server)
         assert server.requests_total == 0
         assert 2 <= server.batches_created <= 12  # follow-ups happened, within the attempt bound
         assert failed > 0
-        assert server.batch_lines_submitted == distinct + failed  # each failure was sent again once
+        assert server.batch_lines_submitted == items + failed  # each failure was sent again once
         errors = sum(not ok for batch in server.batch_api.batches.values() for ok, _ in batch.results)
     usage = json.loads((tmp_path / "out" / "usage.json").read_text())
     assert usage["batches"]["whole_run"]["requests"] == server.batch_lines_submitted
@@ -316,9 +316,9 @@ def test_no_wait_submits_leaves_and_a_later_run_collects(tmp_path: Path) -> None
             assert run(args).exit_code == 0
             sessions += 1
             assert sessions <= 12  # one session per round of follow-ups, within --max-attempts
-        distinct = len(set(check_against_reference(tmp_path / "out", rows, replies)))
+        items = check_against_reference(tmp_path / "out", rows, replies).total()
         assert server.batches_created == sessions - 1 >= 2  # the last session only collected
-        assert server.batch_lines_submitted == distinct + failed_lines(server)
+        assert server.batch_lines_submitted == items + failed_lines(server)
         assert server.requests_total == 0
 
 
@@ -402,12 +402,12 @@ def test_the_enqueued_token_limit(tmp_path: Path, capped: bool) -> None:
         assert server.base_url
         result = run(grade_args(data, responses, tmp_path / "out", server.base_url, *FAST, *extra))
         assert result.exit_code == 0, result.output
-        distinct = len(set(check_against_reference(tmp_path / "out", rows, replies)))
+        items = check_against_reference(tmp_path / "out", rows, replies).total()
         refused = refused_lines(server)
-        assert server.batch_lines_submitted == distinct + refused
+        assert server.batch_lines_submitted == items + refused
         assert server.requests_total == 0
     if capped:
         assert refused == 0 and server.batches_created >= 4
     else:
-        assert refused >= distinct  # the first batch, with everything, was turned away
+        assert refused >= items  # the first batch, with everything, was turned away
         assert "Enqueued token limit reached" in result.output

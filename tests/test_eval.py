@@ -86,6 +86,10 @@ def test_limit_picks_tasks_as_the_reference_does(tmp_path: Path, fake: FakeOpenA
     assert {(r["prompt_id"], r["repeat"]) for r in results} == {(p, k) for p in chosen for k in (0, 1)}
     metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
     assert metrics["score:n_samples"] == 14
+    # The fake model answers both repeats alike; each repeat is still graded by calls of its own, as the
+    # reference grades it, so the grader's own variation is in the pooled samples.
+    assert fake.requests_total == 14 + 14 * 2
+    assert json.loads((tmp_path / "out" / "usage.json").read_text())["whole_run"]["grader"]["calls"] == 28
 
 
 def test_rerun_is_free_and_changed_settings_are_refused(tmp_path: Path, fake: FakeOpenAI) -> None:

@@ -11,7 +11,7 @@ from click.testing import CliRunner, Result
 from healthbench.cli import main
 from healthbench.fakeapi import FakeOpenAI
 from tests.conftest import make_row, write_jsonl
-from tests.reference import KEY, check_against_reference, made_up_rows, once_each, sent_prompts
+from tests.reference import KEY, check_against_reference, made_up_rows, sent_prompts
 
 
 def grade(tmp: Path, data: Path, responses: Path, out: str, base_url: str, *extra: str) -> Result:
@@ -42,7 +42,7 @@ def test_made_up_rows_match_the_reference(tmp_path: Path, fake: FakeOpenAI) -> N
     assert fake.base_url
     result = grade(tmp_path, data, responses, "out", fake.base_url)
     assert result.exit_code == 0, result.output
-    assert sent_prompts(fake) == once_each(check_against_reference(tmp_path / "out", rows, replies))
+    assert sent_prompts(fake) == check_against_reference(tmp_path / "out", rows, replies)
     assert fake.auth_headers[0] == f"Bearer {KEY}"
     results = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().split("\n")[:-1]]
     assert {r["prompt_id"] for r in results} == set(replies)
@@ -64,8 +64,8 @@ def test_sample_matches_the_reference_and_is_deterministic(tmp_path: Path, sampl
     assert fake.base_url
     result = grade(tmp_path, sample_path, responses, "a", fake.base_url)
     assert result.exit_code == 0, result.output
-    assert sent_prompts(fake) == once_each(check_against_reference(tmp_path / "a", rows, replies))
-    assert len(fake.bodies) == 5962  # 5,965 rubric items, three of them repeating a criterion of their row
+    assert sent_prompts(fake) == check_against_reference(tmp_path / "a", rows, replies)
+    assert len(fake.bodies) == 5965  # one call per rubric item, repeated criteria included, as the reference
     assert grade(tmp_path, sample_path, responses, "b", fake.base_url).exit_code == 0
     assert (tmp_path / "a" / "metrics.json").read_bytes() == (tmp_path / "b" / "metrics.json").read_bytes()
 
@@ -83,7 +83,7 @@ def test_faults_do_not_change_the_metrics(tmp_path: Path) -> None:
         assert result.exit_code == 0, result.output
         assert faulty.responses_by_kind["ok"] == len(clean.bodies) < faulty.requests_total
         expected = check_against_reference(tmp_path / "faulty", rows, replies)
-        assert sent_prompts(clean) == once_each(expected)
+        assert sent_prompts(clean) == expected
         assert set(sent_prompts(faulty)) == set(expected)  # retries repeat identical requests, nothing else
     assert (tmp_path / "clean" / "metrics.json").read_bytes() == (tmp_path / "faulty" / "metrics.json").read_bytes()
 
@@ -132,16 +132,18 @@ def test_bad_responses_file_is_named(tmp_path: Path, fake: FakeOpenAI) -> None:
     assert fake.requests_total == 0
 
 
-def test_a_repeated_criterion_is_asked_once_and_counted_once(tmp_path: Path, fake: FakeOpenAI) -> None:
+def test_identical_requests_of_different_items_and_samples_are_graded_apart(tmp_path: Path, fake: FakeOpenAI) -> None:
     twice = (5, "Advises rest", ("axis:accuracy",))
-    row = make_row("p1", rubrics=(twice, (3, "Asks about fever", ("axis:completeness",)), twice))
-    data = write_jsonl(tmp_path / "rows.jsonl", [row])
-    responses = write_jsonl(tmp_path / "responses.jsonl", [{"prompt_id": "p1", "response": "Rest."}])
+    rows = [make_row(p, rubrics=(twice, (3, "Asks about fever", ("axis:completeness",)), twice)) for p in ("p1", "p2")]
+    rows[1]["prompt"] = rows[0]["prompt"]  # the same conversation and reply: every request of p2 is one of p1's
+    data = write_jsonl(tmp_path / "rows.jsonl", rows)
+    replies = [{"prompt_id": p, "response": "Rest."} for p in ("p1", "p2")]
+    responses = write_jsonl(tmp_path / "responses.jsonl", replies)
     assert fake.base_url
     result = grade(tmp_path, data, responses, "out", fake.base_url)
     assert result.exit_code == 0, result.output
-    assert fake.requests_total == 2  # the two identical requests were one call
+    assert fake.requests_total == 6 and len(sent_prompts(fake)) == 2  # one call per item, as the reference makes
     usage = json.loads((tmp_path / "out" / "usage.json").read_text())
-    assert usage["this_session"]["grader"]["calls"] == usage["whole_run"]["grader"]["calls"] == 2
-    graded = json.loads((tmp_path / "out" / "results.jsonl").read_text())
-    assert len(graded["rubric_items"]) == 3  # both copies are scored, as the reference scores them
+    assert usage["this_session"]["grader"]["calls"] == usage["whole_run"]["grader"]["calls"] == 6
+    again = grade(tmp_path, data, responses, "out", fake.base_url)
+    assert again.exit_code == 0 and fake.requests_total == 6  # resumed: each item's verdict is kept

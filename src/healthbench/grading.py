@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Protocol
 
-from .client import Completer, Deferred, InvalidResponse, RequestFailed, Usage
+from .client import Completer, InvalidResponse, RequestFailed, Usage
 from .data import Message, RubricItem
 
 TEMPLATE = resources.files("healthbench").joinpath("grader_template.txt").read_bytes().decode("utf-8")
@@ -128,16 +128,6 @@ class VerdictCache(Protocol):
         """Remember a verdict and what it cost."""
 
 
-class _Abandoned(Exception):
-    """The caller that sent a shared request gave up on it; whoever waits for it asks again."""
-
-
-def _retrieve(future: asyncio.Future[Any]) -> None:
-    """Mark a shared request's failure as seen, since nobody may be left waiting for it."""
-    if not future.cancelled():
-        future.exception()
-
-
 class Grader:
     """Grades replies with an LLM grader through a `Completer` (live or batched), optionally through a verdict
     cache."""
@@ -156,7 +146,6 @@ class Grader:
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.cache = cache
-        self._in_flight: dict[str, asyncio.Future[tuple[Verdict, Usage]]] = {}
 
     def request_body(self, prompt: str) -> dict[str, Any]:
         """The chat-completions body for one grader prompt, as the reference sampler sends it."""
@@ -170,56 +159,43 @@ class Grader:
             "max_tokens": self.max_tokens,
         }
 
-    async def verdict(self, prompt: str) -> tuple[Verdict, Usage]:
+    async def verdict(self, prompt: str, *, ident: str | None = None) -> tuple[Verdict, Usage]:
         """One grader call for a rendered grader prompt; raises `RequestFailed` past the retry bound.
 
-        A cache hit, or a request identical to one already out, costs nothing and reports zero usage.
+        `ident` names the (sample, rubric item) the call is for: the reference grades every item of every
+        sample with a call of its own, so identical requests of different items are not one verdict. With
+        a cache, the request and its `ident` are the key, and a hit costs nothing and reports zero usage.
         """
-        # Encoded once: the same bytes are sent and, with a cache, are the cache key.
+        # Encoded once: the same bytes are sent and are part of the cache key.
         payload = json.dumps(self.request_body(prompt)).encode()
         if self.cache is None:
-            return await self.client.complete(payload, parse_verdict)
-        key = request_key(payload)
-        while True:
-            cached = self.cache.get_verdict(key)
-            if cached is not None:
-                return cached, Usage()
-            shared = self._in_flight.get(key)
-            if shared is None:
-                break
-            # The same request is out already (a rubric that repeats a criterion): one call serves both.
-            try:
-                verdict, _ = await asyncio.shield(shared)
-            except _Abandoned:
-                continue
-            return verdict, Usage()
-        shared = self._in_flight[key] = asyncio.get_running_loop().create_future()
-        shared.add_done_callback(_retrieve)
-        try:
-            verdict, usage = await self.client.complete(payload, parse_verdict)
-        except BaseException as exc:
-            shared.set_exception(exc if isinstance(exc, RequestFailed | Deferred) else _Abandoned())
-            raise
-        finally:
-            del self._in_flight[key]
+            return await self.client.complete(payload, parse_verdict, ident=ident)
+        key = request_key(payload if ident is None else payload + b"\0" + ident.encode())
+        cached = self.cache.get_verdict(key)
+        if cached is not None:
+            return cached, Usage()
+        verdict, usage = await self.client.complete(payload, parse_verdict, ident=ident)
         self.cache.put_verdict(key, verdict, usage)
-        shared.set_result((verdict, usage))
         return verdict, usage
 
-    async def grade(self, prompt_id: str, transcript: Sequence[Message], rubrics: Sequence[RubricItem]) -> GradedReply:
-        """Grade the last assistant turn of `transcript` against every rubric item, concurrently.
+    async def grade(
+        self, prompt_id: str, transcript: Sequence[Message], rubrics: Sequence[RubricItem], *, ident: str | None = None
+    ) -> GradedReply:
+        """Grade the last assistant turn of `transcript` against every rubric item, concurrently; `ident`
+        names the sample, for the verdicts of its items to be kept apart from other samples'.
 
         The first item that cannot be graded cancels the others and raises `GradingError`.
         """
         conversation = render_conversation(transcript)
 
-        async def one(item: RubricItem) -> tuple[Verdict, Usage]:
+        async def one(index: int, item: RubricItem) -> tuple[Verdict, Usage]:
+            item_ident = None if ident is None else f"{ident}/{index}"
             try:
-                return await self.verdict(grader_prompt(conversation, rubric_item_text(item)))
+                return await self.verdict(grader_prompt(conversation, rubric_item_text(item)), ident=item_ident)
             except RequestFailed as exc:
                 raise GradingError(prompt_id, item.criterion, str(exc)) from None
 
-        tasks = [asyncio.ensure_future(one(item)) for item in rubrics]
+        tasks = [asyncio.ensure_future(one(index, item)) for index, item in enumerate(rubrics)]
         try:
             results = await asyncio.gather(*tasks)
         except BaseException:

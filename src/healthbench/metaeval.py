@@ -333,7 +333,7 @@ async def grade_meta_rows(
     async def one(index: int, row: MetaRow) -> None:
         conversation = render_conversation(transcript_with_reply(row.prompt, row.completion))
         try:
-            verdict, usage = await grader.verdict(grader_prompt(conversation, row.rubric))
+            verdict, usage = await grader.verdict(grader_prompt(conversation, row.rubric), ident=f"meta#{index}")
         except RequestFailed as exc:
             sink.fail(MetaGradingError(index, row, str(exc)))
             return

@@ -235,7 +235,8 @@ async def run_jobs(
             reply, policy_usage = got if got is not None else await reply_for(job)
             outcome.policy_usage.add(policy_usage)
             transcript = transcript_with_reply(job.row.prompt, reply, system_message)
-            graded = await grader.grade(job.row.prompt_id, transcript, job.row.rubrics)
+            ident = f"{job.row.prompt_id}#{job.repeat}"
+            graded = await grader.grade(job.row.prompt_id, transcript, job.row.rubrics, ident=ident)
         except (SampleError, GradingError) as exc:
             sink.fail(exc)
             return
