@@ -348,7 +348,10 @@ def test_no_wait_eval_samples_then_grades_in_later_sessions(tmp_path: Path, fake
     assert fake.requests_total == 0
     assert evaluate("live").exit_code == 0
     assert (tmp_path / "live" / "metrics.json").read_bytes() == (tmp_path / "later" / "metrics.json").read_bytes()
-    assert "--no-wait needs --batch" in evaluate("x", "--no-wait").output
+    for flag in ("--no-wait", "--policy-batch", "--batch-tokens=1000"):
+        refused = evaluate("x", flag)
+        assert refused.exit_code == 2 and f"{flag.split('=')[0]} needs --batch" in refused.output
+    assert not (tmp_path / "x").exists()
 
 
 @pytest.mark.parametrize("outage", [6, 100])

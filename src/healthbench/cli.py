@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import click
 from pydantic import ValidationError
@@ -130,14 +131,36 @@ def _user_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def _batch_choice(
-    batch: bool, poll_interval: float, tokens: int | None, no_wait: bool, policy: bool = False
-) -> BatchChoice | None:
-    for flag, given in (("--policy-batch", policy), ("--batch-tokens", tokens is not None), ("--no-wait", no_wait)):
+def _batch_choice(batch: bool, poll_interval: float, tokens: int | None, no_wait: bool) -> BatchChoice | None:
+    for flag, given in (("--batch-tokens", tokens is not None), ("--no-wait", no_wait)):
         if given and not batch:
             raise click.UsageError(f"{flag} needs --batch")
     settings = BatchSettings(poll_interval=poll_interval, wait=not no_wait, max_tokens=tokens)
-    return BatchChoice(settings, policy) if batch else None
+    return BatchChoice(settings) if batch else None
+
+
+def _grading(func: F) -> F:
+    """Add the grader and batch flags to a grading command, and hand them to it made into `grader` (the
+    settings) and `batch` (None for live grading)."""
+
+    @functools.wraps(func)
+    def wrapper(
+        *args: Any,
+        grader_model: str | None,
+        grader_base_url: str | None,
+        concurrency: int,
+        max_attempts: int,
+        batch: bool,
+        poll_interval: float,
+        batch_tokens: int | None,
+        no_wait: bool,
+        **kwargs: Any,
+    ) -> Any:
+        grader = _grader_config(grader_model, grader_base_url, concurrency, max_attempts)
+        choice = _batch_choice(batch, poll_interval, batch_tokens, no_wait)
+        return func(*args, grader=grader, batch=choice, **kwargs)
+
+    return cast(F, grader_options(batch_options(wrapper)))
 
 
 @click.group()
@@ -167,9 +190,8 @@ def download(names: tuple[str, ...]) -> None:
 )
 @run_options
 @click.option("--report", is_flag=True, help="Also write report.html (healthbench report DIR does it later).")
-@grader_options
-@batch_options
 @_user_errors
+@_grading
 def grade(
     data: Path | None,
     subset: str | None,
@@ -180,28 +202,20 @@ def grade(
     prices: Path | None,
     progress: bool,
     dry_run: bool,
-    grader_model: str | None,
-    grader_base_url: str | None,
-    concurrency: int,
-    max_attempts: int,
-    batch: bool,
-    poll_interval: float,
-    batch_tokens: int | None,
-    no_wait: bool,
+    grader: GraderConfig,
+    batch: BatchChoice | None,
 ) -> None:
     """Grade fixed replies; results.jsonl grows as samples finish, then metrics.json is written."""
     rows, _ = _load_tasks(data, subset)
     replies = load_responses(responses, {row.prompt_id for row in rows})
-    config = _grader_config(grader_model, grader_base_url, concurrency, max_attempts)
     jobs = [Job(row, 0, replies[row.prompt_id]) for row in rows if row.prompt_id in replies]
-    identity = {"command": "grade"} | config.identity()
-    extra = {"responses": str(responses)}
-    choice = _batch_choice(batch, poll_interval, batch_tokens, no_wait)
     if dry_run:
-        _print_estimate([_unit(job) for job in jobs], config, prices)
+        _print_estimate([_unit(job) for job in jobs], grader, prices)
         return
+    identity = {"command": "grade"} | grader.identity()
+    extra = {"responses": str(responses)}
     execute(
-        jobs, out, config, identity, batch=choice, seed=seed, prices=prices, progress=progress, extra=extra, html=report
+        jobs, out, grader, identity, batch=batch, seed=seed, prices=prices, progress=progress, extra=extra, html=report
     )
 
 
@@ -221,9 +235,8 @@ def grade(
 @click.option("--policy-concurrency", type=click.IntRange(min=1), default=32, show_default=True)
 @click.option("--policy-batch", is_flag=True, help="With --batch, sample the model's replies in batches too.")
 @run_options
-@grader_options
-@batch_options
 @_user_errors
+@_grading
 def evaluate(
     model: str,
     base_url: str | None,
@@ -243,17 +256,14 @@ def evaluate(
     prices: Path | None,
     progress: bool,
     dry_run: bool,
-    grader_model: str | None,
-    grader_base_url: str | None,
-    concurrency: int,
-    max_attempts: int,
-    batch: bool,
-    poll_interval: float,
-    batch_tokens: int | None,
-    no_wait: bool,
+    grader: GraderConfig,
+    batch: BatchChoice | None,
 ) -> None:
     """Sample replies from a model and grade them; run again on the same --out to resume."""
-    choice = _batch_choice(batch, poll_interval, batch_tokens, no_wait, policy_batch)
+    if policy_batch:
+        if batch is None:
+            raise click.UsageError("--policy-batch needs --batch")
+        batch = dataclasses.replace(batch, policy=True)
     all_rows, data_sha = _load_tasks(data, subset)
     rows = select_rows(all_rows, limit)
     policy_config = PolicyConfig.from_env(
@@ -265,26 +275,25 @@ def evaluate(
         reasoning=reasoning,
         reasoning_effort=reasoning_effort,
         concurrency=policy_concurrency,
-        max_attempts=max_attempts,
+        max_attempts=grader.max_attempts,  # the one --max-attempts flag bounds both sides
     )
-    grader_config = _grader_config(grader_model, grader_base_url, concurrency, max_attempts)
     jobs = [Job(row, repeat) for repeat in range(n_repeats) for row in rows]
     if dry_run:
-        _print_estimate([_unit(job) for job in jobs], grader_config, prices, policy_config, tasks=len(rows))
+        _print_estimate([_unit(job) for job in jobs], grader, prices, policy_config, tasks=len(rows))
         return
     identity = (
         {"command": "eval", "data_sha256": data_sha, "limit": limit, "n_repeats": n_repeats}
         | policy_config.identity()
-        | grader_config.identity()
+        | grader.identity()
     )
     extra = {"data": str(data) if data else f"subset:{subset}", "base_url": policy_config.base_url}
     execute(
         jobs,
         out,
-        grader_config,
+        grader,
         identity,
         policy=policy_config,
-        batch=choice,
+        batch=batch,
         seed=seed,
         prices=prices,
         progress=progress,
@@ -320,9 +329,8 @@ def _print_estimate(
 @data_options
 @click.option("--limit", type=click.IntRange(min=1), help="Grade N samples, chosen as the reference does.")
 @run_options
-@grader_options
-@batch_options
 @_user_errors
+@_grading
 def baseline(
     group: int,
     references: bool,
@@ -334,14 +342,8 @@ def baseline(
     prices: Path | None,
     progress: bool,
     dry_run: bool,
-    grader_model: str | None,
-    grader_base_url: str | None,
-    concurrency: int,
-    max_attempts: int,
-    batch: bool,
-    poll_interval: float,
-    batch_tokens: int | None,
-    no_wait: bool,
+    grader: GraderConfig,
+    batch: BatchChoice | None,
 ) -> None:
     """Grade the physicians' ideal completions of one group, or the reference completions they were shown."""
     if references and group == 1:
@@ -350,24 +352,22 @@ def baseline(
         )
     rows, data_sha = _load_tasks(data, subset)
     jobs = baseline_jobs(rows, group, references=references, limit=limit)
-    config = _grader_config(grader_model, grader_base_url, concurrency, max_attempts)
     identity = {
         "command": "baseline",
         "group": group,
         "references": references,
         "data_sha256": data_sha,
         "limit": limit,
-    } | config.identity()
+    } | grader.identity()
     extra = {
         "data": str(data) if data else f"subset:{subset}",
         "completions": f"Group {group} {'reference' if references else 'physician ideal'} completions",
         "group_description": GROUP_DESCRIPTIONS[group],
     }
-    choice = _batch_choice(batch, poll_interval, batch_tokens, no_wait)
     if dry_run:
-        _print_estimate([_unit(job) for job in jobs], config, prices)
+        _print_estimate([_unit(job) for job in jobs], grader, prices)
         return
-    execute(jobs, out, config, identity, batch=choice, seed=seed, prices=prices, progress=progress, extra=extra)
+    execute(jobs, out, grader, identity, batch=batch, seed=seed, prices=prices, progress=progress, extra=extra)
 
 
 def _load_meta(data: Path | None, subset: str | None) -> tuple[list[MetaRow], str]:
@@ -393,9 +393,8 @@ def _meta_headline(metrics: dict[str, float | int]) -> str:
 @click.option("--subset", type=click.Choice(["meta"]), help="The official meta-eval file [default, unless --data].")
 @click.option("--limit", type=click.IntRange(min=1), help="Grade N rows, chosen as the reference does.")
 @run_options
-@grader_options
-@batch_options
 @_user_errors
+@_grading
 def meta_eval(
     data: Path | None,
     subset: str | None,
@@ -405,34 +404,27 @@ def meta_eval(
     prices: Path | None,
     progress: bool,
     dry_run: bool,
-    grader_model: str | None,
-    grader_base_url: str | None,
-    concurrency: int,
-    max_attempts: int,
-    batch: bool,
-    poll_interval: float,
-    batch_tokens: int | None,
-    no_wait: bool,
+    grader: GraderConfig,
+    batch: BatchChoice | None,
 ) -> None:
     """Measure the grader's agreement with physicians (macro F1); run again on the same --out to resume."""
     all_rows, data_sha = _load_meta(data, subset)
     rows = select_rows(all_rows, limit)
-    config = _grader_config(grader_model, grader_base_url, concurrency, max_attempts)
     if dry_run:
-        _print_estimate([Unit(row.prompt, row.completion, [row.rubric]) for row in rows], config, prices)
+        _print_estimate([Unit(row.prompt, row.completion, [row.rubric]) for row in rows], grader, prices)
         return
-    identity = {"command": "meta-eval", "data_sha256": data_sha, "limit": limit} | config.identity()
+    identity = {"command": "meta-eval", "data_sha256": data_sha, "limit": limit} | grader.identity()
 
-    def start(grader: Grader, _policy: Policy | None, _store: Store, costs: CostMeter) -> Awaitable[RunOutcome]:
-        return grade_meta_rows(rows, grader, out, seed=seed, progress=progress, describe_cost=costs.progress)
+    def start(built: Grader, _policy: Policy | None, _store: Store, costs: CostMeter) -> Awaitable[RunOutcome]:
+        return grade_meta_rows(rows, built, out, seed=seed, progress=progress, describe_cost=costs.progress)
 
     run_session(
         start,
         out,
-        config,
+        grader,
         identity,
         policy=None,
-        batch=_batch_choice(batch, poll_interval, batch_tokens, no_wait),
+        batch=batch,
         seed=seed,
         prices=prices,
         extra={"data": str(data) if data else "subset:meta"},
