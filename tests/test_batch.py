@@ -19,7 +19,7 @@ from click.testing import CliRunner, Result
 
 from healthbench.batch import BatchClient, BatchSettings
 from healthbench.cli import main
-from healthbench.client import ChatClient, RetryPolicy
+from healthbench.client import ChatClient, RequestFailed, RetryPolicy
 from healthbench.data import Row
 from healthbench.fakeapi import FakeOpenAI
 from healthbench.grading import (
@@ -414,3 +414,29 @@ def test_the_enqueued_token_limit(tmp_path: Path, capped: bool) -> None:
     else:
         assert refused >= items  # the first batch, with everything, was turned away
         assert "Enqueued token limit reached" in result.output
+
+
+def test_a_request_nobody_waits_for_gets_no_follow_up(tmp_path: Path, fake: FakeOpenAI) -> None:
+    assert fake.base_url
+    fake.batch_delay, fake.batch_fail_rate = 0.05, 1.0  # every line fails
+
+    async def scenario() -> None:
+        submitted = asyncio.Event()
+        ledger = Store(tmp_path / STORE)
+        chat = ChatClient(fake.base_url or "", KEY, retry=RetryPolicy(max_attempts=2))
+        batcher = BatchClient(
+            chat, ledger, "grader", BatchSettings(poll_interval=0.01, settle=0.01), lambda _line: submitted.set()
+        )
+        abandoned, kept = (
+            asyncio.ensure_future(batcher.complete({"n": n, "messages": [{"role": "user", "content": "Hi"}]}, str))
+            for n in (1, 2)
+        )
+        await submitted.wait()
+        abandoned.cancel()  # its sample failed elsewhere while its line was out in the batch
+        with pytest.raises(RequestFailed, match="after 2 attempts"):
+            await kept
+        await batcher.aclose()
+        ledger.close()
+
+    asyncio.run(scenario())
+    assert fake.batch_lines_submitted == 2 + 1  # the abandoned request was not sent again

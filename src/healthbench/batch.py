@@ -264,7 +264,8 @@ class BatchClient:
             else:
                 self._finish(request, (value, request.usage))
                 return
-        if retryable and request.attempts < self.chat.retry.max_attempts:
+        # Nobody waits any more (the sample failed on another item): a follow-up would be paid for nothing.
+        if retryable and request.attempts < self.chat.retry.max_attempts and request.waiters:
             self._enqueue(request, fresh=False)
             return
         self._finish(request, RequestFailed(cause, request.attempts))
