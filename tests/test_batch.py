@@ -440,3 +440,26 @@ def test_a_request_nobody_waits_for_gets_no_follow_up(tmp_path: Path, fake: Fake
 
     asyncio.run(scenario())
     assert fake.batch_lines_submitted == 2 + 1  # the abandoned request was not sent again
+
+
+def test_batches_lists_and_cancels_what_is_out_and_a_later_run_finishes(tmp_path: Path) -> None:
+    rows = made_up_rows()
+    data, responses, replies = fixed_replies(tmp_path, rows)
+    out = tmp_path / "out"
+    with FakeOpenAI(batch_delay=10) as server:
+        server.batch_api.clock = lambda: 0.0  # out until cancelled
+        assert server.base_url
+        args = grade_args(data, responses, out, server.base_url, *FAST)
+        assert run([*args, "--no-wait"]).exit_code == 0
+        listed = run(["batches", str(out)])  # the grader's endpoint comes from the run's run.json
+        assert listed.exit_code == 0, listed.output
+        assert listed.output.startswith("grader: batch batch_") and "validating" in listed.output
+        cancelled = run(["batches", str(out), "--cancel"])
+        assert cancelled.exit_code == 0 and ": cancelled, " in cancelled.output
+        finish_batches_now(server)
+        finished = run(args)
+        assert finished.exit_code == 0, finished.output
+        items = check_against_reference(out, rows, replies).total()
+        assert server.batch_lines_submitted == 2 * items  # nothing had finished: all of it went again
+        assert run(["batches", str(out)]).output == f"{out}: no batches out\n"
+    assert "no run here" in run(["batches", str(tmp_path)]).output

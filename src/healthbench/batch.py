@@ -136,6 +136,31 @@ def _elapsed(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
 
 
+def _status_line(batch_id: str | None, state: Mapping[str, Any], created: float) -> str:
+    counts = state.get("request_counts") or {}
+    return (
+        f"batch {batch_id}: {state.get('status')}, {counts.get('completed', 0)}/{counts.get('total', 0)} done, "
+        f"{counts.get('failed', 0)} failed; {_elapsed(time.time() - created)} since submitted"
+    )
+
+
+async def batch_report(chats: Mapping[str, ChatClient], records: Iterable[BatchRecord], *, cancel: bool) -> list[str]:
+    """A line per recorded batch with its status from the API (`chats` by purpose); with `cancel`, each batch
+    still running is cancelled first. The ledger is left as it is: the next run collects what finished."""
+    lines = []
+    for record in records:
+        chat = chats[record.purpose]
+        if record.batch_id is None:
+            lines.append(f"{record.purpose}: file {record.input_file_id} uploaded, its batch not recorded yet")
+            continue
+        path = f"/batches/{record.batch_id}"
+        state = json.loads(await chat.api("GET", path))
+        if cancel and state.get("status") not in TERMINAL | {"cancelling"}:
+            state = json.loads(await chat.api("POST", path + "/cancel"))
+        lines.append(f"{record.purpose}: {_status_line(record.batch_id, state, record.created)}")
+    return lines
+
+
 def _parse_output_line(record: Mapping[str, Any]) -> _Outcome:
     """A line of a batch output or error file as an outcome."""
     response = record.get("response")
@@ -445,15 +470,10 @@ class BatchClient:
                 await self._find(batch)
             state = json.loads(await self.chat.api("GET", f"/batches/{batch.batch_id}"))
             status = str(state.get("status"))
-            counts = state.get("request_counts") or {}
-            line = (
-                f"batch {batch.batch_id}: {status}, {counts.get('completed', 0)}/{counts.get('total', 0)} done, "
-                f"{counts.get('failed', 0)} failed"
-            )
             # A new status at once, otherwise the counts every few minutes: a day's wait would flood the screen.
             if status != batch.shown_status or time.monotonic() - batch.shown_at >= _SHOW_COUNTS_EVERY:
                 batch.shown_status, batch.shown_at = status, time.monotonic()
-                self.notify(f"{line}; {_elapsed(time.time() - batch.created)} since submitted")
+                self.notify(_status_line(batch.batch_id, state, batch.created))
             if status in TERMINAL:
                 # Marked finished only once collected: a download that fails is tried again at the next check.
                 await self._collect(batch, state)

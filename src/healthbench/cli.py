@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 import json
@@ -14,6 +15,7 @@ from pydantic import ValidationError
 
 from .baselines import GROUP_DESCRIPTIONS, baseline_jobs
 from .batch import BatchSettings
+from .client import RequestFailed
 from .config import DEFAULT_CONCURRENCY, GraderConfig
 from .data import DataError, MetaRow, Row, load_meta_rows, load_rows
 from .grading import Grader
@@ -23,7 +25,7 @@ from .report import write_meta_report, write_report
 from .runner import RUN, Job, RunOutcome, aggregate_records, load_responses, select_rows, write_json_atomic
 from .sampling import Policy, PolicyConfig
 from .session import BatchChoice, execute, run_session
-from .store import ConfigMismatch, Store
+from .store import STORE, ConfigMismatch, Store
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -460,6 +462,52 @@ def report(out: Path, seed: int | None) -> None:
     metrics = aggregate_records(results, seed=bootstrap_seed)
     write_json_atomic(out / "metrics.json", metrics)
     click.echo(f"score {metrics['score']:.4f} ± {metrics['score:bootstrap_std']:.4f}; report in {write_report(out)}")
+
+
+@main.command()
+@click.argument("out", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option(
+    "--cancel",
+    is_flag=True,
+    help="Cancel every batch still running. Nothing more is spent; the same run command later collects what "
+    "finished and sends the rest again.",
+)
+@click.option("--grader-base-url", help="Grader endpoint [default: the run's, else as for grading].")
+@click.option("--base-url", help="The model's endpoint, for policy batches [default: the run's, else as for eval].")
+@_user_errors
+def batches(out: Path, cancel: bool, grader_base_url: str | None, base_url: str | None) -> None:
+    """List the batches of the run in OUT not yet collected, with their status; --cancel stops them."""
+    from .batch import batch_report
+
+    if not (out / STORE).exists():
+        raise click.ClickException(f"{out}: no run here ({STORE} is missing)")
+    run_path = out / RUN
+    run = json.loads(run_path.read_text(encoding="utf-8")) if run_path.exists() else {}
+    grader = GraderConfig.from_env(base_url=grader_base_url or run.get("grader_base_url"))
+    policy = PolicyConfig.from_env(base_url=base_url or run.get("base_url"), model=run.get("model", "unknown"))
+    store = Store(out / STORE)
+    try:
+        records = store.open_batches()
+    finally:
+        store.close()
+    if not records:
+        click.echo(f"{out}: no batches out")
+        return
+
+    async def report() -> list[str]:
+        chats = {"grader": grader.chat(), "policy": policy.chat()}
+        try:
+            return await batch_report(chats, records, cancel=cancel)
+        finally:
+            for chat in chats.values():
+                await chat.aclose()
+
+    try:
+        lines = asyncio.run(report())
+    except RequestFailed as exc:
+        raise click.ClickException(f"could not reach the batches of {out}: {exc}") from None
+    for line in lines:
+        click.echo(line)
 
 
 @main.command()

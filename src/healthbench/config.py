@@ -67,7 +67,12 @@ class GraderConfig(BaseModel):
     ) -> Grader:
         """A grader with a client of its own, under `budget` if given, else a budget of `concurrency`; `wrap`
         turns the live client into another way of sending (the Batch API)."""
-        chat = ChatClient(
+        chat = self.chat(budget)
+        return Grader(chat if wrap is None else wrap(chat), self.model, cache=cache)
+
+    def chat(self, budget: Budget | None = None) -> ChatClient:
+        """The live client for the grader's endpoint: its key, concurrency, timeout and retry table."""
+        return ChatClient(
             self.base_url,
             self.api_key.get_secret_value() if self.api_key else None,
             concurrency=self.concurrency,
@@ -75,4 +80,3 @@ class GraderConfig(BaseModel):
             retry=RetryPolicy(max_attempts=self.max_attempts),
             budget=budget,
         )
-        return Grader(chat if wrap is None else wrap(chat), self.model, cache=cache)

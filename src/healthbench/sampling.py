@@ -65,6 +65,16 @@ class PolicyConfig(BaseModel):
         """Whether the model takes `max_completion_tokens` and no temperature."""
         return self.reasoning if self.reasoning is not None else bool(_REASONING.match(self.model))
 
+    def chat(self) -> ChatClient:
+        """The live client for the model's endpoint: its key, concurrency, timeout and retry table."""
+        return ChatClient(
+            self.base_url,
+            self.api_key.get_secret_value() if self.api_key else None,
+            concurrency=self.concurrency,
+            timeout=self.timeout,
+            retry=RetryPolicy(max_attempts=self.max_attempts),
+        )
+
     def identity(self) -> dict[str, Any]:
         """What decides the replies: recorded with a run, and compared on resume."""
         return self.model_dump(include={"model", "system_message", "temperature", "max_tokens", "reasoning_effort"}) | {
@@ -77,13 +87,7 @@ class Policy:
 
     def __init__(self, config: PolicyConfig, wrap: Callable[[ChatClient], Completer] | None = None) -> None:
         self.config = config
-        chat = ChatClient(
-            config.base_url,
-            config.api_key.get_secret_value() if config.api_key else None,
-            concurrency=config.concurrency,
-            timeout=config.timeout,
-            retry=RetryPolicy(max_attempts=config.max_attempts),
-        )
+        chat = config.chat()
         self.client: Completer = chat if wrap is None else wrap(chat)
 
     def messages(self, prompt: Sequence[Message]) -> list[Message]:
