@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 import aiohttp
+from pydantic import SecretStr
 
 T = TypeVar("T")
 
@@ -443,3 +444,30 @@ def _status_error(status: int, body: bytes, headers: Mapping[str, str]) -> Excep
     if is_retryable(status):
         return _StatusError(cause, retry_after_seconds(headers))
     return RequestFailed(cause, 1)
+
+
+class Endpoint(Protocol):
+    """The settings of one endpoint's client (the grader's, the policy's)."""
+
+    @property
+    def base_url(self) -> str: ...
+    @property
+    def api_key(self) -> SecretStr | None: ...
+    @property
+    def concurrency(self) -> int: ...
+    @property
+    def timeout(self) -> float: ...
+    @property
+    def max_attempts(self) -> int: ...
+
+
+def client_for(endpoint: Endpoint, budget: Budget | None = None) -> ChatClient:
+    """The live client for an endpoint's settings: the one place a client is made from them."""
+    return ChatClient(
+        endpoint.base_url,
+        endpoint.api_key.get_secret_value() if endpoint.api_key else None,
+        concurrency=endpoint.concurrency,
+        timeout=endpoint.timeout,
+        retry=RetryPolicy(max_attempts=endpoint.max_attempts),
+        budget=budget,
+    )

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from .client import OPENAI_BASE_URL, Budget, ChatClient, Completer, RetryPolicy
+from .client import OPENAI_BASE_URL, Budget, ChatClient, Completer, client_for
 from .grading import DEFAULT_GRADER_MODEL, TEMPLATE_SHA256, Grader, VerdictCache
 
 DEFAULT_CONCURRENCY = 64
@@ -72,11 +72,4 @@ class GraderConfig(BaseModel):
 
     def chat(self, budget: Budget | None = None) -> ChatClient:
         """The live client for the grader's endpoint: its key, concurrency, timeout and retry table."""
-        return ChatClient(
-            self.base_url,
-            self.api_key.get_secret_value() if self.api_key else None,
-            concurrency=self.concurrency,
-            timeout=self.timeout,
-            retry=RetryPolicy(max_attempts=self.max_attempts),
-            budget=budget,
-        )
+        return client_for(self, budget)

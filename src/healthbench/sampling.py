@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
-from .client import OPENAI_BASE_URL, ChatClient, Completer, RetryPolicy, Usage
+from .client import OPENAI_BASE_URL, ChatClient, Completer, Usage, client_for
 from .data import Message
 
 _REASONING = re.compile(r"^(o\d|gpt-5)")
@@ -67,13 +67,7 @@ class PolicyConfig(BaseModel):
 
     def chat(self) -> ChatClient:
         """The live client for the model's endpoint: its key, concurrency, timeout and retry table."""
-        return ChatClient(
-            self.base_url,
-            self.api_key.get_secret_value() if self.api_key else None,
-            concurrency=self.concurrency,
-            timeout=self.timeout,
-            retry=RetryPolicy(max_attempts=self.max_attempts),
-        )
+        return client_for(self)
 
     def identity(self) -> dict[str, Any]:
         """What decides the replies: recorded with a run, and compared on resume."""
