@@ -463,3 +463,31 @@ def test_batches_lists_and_cancels_what_is_out_and_a_later_run_finishes(tmp_path
         assert server.batch_lines_submitted == 2 * items  # nothing had finished: all of it went again
         assert run(["batches", str(out)]).output == f"{out}: no batches out\n"
     assert "no run here" in run(["batches", str(tmp_path)]).output
+
+
+@pytest.mark.timeout(60)
+def test_under_a_token_cap_batches_go_one_at_a_time(tmp_path: Path, fake: FakeOpenAI) -> None:
+    assert fake.base_url
+    fake.batch_delay = 0.2
+
+    def body(n: int) -> bytes:
+        return json.dumps({"n": n, "messages": [{"role": "user", "content": "Hi"}]}).encode()
+
+    line_tokens = len(body(1)) // 4 + 30  # with the custom_id and framing of a batch line, about
+    cap = int(3.5 * line_tokens)  # three lines fit, and one beside the first batch, but not three
+
+    async def scenario() -> list[int]:
+        submitted = asyncio.Event()
+        ledger = Store(tmp_path / STORE)
+        settings = BatchSettings(poll_interval=0.01, settle=0.01, max_tokens=cap)
+        chat = ChatClient(fake.base_url or "", KEY)
+        batcher = BatchClient(chat, ledger, "grader", settings, lambda _line: submitted.set())
+        first = asyncio.ensure_future(batcher.complete(body(1), str))
+        await submitted.wait()
+        rest = [asyncio.ensure_future(batcher.complete(body(n), str)) for n in (2, 3, 4)]
+        await asyncio.gather(first, *rest)
+        await batcher.aclose()
+        ledger.close()
+        return [b.total for b in fake.batch_api.batches.values()]
+
+    assert asyncio.run(scenario()) == [1, 3]

@@ -367,11 +367,9 @@ class BatchClient:
         return sum(batch.tokens for batch in self._open.values() if batch.status not in TERMINAL)
 
     def _room(self) -> bool:
-        """Whether the next queued request may go out now under the token cap."""
-        if self._token_cap is None:
-            return True
-        queued = self._queued_tokens()
-        return queued == 0 or queued + _tokens(next(iter(self._queue.values())).line) <= self._token_cap
+        """Whether a batch may go out now: under a token cap, batches (each cut to the cap) go one at a time,
+        so that whenever there is room, the first batch fits and the queue moves."""
+        return self._token_cap is None or self._queued_tokens() == 0
 
     def _watching(self) -> bool:
         return any(batch.status not in TERMINAL for batch in self._open.values())
@@ -395,9 +393,8 @@ class BatchClient:
 
     async def _submit_queue(self) -> None:
         for chunk in self._chunks(list(self._queue.values())):
-            queued, tokens = self._queued_tokens(), sum(_tokens(r.line) for r in chunk)
-            if self._token_cap is not None and queued and queued + tokens > self._token_cap:
-                break  # the rest waits until a batch of this client's is done
+            if not self._room():
+                break  # the rest waits until this client's batch is done
             for request in chunk:
                 del self._queue[request.custom_id]
                 self._queued_bytes -= len(request.line)
