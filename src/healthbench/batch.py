@@ -109,7 +109,6 @@ class _Request:
 class _Batch:
     input_file_id: str
     batch_id: str | None
-    requests: int
     created: float
     members: set[str] = field(default_factory=set)
     tokens: int = 0
@@ -205,7 +204,7 @@ class BatchClient:
         self._queued_bytes = 0
         self._last_queued = 0.0
         self._open = {
-            record.input_file_id: _Batch(record.input_file_id, record.batch_id, record.requests, record.created)
+            record.input_file_id: _Batch(record.input_file_id, record.batch_id, record.created)
             for record in ledger.open_batches()
             if record.purpose == purpose
         }
@@ -419,7 +418,7 @@ class BatchClient:
             request.attempts += 1
         self.ledger.record_upload(uploaded["id"], self.purpose, [(r.custom_id, r.attempts) for r in chunk])
         members = {r.custom_id for r in chunk}
-        batch = _Batch(uploaded["id"], None, len(chunk), time.time(), members, sum(_tokens(r.line) for r in chunk))
+        batch = _Batch(uploaded["id"], None, time.time(), members, sum(_tokens(r.line) for r in chunk))
         self._open[batch.input_file_id] = batch
         try:
             await self._create(batch)
