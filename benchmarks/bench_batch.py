@@ -22,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-from healthbench.fakeapi import FakeOpenAI
+from healthbench.testing import FakeOpenAI
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 300.0  # per subprocess: a hung run fails the benchmark instead of stalling it

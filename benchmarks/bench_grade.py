@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def start_fake(latency: float) -> tuple[subprocess.Popen[str], str]:
     """The fake server in a process of its own, so its CPU is not counted as the grader's."""
     server = subprocess.Popen(
-        [sys.executable, "-m", "healthbench.fakeapi", "--port", "0", "--latency", str(latency)],
+        [sys.executable, "-m", "healthbench.testing", "--port", "0", "--latency", str(latency)],
         stdout=subprocess.PIPE,
         text=True,
     )

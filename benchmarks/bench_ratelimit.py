@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from healthbench.fakeapi import FakeOpenAI
+from healthbench.testing import FakeOpenAI
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,7 +1,7 @@
 """Benchmark the OpenReward server: start-up time and memory with 5,000 tasks, then graded sessions per second.
 
 Three processes, as deployed: the server (`healthbench serve`),
-the fake grader (`python -m healthbench.fakeapi`), and this script as the SDK client running many sessions
+the fake grader (`python -m healthbench.testing`), and this script as the SDK client running many sessions
 at once. The rows are made here, in the official schema and about the size of real ones (~12 KB each).
 
     python benchmarks/bench_serve.py [--tasks 5000] [--sessions 640] [--at-once 64] [--latency 0]
@@ -142,7 +142,7 @@ def main() -> None:
         rng = random.Random(0)
         data.write_text("".join(json.dumps(make_row(rng, i)) + "\n" for i in range(args.tasks)), encoding="utf-8")
         data_mb = data.stat().st_size / 1e6
-        fake_cmd = [sys.executable, "-m", "healthbench.fakeapi", "--port", "0", "--latency", str(args.latency)]
+        fake_cmd = [sys.executable, "-m", "healthbench.testing", "--port", "0", "--latency", str(args.latency)]
         fake = subprocess.Popen(fake_cmd, stdout=subprocess.PIPE, text=True, env=env)
         assert fake.stdout is not None
         env["HEALTHBENCH_GRADER_BASE_URL"] = fake.stdout.readline().strip()

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from healthbench.fakeapi import FakeOpenAI
+from healthbench.testing import FakeOpenAI
 
 os.environ.setdefault("OPENREWARD_DISABLE_UPDATE_CHECK", "1")
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from healthbench.fakeapi import FakeOpenAI, prompt_verdict
+from healthbench.testing import FakeOpenAI, prompt_verdict
 from tests.conftest import make_row
 
 KEY = "sk-test-never-printed-0123456789"

@@ -14,7 +14,7 @@ from click.testing import CliRunner, Result
 from healthbench.baselines import baseline_jobs, group_name
 from healthbench.cli import main
 from healthbench.data import DataError, Row
-from healthbench.fakeapi import FakeOpenAI
+from healthbench.testing import FakeOpenAI
 from tests.conftest import make_row, write_jsonl
 from tests.reference import KEY, expected_means, reference_metrics, sent_prompts
 

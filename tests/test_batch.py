@@ -21,7 +21,6 @@ from healthbench.batch import BatchClient, BatchSettings
 from healthbench.cli import main
 from healthbench.client import ChatClient, RequestFailed, RetryPolicy
 from healthbench.data import Row
-from healthbench.fakeapi import FakeOpenAI
 from healthbench.grading import (
     Grader,
     GradingError,
@@ -31,6 +30,7 @@ from healthbench.grading import (
     transcript_with_reply,
 )
 from healthbench.store import STORE, Store
+from healthbench.testing import FakeOpenAI
 from tests.conftest import make_row, write_jsonl
 from tests.reference import KEY, check_against_reference, made_up_rows
 

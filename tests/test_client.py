@@ -18,8 +18,8 @@ from healthbench.client import (
     duration_seconds,
     retry_after_seconds,
 )
-from healthbench.fakeapi import FakeOpenAI, prompt_verdict
 from healthbench.grading import Grader, parse_verdict
+from healthbench.testing import FakeOpenAI, prompt_verdict
 
 T = TypeVar("T")
 FAST = RetryPolicy(max_attempts=12, initial_backoff=0.001, max_backoff=0.01)

@@ -11,9 +11,9 @@ from click.testing import CliRunner
 
 from healthbench.cli import main
 from healthbench.data import Message
-from healthbench.fakeapi import FakeOpenAI
 from healthbench.grading import TEMPLATE
 from healthbench.pricing import Price, Unit, estimate, estimate_report
+from healthbench.testing import FakeOpenAI
 from tests.conftest import make_row, write_jsonl
 from tests.reference import KEY
 from tests.test_baseline import made_up_rows as baseline_rows

@@ -30,8 +30,8 @@ from openreward.api.errors import ToolCallError, ToolFailed
 from healthbench.config import GraderConfig
 from healthbench.data import Row, load_rows
 from healthbench.environment import MULTI_TURN_INSTRUCTION, Deployment, HealthBench, build_server, load_splits
-from healthbench.fakeapi import FakeOpenAI, prompt_verdict
 from healthbench.grading import TEMPLATE, GradingError
+from healthbench.testing import FakeOpenAI, prompt_verdict
 
 SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "healthbench_sample.jsonl"
 UNGRADABLE = "UNGRADABLE"  # a criterion containing this never gets a verdict from the fake

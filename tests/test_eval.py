@@ -14,7 +14,7 @@ from typing import Any
 from click.testing import CliRunner, Result
 
 from healthbench.cli import main
-from healthbench.fakeapi import FakeOpenAI, policy_reply
+from healthbench.testing import FakeOpenAI, policy_reply
 from tests.conftest import make_row, write_jsonl
 from tests.reference import KEY, check_against_reference, sent_prompts
 

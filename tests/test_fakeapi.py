@@ -13,8 +13,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from healthbench import fakeapi
-from healthbench.fakeapi import FAULT_KINDS, FakeOpenAI, policy_reply, prompt_verdict, verdict_reply
+import healthbench
+from healthbench.testing import FAULT_KINDS, FakeOpenAI, policy_reply, prompt_verdict, verdict_reply
 
 Reply = tuple[int, dict[str, str], bytes]
 
@@ -264,11 +264,11 @@ def test_invalid_configuration_is_rejected() -> None:
 
 
 def test_main_serves_in_the_foreground() -> None:
-    src = str(Path(fakeapi.__file__).resolve().parents[1])
+    src = str(Path(healthbench.__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
     args = ["--port", "0", "--fault-rate", "1", "--faults", "500", "--rate-limit", "100"]
     with subprocess.Popen(
-        [sys.executable, "-m", "healthbench.fakeapi", *args], stdout=subprocess.PIPE, text=True, env=env
+        [sys.executable, "-m", "healthbench.testing", *args], stdout=subprocess.PIPE, text=True, env=env
     ) as proc:
         try:
             assert proc.stdout is not None

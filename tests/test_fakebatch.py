@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from healthbench import fakeapi
-from healthbench.fakeapi import FakeOpenAI, policy_reply, prompt_verdict, verdict_reply
+import healthbench
+from healthbench.testing import FakeOpenAI, policy_reply, prompt_verdict, verdict_reply
+from healthbench.testing.replies import PROSE, STRING_VERDICT
 
 # Never route loopback through a proxy configured in the environment.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -213,7 +214,7 @@ def test_failed_and_malformed_lines_follow_their_rates(serve: Callable[..., tupl
         if got == verdict_reply(prompt_verdict(grader_prompt(i))):
             kind = "ok"
         else:
-            kind = {fakeapi._PROSE: "prose", fakeapi._STRING_VERDICT: "string_verdict"}[got]
+            kind = {PROSE: "prose", STRING_VERDICT: "string_verdict"}[got]
         kinds[kind] = kinds.get(kind, 0) + 1
     graded = sum(kinds.values())
     assert abs(kinds["prose"] - kinds["string_verdict"]) <= 1
@@ -378,11 +379,11 @@ def test_invalid_batch_configuration_is_rejected() -> None:
 
 
 def test_main_takes_batch_flags() -> None:
-    src = str(Path(fakeapi.__file__).resolve().parents[1])
+    src = str(Path(healthbench.__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
     args = ["--port", "0", "--batch-fail-rate", "1", "--batch-malformed-rate", "0.5", "--batch-delay", "0"]
     with subprocess.Popen(
-        [sys.executable, "-m", "healthbench.fakeapi", *args], stdout=subprocess.PIPE, text=True, env=env
+        [sys.executable, "-m", "healthbench.testing", *args], stdout=subprocess.PIPE, text=True, env=env
     ) as proc:
         try:
             assert proc.stdout is not None

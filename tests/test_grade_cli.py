@@ -9,7 +9,7 @@ from typing import Any
 from click.testing import CliRunner, Result
 
 from healthbench.cli import main
-from healthbench.fakeapi import FakeOpenAI
+from healthbench.testing import FakeOpenAI
 from tests.conftest import make_row, write_jsonl
 from tests.reference import KEY, check_against_reference, made_up_rows, sent_prompts
 

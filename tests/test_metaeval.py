@@ -15,7 +15,6 @@ import pytest
 from click.testing import CliRunner, Result
 
 from healthbench.cli import main
-from healthbench.fakeapi import FakeOpenAI, prompt_verdict
 from healthbench.metaeval import (
     group_figures,
     physician_agreement,
@@ -24,6 +23,7 @@ from healthbench.metaeval import (
     row_statistics,
     theme_of,
 )
+from healthbench.testing import FakeOpenAI, prompt_verdict
 from tests.conftest import write_jsonl
 from tests.reference import KEY, TEMPLATE, sent_prompts
 

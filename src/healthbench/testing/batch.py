@@ -20,10 +20,19 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import BodyPartReader, web
 
-from healthbench.fakeapi import _PROSE, _STRING_VERDICT, GRADER_MARKER, Body, _chat_messages, _error, _error_body
+from healthbench.testing.replies import (
+    GRADER_MARKER,
+    PROSE,
+    STRING_VERDICT,
+    Body,
+    chat_completion,
+    chat_messages,
+    error,
+    error_body,
+)
 
 if TYPE_CHECKING:
-    from healthbench.fakeapi import FakeOpenAI
+    from healthbench.testing.server import FakeOpenAI
 
 __all__ = ["BATCH_ENDPOINT", "FakeBatchAPI"]
 
@@ -32,7 +41,7 @@ _JSON_WS = " \t\n\r"
 _DECODER = json.JSONDecoder()
 _VALIDATING, _IN_PROGRESS = 0.1, 0.9  # shares of batch_delay at which each phase ends
 _FINISHED = frozenset({"completed", "failed", "expired", "cancelled"})
-_MALFORMED = (_PROSE, _STRING_VERDICT)
+_MALFORMED = (PROSE, STRING_VERDICT)
 _BAD_REQUEST = "invalid_request_error"
 
 
@@ -144,7 +153,7 @@ class FakeBatchAPI:
         try:
             reader = await request.multipart()
         except (AssertionError, ValueError):  # aiohttp asserts on a non-multipart content type
-            return _error(400, "expected a multipart/form-data body", _BAD_REQUEST)
+            return error(400, "expected a multipart/form-data body", _BAD_REQUEST)
         while (part := await reader.next()) is not None:
             if not isinstance(part, BodyPartReader):
                 continue
@@ -157,13 +166,13 @@ class FakeBatchAPI:
                 while chunk := await part.read_chunk():
                     size += len(chunk)
                     if size > self.server.max_file_bytes:
-                        return _error(400, f"file exceeds {self.server.max_file_bytes} bytes", _BAD_REQUEST)
+                        return error(400, f"file exceeds {self.server.max_file_bytes} bytes", _BAD_REQUEST)
                     chunks.append(chunk)
                 data = b"".join(chunks)
         if purpose != "batch":
-            return _error(400, "'purpose' must be 'batch'", _BAD_REQUEST)
+            return error(400, "'purpose' must be 'batch'", _BAD_REQUEST)
         if data is None:
-            return _error(400, "missing 'file' field", _BAD_REQUEST)
+            return error(400, "missing 'file' field", _BAD_REQUEST)
         self.server.files_uploaded += 1
         return web.json_response(self._add_file(filename, "batch", data))
 
@@ -175,10 +184,10 @@ class FakeBatchAPI:
 
     async def _file(self, request: web.Request) -> web.Response:
         if self._down():
-            return _error(503, "The server is temporarily unavailable", "server_error")
+            return error(503, "The server is temporarily unavailable", "server_error")
         file = self.files.get(request.match_info["id"])
         if file is None:
-            return _error(404, "No such File object", _BAD_REQUEST)
+            return error(404, "No such File object", _BAD_REQUEST)
         if request.path.endswith("/content"):
             return web.Response(body=file.data, content_type="application/octet-stream")
         return web.json_response(file.info)
@@ -187,35 +196,35 @@ class FakeBatchAPI:
         try:
             req = json.loads(await request.read())
         except ValueError:
-            return _error(400, "request body is not valid JSON", _BAD_REQUEST)
+            return error(400, "request body is not valid JSON", _BAD_REQUEST)
         if not isinstance(req, dict):
-            return _error(400, "request body must be a JSON object", _BAD_REQUEST)
+            return error(400, "request body must be a JSON object", _BAD_REQUEST)
         file_id = req.get("input_file_id")
         file = self.files.get(file_id) if isinstance(file_id, str) else None
         if file is None:
-            return _error(404, "No such File object", _BAD_REQUEST)
+            return error(404, "No such File object", _BAD_REQUEST)
         if req.get("endpoint") != BATCH_ENDPOINT:
-            return _error(400, f"'endpoint' must be '{BATCH_ENDPOINT}'", _BAD_REQUEST)
+            return error(400, f"'endpoint' must be '{BATCH_ENDPOINT}'", _BAD_REQUEST)
         if req.get("completion_window") != "24h":
-            return _error(400, "'completion_window' must be '24h'", _BAD_REQUEST)
+            return error(400, "'completion_window' must be '24h'", _BAD_REQUEST)
         metadata = req.get("metadata")
         if metadata is not None and not isinstance(metadata, dict):
-            return _error(400, "'metadata' must be an object", _BAD_REQUEST)
+            return error(400, "'metadata' must be an object", _BAD_REQUEST)
         lines = [(n, raw) for n, raw in enumerate(file.data.split(b"\n"), 1) if raw.strip()]
         echoed = dict(endpoint=BATCH_ENDPOINT, input_file_id=file_id, completion_window="24h", metadata=metadata)
         batch = _Batch(echoed, self._new_id("batch_"), time.time(), self.clock(), len(lines), [])
         self.server.batches_created += 1
         self.server.batch_lines_submitted += len(lines)
         if not lines:
-            batch.errors.append(_line_error("empty_file", "the input file has no requests", None))
+            batch.errors.append(_lineerror("empty_file", "the input file has no requests", None))
         elif len(lines) > self.server.max_batch_requests:
             message = f"{len(lines)} requests exceed the limit of {self.server.max_batch_requests}"
-            batch.errors.append(_line_error("too_many_tasks", message, None))
+            batch.errors.append(_lineerror("too_many_tasks", message, None))
         else:
             requests = self._validate(lines, batch.errors)
             batch.tokens = sum(len(json.dumps(body)) // 4 for _, body in requests)
             if not batch.errors and not self._queue_has_room(batch):
-                batch.errors.append(_line_error("token_limit_exceeded", self._limit_message(), None))
+                batch.errors.append(_lineerror("token_limit_exceeded", self._limit_message(), None))
             if not batch.errors:
                 self._answer(batch, requests)
         self.batches[batch.id] = batch
@@ -244,22 +253,22 @@ class FakeBatchAPI:
             try:
                 fields = _parse_line(raw.decode())
             except ValueError:  # UnicodeDecodeError and JSONDecodeError included
-                errors.append(_line_error("invalid_json_line", "the line is not a JSON object", n))
+                errors.append(_lineerror("invalid_json_line", "the line is not a JSON object", n))
                 continue
             custom_id = fields.get("custom_id", (None, ""))[0]
             body, body_text = fields.get("body", (None, ""))
             if "body" in fields and self.server.record:
                 self.server.batch_bodies.append(body_text)
             if not isinstance(custom_id, str):
-                errors.append(_line_error("invalid_custom_id", "'custom_id' must be a string", n))
+                errors.append(_lineerror("invalid_custom_id", "'custom_id' must be a string", n))
             elif custom_id in seen:
-                errors.append(_line_error("duplicate_custom_id", f"custom_id {custom_id!r} is repeated", n))
+                errors.append(_lineerror("duplicate_custom_id", f"custom_id {custom_id!r} is repeated", n))
             elif fields.get("method", (None, ""))[0] != "POST":
-                errors.append(_line_error("invalid_method", "'method' must be 'POST'", n))
+                errors.append(_lineerror("invalid_method", "'method' must be 'POST'", n))
             elif fields.get("url", (None, ""))[0] != BATCH_ENDPOINT:
-                errors.append(_line_error("invalid_url", f"'url' must be '{BATCH_ENDPOINT}'", n))
+                errors.append(_lineerror("invalid_url", f"'url' must be '{BATCH_ENDPOINT}'", n))
             elif not isinstance(body, dict):
-                errors.append(_line_error("invalid_body", "'body' must be an object", n))
+                errors.append(_lineerror("invalid_body", "'body' must be an object", n))
             else:
                 requests.append((custom_id, body))
             if isinstance(custom_id, str):
@@ -293,17 +302,17 @@ class FakeBatchAPI:
     ) -> tuple[int, Body, bool]:
         """Return the status and body a live request would get, or an injected fault; and if it is malformed."""
         server = self.server
-        messages = _chat_messages(body)
+        messages = chat_messages(body)
         if messages is None:  # refused as a live request would be
-            return 400, _error_body("'messages' must be a non-empty list of objects", _BAD_REQUEST), False
+            return 400, error_body("'messages' must be a non-empty list of objects", _BAD_REQUEST), False
         if fail_draw < server.batch_fail_rate or (
             server.batch_fail_always is not None and server.batch_fail_always(body)
         ):
-            return 500, _error_body("Injected batch failure", "server_error"), False
+            return 500, error_body("Injected batch failure", "server_error"), False
         last = messages[-1].get("content")
         if isinstance(last, str) and GRADER_MARKER in last and malformed_draw < server.batch_malformed_rate:
-            return 200, server._completion_payload(body, messages, _MALFORMED[malformed % 2], cid), True
-        return 200, server._completion_payload(body, messages, server._ok_content(body, messages), cid), False
+            return 200, chat_completion(body, messages, _MALFORMED[malformed % 2], cid), True
+        return 200, chat_completion(body, messages, server._ok_content(body, messages), cid), False
 
     def _status(self, batch: _Batch) -> str:
         if batch.cancelled is not None:
@@ -367,17 +376,17 @@ class FakeBatchAPI:
 
     async def _retrieve(self, request: web.Request) -> web.Response:
         if self._down():
-            return _error(503, "The server is temporarily unavailable", "server_error")
+            return error(503, "The server is temporarily unavailable", "server_error")
         batch = self.batches.get(request.match_info["id"])
-        return web.json_response(self._view(batch)) if batch else _error(404, "No such Batch", _BAD_REQUEST)
+        return web.json_response(self._view(batch)) if batch else error(404, "No such Batch", _BAD_REQUEST)
 
     async def _list(self, request: web.Request) -> web.Response:
         try:
             limit = int(request.query.get("limit", "20"))
         except ValueError:
-            return _error(400, "'limit' must be an integer", _BAD_REQUEST)
+            return error(400, "'limit' must be an integer", _BAD_REQUEST)
         if not 1 <= limit <= 100:
-            return _error(400, "'limit' must be between 1 and 100", _BAD_REQUEST)
+            return error(400, "'limit' must be between 1 and 100", _BAD_REQUEST)
         ids = list(reversed(self.batches))  # newest first: dicts keep creation order
         after = request.query.get("after")
         if after is not None:
@@ -396,14 +405,14 @@ class FakeBatchAPI:
     async def _cancel(self, request: web.Request) -> web.Response:
         batch = self.batches.get(request.match_info["id"])
         if batch is None:
-            return _error(404, "No such Batch", _BAD_REQUEST)
+            return error(404, "No such Batch", _BAD_REQUEST)
         status = self._status(batch)
         if status in ("completed", "failed"):
-            return _error(400, f"Cannot cancel a batch with status '{status}'", _BAD_REQUEST)
+            return error(400, f"Cannot cancel a batch with status '{status}'", _BAD_REQUEST)
         if batch.cancelled is None:
             batch.cancelled = (int(time.time()), self._counts(batch, status))
         return web.json_response(self._view(batch))
 
 
-def _line_error(code: str, message: str, line: int | None) -> Body:
+def _lineerror(code: str, message: str, line: int | None) -> Body:
     return {"code": code, "message": message, "param": None, "line": line}

@@ -1,45 +1,42 @@
-"""A fake OpenAI-compatible chat-completions server for tests and benchmarks.
+"""A fake OpenAI-compatible server for tests and benchmarks: routing, faults and recording.
 
 It is a real HTTP server on loopback (no mocks), so clients exercise their actual networking,
-retry and parsing code. Replies are deterministic: grader prompts get a verdict that is a pure
-function of the prompt text, everything else gets a reply derived from the messages. Faults and
-rate limiting can be injected deterministically from a seed.
-
-Run it standalone with ``python -m healthbench.fakeapi --port 8000``.
+retry and parsing code. Replies are deterministic (see ``replies``): grader prompts get a verdict
+that is a pure function of the prompt text, everything else gets a reply derived from the messages.
+Faults and rate limiting can be injected deterministically from a seed.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import contextlib
-import hashlib
 import json
-import math
 import random
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-if TYPE_CHECKING:
-    from healthbench.fakebatch import FakeBatchAPI
+from healthbench.testing.batch import FakeBatchAPI
+from healthbench.testing.limits import Limiter
+from healthbench.testing.replies import (
+    BAD_JSON,
+    GRADER_MARKER,
+    PROSE,
+    STRING_VERDICT,
+    Body,
+    chat_completion,
+    chat_messages,
+    error,
+    policy_reply,
+    prompt_verdict,
+    verdict_reply,
+)
 
-__all__ = [
-    "FAULT_KINDS",
-    "GRADER_MARKER",
-    "FakeOpenAI",
-    "main",
-    "policy_reply",
-    "prompt_verdict",
-    "verdict_reply",
-]
+__all__ = ["FAULT_KINDS", "FakeOpenAI"]
 
-GRADER_MARKER = "# Rubric item"
 FAULT_KINDS: tuple[str, ...] = (
     "429",
     "500",
@@ -52,86 +49,10 @@ FAULT_KINDS: tuple[str, ...] = (
     "string_verdict",
 )
 
-_PROSE = "The response seems reasonable overall and I would say it mostly meets the criterion."
-_STRING_VERDICT = '```json\n{"explanation": "fake verdict", "criteria_met": "true"}\n```'
-# Built once: every grader request needs one of these two strings.
-_VERDICT_REPLIES = {
-    met: "```json\n" + json.dumps({"explanation": "fake verdict", "criteria_met": met}) + "\n```"
-    for met in (True, False)
-}
-# Truncated mid-document, as a proxy cutting the body short would leave it.
-_BAD_JSON = '{"id": "chatcmpl-fake", "object": "chat.completion", "choices": [{"index": 0, "mess'
 # Generous so long grader prompts never hit aiohttp's 1 MiB default and turn into 413s.
 _CLIENT_MAX_SIZE = 64 * 1024 * 1024
 # Bounds how long stop() waits for handlers still sleeping out their latency.
 _SHUTDOWN_TIMEOUT = 2.0
-
-Body = dict[str, Any]
-
-
-def prompt_verdict(text: str) -> bool:
-    """Return the default ``criteria_met`` verdict for a grader prompt: a pure function of its text."""
-    return hashlib.sha256(text.encode()).digest()[0] % 2 == 0
-
-
-def verdict_reply(criteria_met: bool) -> str:
-    """Return a grader reply in the HealthBench format (a markdown-fenced JSON object)."""
-    return _VERDICT_REPLIES[criteria_met]
-
-
-def policy_reply(messages: Sequence[Any]) -> str:
-    """Return the default reply to a non-grader (policy) request: a hash of its messages."""
-    digest = hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
-    return "Fake reply " + digest[:16]
-
-
-def _estimate_tokens(chars: int) -> int:
-    return chars // 4 + 1
-
-
-def _error_body(message: str, error_type: str) -> Body:
-    return {"error": {"message": message, "type": error_type, "param": None, "code": None}}
-
-
-def _error(status: int, message: str, error_type: str, headers: dict[str, str] | None = None) -> web.Response:
-    body = _error_body(message, error_type)
-    return web.Response(status=status, text=json.dumps(body), content_type="application/json", headers=headers)
-
-
-def _chat_messages(body: Any) -> list[Body] | None:
-    """Return the request's messages, or None if they are not a non-empty list of objects."""
-    messages = body.get("messages") if isinstance(body, dict) else None
-    if isinstance(messages, list) and messages and all(isinstance(m, dict) for m in messages):
-        return messages
-    return None
-
-
-class _TokenBucket:
-    """Allows ``rate`` requests per second with a burst of one second's worth."""
-
-    def __init__(self, rate: float, now: float) -> None:
-        self.rate = rate
-        self.capacity = max(1.0, rate)
-        self.tokens = self.capacity
-        self.updated = now
-
-    def take(self, now: float) -> float:
-        """Consume a token and return 0, or return the seconds until one becomes available."""
-        self.tokens = min(self.capacity, self.tokens + (now - self.updated) * self.rate)
-        self.updated = now
-        if self.tokens >= 1.0:
-            self.tokens -= 1.0
-            return 0.0
-        return (1.0 - self.tokens) / self.rate
-
-    def headers(self, wait: float) -> dict[str, str]:
-        # Until the bucket is full again, mirroring OpenAI's "time until the limit resets".
-        reset = max(wait, (self.capacity - self.tokens) / self.rate)
-        return {
-            "x-ratelimit-limit-requests": str(math.floor(self.capacity)),
-            "x-ratelimit-remaining-requests": str(math.floor(self.tokens)),
-            "x-ratelimit-reset-requests": f"{math.ceil(reset * 1000)}ms",
-        }
 
 
 class FakeOpenAI:
@@ -142,7 +63,7 @@ class FakeOpenAI:
     server's event loop; read them (or call ``reset()``) while no requests are in flight. The
     ``respond`` and ``fail_always`` hooks run on that loop too, so they must be quick and not block.
 
-    It also fakes the Batch API (files and batches, see ``healthbench.fakebatch``), configured by the
+    It also fakes the Batch API (files and batches, see ``healthbench.testing.batch``), configured by the
     ``batch_*`` and ``max_*`` arguments and counted in ``batches_created``, ``batch_lines_submitted``,
     ``batch_bodies`` and ``files_uploaded``. Batches never touch the live counters above.
     """
@@ -168,8 +89,6 @@ class FakeOpenAI:
         max_batch_requests: int = 50_000,
         batch_token_limit: int | None = None,
     ) -> None:
-        from healthbench.fakebatch import FakeBatchAPI  # fakebatch imports this module
-
         unknown = sorted(set(faults) - set(FAULT_KINDS))
         if unknown:
             raise ValueError(f"unknown faults {unknown}; choose from {FAULT_KINDS}")
@@ -227,7 +146,7 @@ class FakeOpenAI:
         self.auth_headers: list[str | None] = []
         self._in_flight = 0
         self._rng = random.Random(self.seed)
-        self._bucket = None if self.rate_limit is None else _TokenBucket(self.rate_limit, time.monotonic())
+        self._limiter = Limiter(self.rate_limit, time.monotonic())
         self.batches_created = 0
         self.batch_lines_submitted = 0
         self.batch_bodies: list[str] = []
@@ -249,24 +168,18 @@ class FakeOpenAI:
             body = json.loads(await request.read())
         except ValueError:
             self.responses_by_kind["bad_request"] += 1
-            return _error(400, "request body is not valid JSON", "invalid_request_error")
+            return error(400, "request body is not valid JSON", "invalid_request_error")
         if isinstance(body, dict) and self.record:
             self.bodies.append(body)
-        messages = _chat_messages(body)
+        messages = chat_messages(body)
         if messages is None:
             self.responses_by_kind["bad_request"] += 1
-            return _error(400, "'messages' must be a non-empty list of objects", "invalid_request_error")
+            return error(400, "'messages' must be a non-empty list of objects", "invalid_request_error")
 
-        rate_headers: dict[str, str] = {}
-        if self._bucket is not None:
-            wait = self._bucket.take(time.monotonic())
-            rate_headers = self._bucket.headers(wait)
-            if wait > 0:
-                # Answered at once: a real limiter rejects before doing any work.
-                self.responses_by_kind["rate_limited"] += 1
-                retry_after = f"{math.ceil(wait * 1000) / 1000:g}"
-                headers = {"Retry-After": retry_after, **rate_headers}
-                return _error(429, "Rate limit reached for requests", "requests", headers)
+        refusal, rate_headers = self._limiter.admit(body, time.monotonic())
+        if refusal is not None:
+            self.responses_by_kind["rate_limited"] += 1
+            return refusal
 
         if self.fail_always is not None and self.fail_always(body):
             kind = "fail_always"
@@ -286,25 +199,25 @@ class FakeOpenAI:
         if kind == "ok":
             content = self._ok_content(body, messages)
         elif kind in ("prose", "fail_always"):
-            content = _PROSE
+            content = PROSE
         elif kind == "null":
             content = None
         elif kind == "empty":
             content = ""
         elif kind == "string_verdict":
-            content = _STRING_VERDICT
+            content = STRING_VERDICT
         elif kind == "429":
-            return _error(429, "Rate limit reached (injected)", "requests", {"Retry-After": "0"})
+            return error(429, "Rate limit reached (injected)", "requests", {"Retry-After": "0"})
         elif kind in ("500", "503"):
-            return _error(int(kind), f"Injected {kind} error", "server_error")
+            return error(int(kind), f"Injected {kind} error", "server_error")
         elif kind == "badjson":
-            return web.Response(text=_BAD_JSON, content_type="application/json")
+            return web.Response(text=BAD_JSON, content_type="application/json")
         else:  # "drop"
             if request.transport is not None:
                 request.transport.close()
             # Never reaches the client: aiohttp discards writes to a closed transport.
             return web.Response()
-        payload = self._completion_payload(body, messages, content, f"chatcmpl-fake-{self.requests_total}")
+        payload = chat_completion(body, messages, content, f"chatcmpl-fake-{self.requests_total}")
         return web.Response(text=json.dumps(payload), content_type="application/json")
 
     def _ok_content(self, body: Body, messages: list[Body]) -> str | None:
@@ -317,31 +230,6 @@ class FakeOpenAI:
             else:
                 content = policy_reply(messages)
         return content
-
-    def _completion_payload(self, body: Body, messages: list[Body], content: str | None, completion_id: str) -> Body:
-        """A chat.completion object: shared by live requests and batch lines."""
-        prompt_tokens = _estimate_tokens(sum(len(c) for m in messages if isinstance(c := m.get("content"), str)))
-        completion_tokens = _estimate_tokens(len(content or ""))
-        return {
-            "id": completion_id,
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": body.get("model", "fake-model"),
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": content},
-                    "finish_reason": "stop",
-                }
-            ],
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-                "prompt_tokens_details": {"cached_tokens": 0},
-                "completion_tokens_details": {"reasoning_tokens": 0},
-            },
-        }
 
     async def _start_site(self) -> str:
         app = web.Application(client_max_size=_CLIENT_MAX_SIZE)
@@ -367,7 +255,7 @@ class FakeOpenAI:
         if self._thread is not None:
             raise RuntimeError("server already started")
         loop = asyncio.new_event_loop()
-        thread = threading.Thread(target=loop.run_forever, name="fakeapi", daemon=True)
+        thread = threading.Thread(target=loop.run_forever, name="fake-openai", daemon=True)
         thread.start()
         self._loop, self._thread = loop, thread
         try:
@@ -401,51 +289,3 @@ class FakeOpenAI:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
-
-
-async def _serve_forever(server: FakeOpenAI) -> None:
-    print(await server._start_site(), flush=True)
-    try:
-        await asyncio.Event().wait()
-    finally:
-        await server._stop_site()
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """Serve a FakeOpenAI in the foreground until interrupted, printing its base URL on stdout."""
-    parser = argparse.ArgumentParser(prog="python -m healthbench.fakeapi", description=__doc__)
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
-    parser.add_argument("--latency", type=float, default=0.0, help="seconds before each answer")
-    parser.add_argument("--fault-rate", type=float, default=0.0)
-    parser.add_argument("--faults", default="", help=f"comma-separated subset of {','.join(FAULT_KINDS)}")
-    parser.add_argument("--rate-limit", type=float, default=None, help="requests per second")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--batch-delay", type=float, default=0.0, help="seconds until a batch completes")
-    parser.add_argument("--batch-fail-rate", type=float, default=0.0, help="share of batch lines that fail")
-    parser.add_argument("--batch-malformed-rate", type=float, default=0.0, help="share of unusable batch verdicts")
-    parser.add_argument("--batch-token-limit", type=int, help="enqueued tokens a batch may not take the queue past")
-    args = parser.parse_args(argv)
-    try:
-        server = FakeOpenAI(
-            fault_rate=args.fault_rate,
-            faults=[f for f in args.faults.split(",") if f],
-            seed=args.seed,
-            rate_limit=args.rate_limit,
-            latency=args.latency,
-            host=args.host,
-            port=args.port,
-            record=False,
-            batch_delay=args.batch_delay,
-            batch_fail_rate=args.batch_fail_rate,
-            batch_malformed_rate=args.batch_malformed_rate,
-            batch_token_limit=args.batch_token_limit,
-        )
-    except ValueError as exc:
-        parser.error(str(exc))
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve_forever(server))
-
-
-if __name__ == "__main__":
-    main()

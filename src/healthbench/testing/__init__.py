@@ -1,0 +1,21 @@
+"""A fake OpenAI-compatible endpoint for tests and benchmarks: chat completions, files and batches.
+
+It is a real HTTP server on loopback, so clients exercise their actual networking, retry and
+parsing code. Run it standalone with ``python -m healthbench.testing --port 8000``.
+"""
+
+from healthbench.testing.batch import FakeBatchAPI
+from healthbench.testing.cli import main
+from healthbench.testing.replies import GRADER_MARKER, policy_reply, prompt_verdict, verdict_reply
+from healthbench.testing.server import FAULT_KINDS, FakeOpenAI
+
+__all__ = [
+    "FAULT_KINDS",
+    "GRADER_MARKER",
+    "FakeBatchAPI",
+    "FakeOpenAI",
+    "main",
+    "policy_reply",
+    "prompt_verdict",
+    "verdict_reply",
+]
