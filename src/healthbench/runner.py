@@ -22,12 +22,13 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, StrictStr
 from tqdm import tqdm
 
-from .client import Deferred, RequestFailed, Usage
+from .client import Deferred, RequestFailed
 from .data import DataError, Message, Row, read_jsonl
 from .grading import GradedReply, Grader, GradingError, transcript_with_reply
 from .sampling import Policy
-from .scoring import aggregate, task_metrics
+from .scoring import LENGTH_ADJUSTED, LengthAdjustment, aggregate, task_metrics
 from .store import Store
+from .wire import Usage
 
 T = TypeVar("T")
 
@@ -87,11 +88,33 @@ def result_record(
     }
 
 
-def aggregate_records(records: Iterable[Mapping[str, Any]], *, seed: int) -> dict[str, float | int]:
+def aggregate_records(
+    records: Iterable[Mapping[str, Any]], *, seed: int, length_adjustment: LengthAdjustment | None = None
+) -> dict[str, float | int]:
     """Metrics over result records, taken in (repeat, prompt_id) order so the bootstrap does not depend on
-    which task finished first, nor on whether a run was resumed."""
+    which task finished first, nor on whether a run was resumed.
+
+    With `length_adjustment`, each record's adjusted score is computed afresh from its `score` and
+    `response` (so a run can be rescored with other settings), the metrics gain
+    `overall_score_length_adjusted`, and `score` becomes that; every other metric is what it is without.
+    """
     ordered = sorted(records, key=lambda r: (r.get("repeat", 0), r["prompt_id"]))
-    return aggregate([r["metrics"] for r in ordered], seed=seed)
+    if length_adjustment is None:
+        return aggregate([r["metrics"] for r in ordered], seed=seed)
+    # Appended last to each task's metrics, with the sample count of overall_score (which every task has),
+    # it draws no resamples of its own: every other metric keeps its values bit for bit.
+    per_task = [r["metrics"] | {LENGTH_ADJUSTED: _length_adjusted(r, length_adjustment)} for r in ordered]
+    return aggregate(per_task, seed=seed, headline=LENGTH_ADJUSTED)
+
+
+def _length_adjusted(record: Mapping[str, Any], adjustment: LengthAdjustment) -> float:
+    score, response = record.get("score"), record.get("response")
+    where = f"result {record['prompt_id']!r} repeat {record.get('repeat', 0)}"
+    if isinstance(score, bool) or not isinstance(score, int | float):
+        raise DataError(f"{where}: field score: expected a number to length-adjust, got {score!r}")
+    if not isinstance(response, str):
+        raise DataError(f"{where}: field response: expected the reply's text to measure, got {response!r}")
+    return adjustment.adjust(float(score), response)
 
 
 def select_rows(rows: Sequence[T], limit: int | None) -> list[T]:
@@ -192,13 +215,15 @@ async def run_jobs(
     progress: bool = True,
     describe_cost: Callable[[Usage, Usage], str] | None = None,
     sample_first: bool = False,
+    length_adjustment: LengthAdjustment | None = None,
 ) -> RunOutcome:
     """Sample (where a job has no fixed reply) and grade every job; write results.jsonl and metrics.json.
 
     Replies and verdicts come from `store` when it has them and go into it as they arrive, so a run
     resumed after a crash pays only for what it did not finish. results.jsonl is written afresh, one line
     per sample as it is graded. With `sample_first`, every reply is in before any grading starts, so a
-    batching grader sees all its requests at once instead of a trickle.
+    batching grader sees all its requests at once instead of a trickle. With `length_adjustment`, each
+    line carries `length_adjusted_score` and the headline `score` of metrics.json is the adjusted one.
     """
     outcome = RunOutcome(metrics=None)
     system_message = policy.config.system_message if policy else None
@@ -251,6 +276,8 @@ async def run_jobs(
             [item.criteria_met for item in graded.items],
         )
         record = result_record(job.row, transcript, metrics, graded, grader.model) | {"repeat": job.repeat}
+        if length_adjustment is not None:
+            record["length_adjusted_score"] = length_adjustment.adjust(metrics["overall_score"], reply)
         if policy is not None:
             record |= {"policy_model": policy.config.model, "policy_usage": policy_usage.as_dict()}
         sink.add(record)
@@ -262,6 +289,6 @@ async def run_jobs(
     finally:
         sink.close()
     if not outcome.failures and not outcome.deferred:
-        outcome.metrics = aggregate_records(sink.records, seed=seed)
+        outcome.metrics = aggregate_records(sink.records, seed=seed, length_adjustment=length_adjustment)
         write_json_atomic(out_dir / METRICS, outcome.metrics)
     return outcome

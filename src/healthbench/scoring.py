@@ -7,13 +7,16 @@ the reward. Aggregates clip the mean of task scores to [0, 1], never the task sc
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import numpy as np
 
 N_BOOTSTRAP = 1000
+LENGTH_ADJUSTED = "overall_score_length_adjusted"
 
 
 def score(points: Sequence[int], met: Sequence[bool]) -> float | None:
@@ -63,14 +66,19 @@ def clipped_mean(values: Sequence[float]) -> float:
 
 
 def aggregate(
-    per_task: Sequence[Mapping[str, float]], *, seed: int = 0, n_bootstrap: int = N_BOOTSTRAP
+    per_task: Sequence[Mapping[str, float]],
+    *,
+    seed: int = 0,
+    n_bootstrap: int = N_BOOTSTRAP,
+    headline: str = "overall_score",
 ) -> dict[str, float | int]:
     """Aggregate per-task metric dicts as the reference does, with a seeded bootstrap.
 
     For each metric m, over the tasks that have it: `m` (clipped mean), `m:n_samples`, and
-    `m:bootstrap_std` (population std of `n_bootstrap` clipped resample means). `score` duplicates
-    `overall_score`, as the reference's top-line key. Resamples are drawn once per sample count and
-    shared by metrics of that count: each metric's interval is still an ordinary bootstrap.
+    `m:bootstrap_std` (population std of `n_bootstrap` clipped resample means). `score` duplicates the
+    `headline` metric (`overall_score`, as the reference's top-line key, unless told otherwise).
+    Resamples are drawn once per sample count, in the order metric names first appear, and shared by
+    metrics of that count: each metric's interval is still an ordinary bootstrap.
     """
     import numpy as np
 
@@ -78,8 +86,8 @@ def aggregate(
     for metrics in per_task:
         for name, value in metrics.items():
             values.setdefault(name, []).append(value)
-    if "overall_score" in values:
-        values["score"] = values["overall_score"]
+    if headline in values:
+        values["score"] = values[headline]
     rng = np.random.default_rng(seed)
     resamples: dict[int, np.ndarray] = {}
     out: dict[str, float | int] = {}
@@ -93,3 +101,45 @@ def aggregate(
         out[f"{name}:n_samples"] = n
         out[f"{name}:bootstrap_std"] = float(np.std(means))
     return out
+
+
+@dataclass(frozen=True)
+class LengthAdjustment:
+    """Length-adjusted scoring (SPEC section 7): each character past `center` costs
+    `penalty_per_500_chars / 500` of score, and each character short of it gains as much."""
+
+    center: float
+    penalty_per_500_chars: float
+
+    def __post_init__(self) -> None:
+        for name in ("center", "penalty_per_500_chars"):
+            value = getattr(self, name)
+            # bool is an int, and True as a center is a mistake, not 1 character.
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                raise ValueError(f"length adjustment: {name} must be a finite number, not {value!r}")
+        if self.center < 0 or self.penalty_per_500_chars < 0:
+            raise ValueError(f"length adjustment: center and penalty must not be negative: {self.as_dict()}")
+
+    def adjust(self, score: float, reply: str) -> float:
+        """The task score adjusted for the reply's length in characters; unclipped, like the score."""
+        return score - self.penalty_per_500_chars * (len(reply) - self.center) / 500
+
+    def describe(self) -> str:
+        """The settings in words, as the report and run summaries show them."""
+        return f"center {self.center:.10g} characters, {self.penalty_per_500_chars:.10g} per 500 characters"
+
+    def as_dict(self) -> dict[str, float]:
+        """The settings as run.json records them."""
+        return {"center": self.center, "penalty_per_500_chars": self.penalty_per_500_chars}
+
+    @classmethod
+    def from_dict(cls, value: Mapping[str, Any]) -> LengthAdjustment:
+        """The settings from `as_dict`'s form; a missing or extra key is an error naming it."""
+        keys = {"center", "penalty_per_500_chars"}
+        if not isinstance(value, Mapping) or set(value) != keys:
+            raise ValueError(f"length adjustment: expected exactly the keys {sorted(keys)}, got {value!r}")
+        return cls(center=value["center"], penalty_per_500_chars=value["penalty_per_500_chars"])
+
+
+# HealthBench Professional's official settings; the other subsets have none (SPEC section 7).
+PROFESSIONAL_LENGTH_ADJUSTMENT = LengthAdjustment(2000, 0.0147)
