@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from healthbench.batch import BatchClient, BatchSettings
+from healthbench.batch import BatchClient
+from healthbench.batchapi import BatchSettings
 from healthbench.cli import main
 from healthbench.client import ChatClient, RequestFailed, RetryPolicy
 from healthbench.data import Row

@@ -11,7 +11,6 @@ import pytest
 
 from healthbench.client import (
     ChatClient,
-    InvalidResponse,
     RateGovernor,
     RequestFailed,
     RetryPolicy,
@@ -20,6 +19,7 @@ from healthbench.client import (
 )
 from healthbench.grading import Grader, parse_verdict
 from healthbench.testing import FakeOpenAI, prompt_verdict
+from healthbench.wire import InvalidResponse
 
 T = TypeVar("T")
 FAST = RetryPolicy(max_attempts=12, initial_backoff=0.001, max_backoff=0.01)

@@ -7,7 +7,7 @@ from importlib import resources
 
 import pytest
 
-from healthbench.client import ChatClient, InvalidResponse
+from healthbench.client import ChatClient
 from healthbench.data import Message, RubricItem
 from healthbench.grading import (
     TEMPLATE,
@@ -19,6 +19,7 @@ from healthbench.grading import (
     rubric_item_text,
     transcript_with_reply,
 )
+from healthbench.wire import InvalidResponse
 
 PINNED = "2adffd51fd259554ebcd036ad1072d4aa2b7ce3aec2bbffe36271f911632ed3c"
 

@@ -1,7 +1,8 @@
 """HealthBench: OpenAI's physician-rubric health benchmark, graded exactly as the reference does."""
 
-from .batch import BatchClient, BatchSettings
-from .client import ChatClient, Completer, InvalidResponse, RequestFailed, RetryPolicy, Usage
+from .batch import BatchClient
+from .batchapi import BatchSettings
+from .client import ChatClient, Completer, RequestFailed, RetryPolicy
 from .config import GraderConfig
 from .data import DataError, IdealCompletions, Message, MetaRow, Row, RubricItem, load_meta_rows, load_rows
 from .grading import (
@@ -21,6 +22,7 @@ from .grading import (
 )
 from .scoring import aggregate, clipped_mean, score, task_metrics
 from .subsets import SUBSETS, load_meta_subset, load_subset, subset_path
+from .wire import InvalidResponse, Usage
 
 __all__ = [
     "DEFAULT_GRADER_MODEL",

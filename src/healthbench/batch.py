@@ -21,23 +21,28 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import aiohttp
 
-from .client import ChatClient, Deferred, InvalidResponse, RequestFailed, Usage, completion_content, is_retryable
+from .batchapi import (
+    TERMINAL,
+    BatchLedger,
+    BatchSettings,
+    Outcome,
+    input_line,
+    line_tokens,
+    read_output_line,
+    status_line,
+)
+from .client import ChatClient, Deferred, RequestFailed
 from .grading import request_key
-from .store import BatchRecord
+from .wire import InvalidResponse, Usage
 
 T = TypeVar("T")
 
-ENDPOINT = "/v1/chat/completions"
-# The Batch API's limits per batch: 50,000 requests and a 200 MB input file.
-MAX_REQUESTS = 50_000
-MAX_BYTES = 200 * 1000 * 1000
-TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
 # How many pages of the batch list to search for a batch whose id was lost in a crash.
 _LIST_PAGES = 20
 # Checks on the batches that may fail in a row (each after the client's own retries) before the requests
@@ -48,51 +53,6 @@ _CHECK_FAILURES = 10
 _REFUSED = "token_limit_exceeded"
 _REFUSALS = 20
 _SHOW_COUNTS_EVERY = 300.0
-
-
-class BatchLedger(Protocol):
-    """Where batches are remembered across processes (implemented by `store.Store`)."""
-
-    def record_upload(self, input_file_id: str, purpose: str, requests: Iterable[tuple[str, int]]) -> None:
-        """An uploaded input file and the (custom_id, attempt) of each request in it."""
-
-    def record_batch_id(self, input_file_id: str, batch_id: str) -> None:
-        """The batch created from an uploaded file."""
-
-    def close_batch(self, input_file_id: str) -> None:
-        """A batch whose results have been taken in."""
-
-    def open_batches(self) -> list[BatchRecord]:
-        """Batches not yet taken in."""
-
-    def batch_request(self, custom_id: str) -> tuple[str, int] | None:
-        """The input file that last carried a request, and its attempt number there."""
-
-
-@dataclass(frozen=True)
-class BatchSettings:
-    """How batches are formed and watched."""
-
-    poll_interval: float = 30.0
-    settle: float = 1.0
-    max_requests: int = MAX_REQUESTS
-    max_bytes: int = MAX_BYTES
-    completion_window: str = "24h"
-    # False: submit what is needed, collect what is finished, and leave the rest out for the next session.
-    wait: bool = True
-    # Most estimated tokens queued in batches at once (the organization's batch queue limit for the model);
-    # None: found by halving after a refusal.
-    max_tokens: int | None = None
-
-
-@dataclass(frozen=True)
-class _Outcome:
-    """One request's result in a batch: content, or why there is none."""
-
-    content: str | None
-    usage: Usage
-    cause: str = ""
-    retryable: bool = True
 
 
 @dataclass
@@ -116,68 +76,6 @@ class _Batch:
     shown_status: str = ""
     shown_at: float = 0.0
     unclaimed: int = 0
-
-
-def _line(custom_id: str, payload: bytes) -> bytes:
-    # The body is spliced in as the very bytes a live request sends, never re-serialised.
-    head = json.dumps({"custom_id": custom_id, "method": "POST", "url": ENDPOINT})
-    return head[:-1].encode() + b', "body": ' + payload + b"}\n"
-
-
-def _tokens(line: bytes) -> int:
-    # Four bytes a token overstates a JSON line's tokens, which is the safe side of a queue limit.
-    return len(line) // 4
-
-
-def _elapsed(seconds: float) -> str:
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
-
-
-def _status_line(batch_id: str | None, state: Mapping[str, Any], created: float) -> str:
-    counts = state.get("request_counts") or {}
-    return (
-        f"batch {batch_id}: {state.get('status')}, {counts.get('completed', 0)}/{counts.get('total', 0)} done, "
-        f"{counts.get('failed', 0)} failed; {_elapsed(time.time() - created)} since submitted"
-    )
-
-
-async def batch_report(chats: Mapping[str, ChatClient], records: Iterable[BatchRecord], *, cancel: bool) -> list[str]:
-    """A line per recorded batch with its status from the API (`chats` by purpose); with `cancel`, each batch
-    still running is cancelled first. The ledger is left as it is: the next run collects what finished."""
-    lines = []
-    for record in records:
-        chat = chats[record.purpose]
-        if record.batch_id is None:
-            lines.append(f"{record.purpose}: file {record.input_file_id} uploaded, its batch not recorded yet")
-            continue
-        path = f"/batches/{record.batch_id}"
-        state = json.loads(await chat.api("GET", path))
-        if cancel and state.get("status") not in TERMINAL | {"cancelling"}:
-            state = json.loads(await chat.api("POST", path + "/cancel"))
-        lines.append(f"{record.purpose}: {_status_line(record.batch_id, state, record.created)}")
-    return lines
-
-
-def _parse_output_line(record: Mapping[str, Any]) -> _Outcome:
-    """A line of a batch output or error file as an outcome."""
-    response = record.get("response")
-    if isinstance(response, dict):
-        status = response.get("status_code")
-        body = response.get("body")
-        if status == 200 and isinstance(body, dict):
-            try:
-                content, usage = completion_content(body, batch=True)
-            except InvalidResponse as exc:
-                return _Outcome(None, Usage(batch=True), str(exc))
-            return _Outcome(content, usage)
-        text = json.dumps(body)[:200]
-        code = status if isinstance(status, int) else 500
-        return _Outcome(None, Usage(batch=True), f"HTTP {code} in batch: {text}", is_retryable(code))
-    error = record.get("error") or {}
-    message = f"{error.get('code', 'error')}: {error.get('message', '')}" if isinstance(error, dict) else str(error)
-    return _Outcome(None, Usage(batch=True), f"batch error {message}")
 
 
 class BatchClient:
@@ -211,7 +109,7 @@ class BatchClient:
         self.reattached = len(self._open)
         self._token_cap = self.settings.max_tokens
         self._refusals = 0
-        self._unclaimed: dict[str, tuple[str, _Outcome]] = {}
+        self._unclaimed: dict[str, tuple[str, Outcome]] = {}
         self._pump_task: asyncio.Task[None] | None = None
 
     async def complete(
@@ -222,7 +120,8 @@ class BatchClient:
         custom_id = request_key(payload if ident is None else payload + b"\0" + ident.encode())
         request = self._requests.get(custom_id)
         if request is None:
-            request = self._requests[custom_id] = _Request(custom_id, _line(custom_id, payload), parse)
+            line = input_line(self.chat.wire, custom_id, payload)
+            request = self._requests[custom_id] = _Request(custom_id, line, parse)
             self._place(request)
         waiter: asyncio.Future[tuple[Any, Usage]] = asyncio.get_running_loop().create_future()
         request.waiters.append(waiter)
@@ -246,7 +145,7 @@ class BatchClient:
             # Submitted already (by an earlier process, say) and still out: wait for it rather than pay again.
             request.attempts = record[1]
             batch.members.add(request.custom_id)
-            batch.tokens += _tokens(request.line)
+            batch.tokens += line_tokens(request.line)
         elif request.custom_id not in self._unclaimed:
             self._enqueue(request)
 
@@ -276,7 +175,7 @@ class BatchClient:
         self._open.pop(batch.input_file_id, None)
         self.ledger.close_batch(batch.input_file_id)
 
-    def _apply(self, request: _Request, outcome: _Outcome) -> None:
+    def _apply(self, request: _Request, outcome: Outcome) -> None:
         """Settle a request with a batch result: answer its callers, queue a follow-up, or fail it."""
         request.usage.add(outcome.usage)
         cause, retryable = outcome.cause, outcome.retryable
@@ -381,13 +280,13 @@ class BatchClient:
             if chunks[-1] and (
                 len(chunks[-1]) >= self.settings.max_requests
                 or size + len(request.line) > self.settings.max_bytes
-                or (cap is not None and tokens + _tokens(request.line) > cap)
+                or (cap is not None and tokens + line_tokens(request.line) > cap)
             ):
                 chunks.append([])
                 size = tokens = 0
             chunks[-1].append(request)
             size += len(request.line)
-            tokens += _tokens(request.line)
+            tokens += line_tokens(request.line)
         return chunks
 
     async def _submit_queue(self) -> None:
@@ -418,7 +317,7 @@ class BatchClient:
             request.attempts += 1
         self.ledger.record_upload(uploaded["id"], self.purpose, [(r.custom_id, r.attempts) for r in chunk])
         members = {r.custom_id for r in chunk}
-        batch = _Batch(uploaded["id"], None, time.time(), members, sum(_tokens(r.line) for r in chunk))
+        batch = _Batch(uploaded["id"], None, time.time(), members, sum(line_tokens(r.line) for r in chunk))
         self._open[batch.input_file_id] = batch
         try:
             await self._create(batch)
@@ -433,7 +332,7 @@ class BatchClient:
     async def _create(self, batch: _Batch) -> None:
         body = {
             "input_file_id": batch.input_file_id,
-            "endpoint": ENDPOINT,
+            "endpoint": self.chat.wire.batch_url,
             "completion_window": self.settings.completion_window,
             "metadata": {"healthbench": self.purpose},
         }
@@ -469,14 +368,14 @@ class BatchClient:
             # A new status at once, otherwise the counts every few minutes: a day's wait would flood the screen.
             if status != batch.shown_status or time.monotonic() - batch.shown_at >= _SHOW_COUNTS_EVERY:
                 batch.shown_status, batch.shown_at = status, time.monotonic()
-                self.notify(_status_line(batch.batch_id, state, batch.created))
+                self.notify(status_line(batch.batch_id, state, batch.created))
             if status in TERMINAL:
                 # Marked finished only once collected: a download that fails is tried again at the next check.
                 await self._collect(batch, state)
             batch.status = status
 
     async def _collect(self, batch: _Batch, state: Mapping[str, Any]) -> None:
-        outcomes: dict[str, _Outcome] = {}
+        outcomes: dict[str, Outcome] = {}
         for key in ("output_file_id", "error_file_id"):
             file_id = state.get(key)
             if not file_id:
@@ -485,7 +384,7 @@ class BatchClient:
             for text in content.splitlines():
                 if text.strip():
                     record = json.loads(text)
-                    outcomes[str(record.get("custom_id"))] = _parse_output_line(record)
+                    outcomes[str(record.get("custom_id"))] = read_output_line(self.chat.wire, record)
         status = state.get("status")
         missing = f"no result in batch {batch.batch_id} ({status})"
         if status == "failed":
@@ -498,7 +397,7 @@ class BatchClient:
         for custom_id in batch.members:
             request = self._requests.get(custom_id)
             if request is not None:
-                self._apply(request, outcomes.pop(custom_id, _Outcome(None, Usage(batch=True), missing)))
+                self._apply(request, outcomes.pop(custom_id, Outcome(None, Usage(batch=True), missing)))
         for custom_id, outcome in outcomes.items():
             request = self._requests.get(custom_id)
             if request is not None and custom_id not in self._queue:

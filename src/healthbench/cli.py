@@ -14,7 +14,7 @@ import click
 from pydantic import ValidationError
 
 from .baselines import GROUP_DESCRIPTIONS, baseline_jobs
-from .batch import BatchSettings
+from .batchapi import BatchSettings
 from .client import RequestFailed
 from .config import DEFAULT_CONCURRENCY, GraderConfig
 from .data import DataError, MetaRow, Row, load_meta_rows, load_rows
@@ -477,7 +477,7 @@ def report(out: Path, seed: int | None) -> None:
 @_user_errors
 def batches(out: Path, cancel: bool, grader_base_url: str | None, base_url: str | None) -> None:
     """List the batches of the run in OUT not yet collected, with their status; --cancel stops them."""
-    from .batch import batch_report
+    from .batchapi import batch_report
 
     if not (out / STORE).exists():
         raise click.ClickException(f"{out}: no run here ({STORE} is missing)")

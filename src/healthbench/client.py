@@ -1,6 +1,8 @@
-"""The one network seam: an OpenAI-compatible chat-completions client with a retry table.
+"""The one network seam: a client of one OpenAI-compatible endpoint (Chat Completions or the Responses API),
+with a retry table.
 
-Every model call of the project goes through `ChatClient.complete`. The client owns the process-wide
+Every model call of the project goes through `ChatClient.complete`; `wire` says what the requests and answers
+look like. The client owns the process-wide
 concurrency budget (one semaphore shared by every task that uses it) and the retry policy: transport
 failures, retryable statuses and unusable answers are retried with exponential backoff and jitter, and
 Retry-After is honoured. Past the bound, `RequestFailed` says what went wrong last; it never becomes a
@@ -24,6 +26,8 @@ from typing import Any, Protocol, TypeVar
 import aiohttp
 from pydantic import SecretStr
 
+from .wire import CHAT, Api, InvalidResponse, Usage
+
 T = TypeVar("T")
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
@@ -34,10 +38,6 @@ _MAX_RETRY_AFTER = 120.0
 _JSON = {"Content-Type": "application/json"}
 # Batch input and output files run to hundreds of megabytes: no total limit, only a stalled read.
 _BULK = aiohttp.ClientTimeout(total=None, sock_connect=60, sock_read=300)
-
-
-class InvalidResponse(Exception):
-    """An answer arrived but cannot be used (broken body, empty content, no valid verdict): retried."""
 
 
 class RequestFailed(Exception):
@@ -51,65 +51,6 @@ class RequestFailed(Exception):
 
 class Deferred(Exception):
     """A request left in a batch for a later session to collect (`--no-wait`): neither an answer nor a failure."""
-
-
-@dataclass
-class Usage:
-    """Token usage summed over calls, in the units providers bill.
-
-    `batch` marks usage billed at Batch API prices. One session sends each side (policy, grader) one way
-    only, so a sum keeps the mark of the calls in it; a run that mixed ways across sessions is split by
-    the store when it is priced.
-    """
-
-    calls: int = 0
-    prompt_tokens: int = 0
-    cached_prompt_tokens: int = 0
-    completion_tokens: int = 0
-    reasoning_tokens: int = 0
-    batch: bool = False
-
-    def add(self, other: Usage) -> None:
-        """Add another usage into this one."""
-        if other.calls:
-            self.batch = self.batch or other.batch
-        self.calls += other.calls
-        self.prompt_tokens += other.prompt_tokens
-        self.cached_prompt_tokens += other.cached_prompt_tokens
-        self.completion_tokens += other.completion_tokens
-        self.reasoning_tokens += other.reasoning_tokens
-
-    def as_dict(self) -> dict[str, int]:
-        """Plain numbers for JSON output; `"batch": 1` only for batch-priced usage."""
-        numbers = {
-            "calls": self.calls,
-            "prompt_tokens": self.prompt_tokens,
-            "cached_prompt_tokens": self.cached_prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "reasoning_tokens": self.reasoning_tokens,
-        }
-        return numbers | {"batch": 1} if self.batch else numbers
-
-    @classmethod
-    def from_dict(cls, numbers: Mapping[str, Any]) -> Usage:
-        """The inverse of `as_dict`."""
-        return cls(**{**numbers, "batch": bool(numbers.get("batch"))})
-
-    @classmethod
-    def from_response(cls, usage: Any, *, batch: bool = False) -> Usage:
-        """Read an OpenAI `usage` object; missing fields count as zero."""
-        if not isinstance(usage, dict):
-            return cls(calls=1, batch=batch)
-        prompt_details = usage.get("prompt_tokens_details") or {}
-        completion_details = usage.get("completion_tokens_details") or {}
-        return cls(
-            calls=1,
-            prompt_tokens=int(usage.get("prompt_tokens") or 0),
-            cached_prompt_tokens=int(prompt_details.get("cached_tokens") or 0),
-            completion_tokens=int(usage.get("completion_tokens") or 0),
-            reasoning_tokens=int(completion_details.get("reasoning_tokens") or 0),
-            batch=batch,
-        )
 
 
 @dataclass(frozen=True)
@@ -242,7 +183,7 @@ class RateGovernor:
 
 
 class Completer(Protocol):
-    """What graders and policies call: one chat completion, parsed, with what it cost.
+    """What graders and policies call: one model request, its answer parsed, with what it cost.
 
     `ChatClient` sends it live; `batch.BatchClient` sends it through the Batch API. `ident` tells apart
     requests with equal bodies that must each get an answer of their own (repeats of a policy sample).
@@ -255,20 +196,6 @@ class Completer(Protocol):
 
     async def aclose(self) -> None:
         """Release connections."""
-
-
-def completion_content(body: bytes | dict[str, Any], *, batch: bool = False) -> tuple[str, Usage]:
-    """The message content and usage of a chat-completion response body (bytes, or already parsed);
-    `InvalidResponse` if unusable."""
-    try:
-        payload = json.loads(body) if isinstance(body, bytes) else body
-        content = payload["choices"][0]["message"]["content"]
-    except (ValueError, KeyError, IndexError, TypeError) as exc:
-        raise InvalidResponse(f"malformed response body ({type(exc).__name__})") from None
-    # An empty string is a reply (a policy may give one, and the reference accepts it); a missing one is not.
-    if not isinstance(content, str):
-        raise InvalidResponse("no content in the response")
-    return content, Usage.from_response(payload.get("usage"), batch=batch)
 
 
 # Rate limits belong to a key at an endpoint, not to a client object: clients that share both (the policy and
@@ -303,7 +230,8 @@ class Budget:
 
 
 class ChatClient:
-    """Chat-completions requests to one OpenAI-compatible endpoint, under one concurrency budget.
+    """Requests to one API (`wire.CHAT` or `wire.RESPONSES`) of one OpenAI-compatible endpoint, under one
+    concurrency budget.
 
     Loop-bound resources (the HTTP session, the budget's semaphore) are made on first use in the running loop, so
     one client can be built anywhere and shared by every task of the process.
@@ -318,9 +246,11 @@ class ChatClient:
         timeout: float = 120.0,
         retry: RetryPolicy | None = None,
         budget: Budget | None = None,
+        api: Api = CHAT,
     ) -> None:
         self.base_url = base_url.rstrip("/")
-        self.url = self.base_url + "/chat/completions"
+        self.wire = api
+        self.url = self.base_url + api.path
         # A budget shared with other clients (one per API key on a server) keeps one limit per process.
         self.budget = budget or Budget(concurrency)
         self.concurrency = self.budget.limit
@@ -353,7 +283,7 @@ class ChatClient:
                 headers = response.headers
         if status == 200:
             self.governor.on_success(headers)
-            return completion_content(body)
+            return self.wire.read(body)
         if status == 429:
             self.governor.on_throttle()
         raise _status_error(status, body, headers)
@@ -361,7 +291,7 @@ class ChatClient:
     async def complete(
         self, body: Mapping[str, Any] | bytes, parse: Callable[[str], T], *, ident: str | None = None
     ) -> tuple[T, Usage]:
-        """Send one chat-completions request (a body, or its JSON bytes) and parse its content, with retries.
+        """Send one request (a body, or its JSON bytes) to this client's API and parse its content, with retries.
 
         `parse` raises `InvalidResponse` for content that is not usable; that is retried like a transport
         failure. Usage counts every answered attempt, since each one is billed. `ident` is not needed live:
@@ -461,8 +391,8 @@ class Endpoint(Protocol):
     def max_attempts(self) -> int: ...
 
 
-def client_for(endpoint: Endpoint, budget: Budget | None = None) -> ChatClient:
-    """The live client for an endpoint's settings: the one place a client is made from them."""
+def client_for(endpoint: Endpoint, budget: Budget | None = None, api: Api = CHAT) -> ChatClient:
+    """The live client of `api` for an endpoint's settings: the one place a client is made from them."""
     return ChatClient(
         endpoint.base_url,
         endpoint.api_key.get_secret_value() if endpoint.api_key else None,
@@ -470,4 +400,5 @@ def client_for(endpoint: Endpoint, budget: Budget | None = None) -> ChatClient:
         timeout=endpoint.timeout,
         retry=RetryPolicy(max_attempts=endpoint.max_attempts),
         budget=budget,
+        api=api,
     )

@@ -3,6 +3,10 @@
 The grader's endpoint and key are its own: `HEALTHBENCH_GRADER_BASE_URL` and `HEALTHBENCH_GRADER_API_KEY`
 (else `OPENAI_API_KEY`). `OPENAI_BASE_URL` is never read here, because trainers and harnesses point it at
 the policy being evaluated, and a grader silently following it would grade with the wrong model.
+
+A grader that is not a reasoning model is asked as the reference asks gpt-4.1 (temperature 0.5, max_tokens
+2048). A reasoning model (o-series, gpt-5 and later, or `reasoning=True`) gets no temperature and no
+`max_tokens`: its reasoning effort, and an output cap only when one is set.
 """
 
 from __future__ import annotations
@@ -11,16 +15,26 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from .client import OPENAI_BASE_URL, Budget, ChatClient, Completer, client_for
-from .grading import DEFAULT_GRADER_MODEL, TEMPLATE_SHA256, Grader, VerdictCache
+from .grading import DEFAULT_GRADER_MODEL, GRADER_MAX_TOKENS, GRADER_TEMPERATURE, TEMPLATE_SHA256, Grader, VerdictCache
+from .wire import APIS, ApiName, Effort, Shape, is_reasoning_model
 
 DEFAULT_CONCURRENCY = 64
 
+# HealthBench Professional's official grading (SPEC section 7): gpt-5.4 at low effort, through the Responses API.
+PROFESSIONAL_GRADER: dict[str, Any] = {"model": "gpt-5.4-2026-03-05", "reasoning_effort": "low", "api": "responses"}
+
 
 class GraderConfig(BaseModel):
-    """Everything that decides how replies are graded. The key is a secret and is never serialised."""
+    """Everything that decides how replies are graded. The key is a secret and is never serialised.
+
+    `system_message`: whether the reference's grader system message is sent; by default it is through Chat
+    Completions (as the reference sends it) and not through the Responses API (the reference's Responses
+    sampler sends none unless given one; whether HealthBench Professional's grader is given one is not
+    confirmed, hence the setting).
+    """
 
     model_config = ConfigDict(frozen=True)
 
@@ -30,6 +44,11 @@ class GraderConfig(BaseModel):
     concurrency: int = Field(default=DEFAULT_CONCURRENCY, ge=1)
     max_attempts: int = Field(default=12, ge=1)
     timeout: float = Field(default=120.0, gt=0)
+    api: ApiName = "chat"
+    reasoning: bool | None = None
+    reasoning_effort: Effort | None = None
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    system_message: bool | None = None
 
     @classmethod
     def from_env(
@@ -38,26 +57,80 @@ class GraderConfig(BaseModel):
         model: str | None = None,
         base_url: str | None = None,
         api_key: str | None = None,
+        defaults: dict[str, Any] | None = None,
         **overrides: Any,
     ) -> GraderConfig:
-        """Settings from explicit values, falling back to the grader's own environment variables."""
+        """Settings from explicit values, falling back to the grader's own environment variables, then to
+        `defaults` (a subset's official settings), then to the reference's."""
         env = os.environ
+        given = {name: value for name, value in overrides.items() if value is not None}
+        settings: dict[str, Any] = {**(defaults or {}), **given}
+        if chosen := model or env.get("HEALTHBENCH_GRADER_MODEL"):
+            settings["model"] = chosen
+        # A default effort belongs to the default model: a grader chosen instead that is no reasoning model
+        # gets none, rather than an error for a setting the user never gave.
+        forced = settings.get("reasoning")
+        reasons = is_reasoning_model(settings.get("model", DEFAULT_GRADER_MODEL)) if forced is None else forced
+        if "reasoning_effort" not in given and not reasons:
+            settings.pop("reasoning_effort", None)
+        key = api_key or env.get("HEALTHBENCH_GRADER_API_KEY") or env.get("OPENAI_API_KEY")
         return cls(
-            model=model or env.get("HEALTHBENCH_GRADER_MODEL") or DEFAULT_GRADER_MODEL,
+            **settings,
             base_url=base_url or env.get("HEALTHBENCH_GRADER_BASE_URL") or OPENAI_BASE_URL,
-            api_key=SecretStr(key)
-            if (key := api_key or env.get("HEALTHBENCH_GRADER_API_KEY") or env.get("OPENAI_API_KEY"))
-            else None,
-            **{name: value for name, value in overrides.items() if value is not None},
+            api_key=SecretStr(key) if key else None,
         )
 
+    @model_validator(mode="after")
+    def _settings_fit_the_model(self) -> GraderConfig:
+        if self.reasoning_effort is not None and not self.is_reasoning:
+            raise ValueError(
+                f"grader {self.model} is not treated as a reasoning model, so it takes no reasoning effort; "
+                "drop --grader-reasoning-effort, or pass --grader-reasoning"
+            )
+        return self
+
+    @property
+    def is_reasoning(self) -> bool:
+        """Whether the grader takes a reasoning effort and no temperature: by name unless `reasoning` says."""
+        return self.reasoning if self.reasoning is not None else is_reasoning_model(self.model)
+
+    @property
+    def shape(self) -> Shape:
+        """How the grader model is asked."""
+        if self.is_reasoning:
+            return Shape(self.api, True, None, self.max_output_tokens, self.reasoning_effort)
+        return Shape(self.api, False, GRADER_TEMPERATURE, self.max_output_tokens or GRADER_MAX_TOKENS)
+
+    @property
+    def sends_system_message(self) -> bool:
+        """Whether the grader's system message goes first."""
+        return self.system_message if self.system_message is not None else self.api == "chat"
+
+    def request_settings(self) -> dict[str, Any]:
+        """How the grader is asked, for run.json and the report."""
+        return self.shape.describe() | {"system_message": self.sends_system_message}
+
     def identity(self) -> dict[str, Any]:
-        """What decides the verdicts: recorded with a run, and compared on resume."""
-        return {"grader_model": self.model, "template_sha256": TEMPLATE_SHA256}
+        """What decides the verdicts: recorded with a run, and compared on resume. The request settings are
+        named only when they are not the reference's, so runs made before they existed still resume."""
+        identity: dict[str, Any] = {"grader_model": self.model, "template_sha256": TEMPLATE_SHA256}
+        settings = self.request_settings()
+        if settings != _REFERENCE_SETTINGS:
+            identity["grader_request"] = settings
+        return identity
 
     def describe(self) -> dict[str, Any]:
         """What a run reports about its grader (never the key)."""
-        return self.identity() | {"grader_base_url": self.base_url}
+        return self.identity() | {"grader_base_url": self.base_url, "grader_request": self.request_settings()}
+
+    def official_differences(self, official: dict[str, Any]) -> list[str]:
+        """How these settings differ from an official configuration (`PROFESSIONAL_GRADER`), one line each."""
+        mine = {"model": self.model, "reasoning_effort": self.reasoning_effort, "api": self.api}
+        return [
+            f"grader {name.replace('_', ' ')} {mine[name]} (official: {value})"
+            for name, value in official.items()
+            if mine[name] != value
+        ]
 
     def build(
         self,
@@ -68,8 +141,12 @@ class GraderConfig(BaseModel):
         """A grader with a client of its own, under `budget` if given, else a budget of `concurrency`; `wrap`
         turns the live client into another way of sending (the Batch API)."""
         chat = self.chat(budget)
-        return Grader(chat if wrap is None else wrap(chat), self.model, cache=cache)
+        client = chat if wrap is None else wrap(chat)
+        return Grader(client, self.model, shape=self.shape, system_message=self.sends_system_message, cache=cache)
 
     def chat(self, budget: Budget | None = None) -> ChatClient:
-        """The live client for the grader's endpoint: its key, concurrency, timeout and retry table."""
-        return client_for(self, budget)
+        """The live client for the grader's endpoint and API: its key, concurrency, timeout and retry table."""
+        return client_for(self, budget, APIS[self.api])
+
+
+_REFERENCE_SETTINGS = GraderConfig().request_settings()

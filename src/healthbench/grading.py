@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Protocol
 
-from .client import Completer, InvalidResponse, RequestFailed, Usage
+from .client import Completer, RequestFailed
 from .data import Message, RubricItem
+from .wire import InvalidResponse, Shape, Usage
 
 TEMPLATE = resources.files("healthbench").joinpath("grader_template.txt").read_bytes().decode("utf-8")
 TEMPLATE_SHA256 = hashlib.sha256(TEMPLATE.encode("utf-8")).hexdigest()
@@ -27,6 +28,8 @@ DEFAULT_GRADER_MODEL = "gpt-4.1-2025-04-14"
 GRADER_SYSTEM_MESSAGE = "You are a helpful assistant."
 GRADER_TEMPERATURE = 0.5
 GRADER_MAX_TOKENS = 2048
+# What the reference sends gpt-4.1: Chat Completions, temperature 0.5, max_tokens 2048.
+REFERENCE_SHAPE = Shape(api="chat", temperature=GRADER_TEMPERATURE, max_output_tokens=GRADER_MAX_TOKENS)
 NO_EXPLANATION = "No explanation provided"
 
 _FENCE = re.compile(r"^```json\s*|\s*```$")
@@ -130,34 +133,33 @@ class VerdictCache(Protocol):
 
 class Grader:
     """Grades replies with an LLM grader through a `Completer` (live or batched), optionally through a verdict
-    cache."""
+    cache.
+
+    `shape` says how the grader model is asked (the reference's chat request by default; a reasoning model
+    through Chat Completions or the Responses API); `system_message` whether the reference's system message
+    "You are a helpful assistant." goes first (as a `developer` message in the Responses API). The client
+    must be one of the shape's API.
+    """
 
     def __init__(
         self,
         client: Completer,
         model: str = DEFAULT_GRADER_MODEL,
         *,
-        temperature: float = GRADER_TEMPERATURE,
-        max_tokens: int = GRADER_MAX_TOKENS,
+        shape: Shape = REFERENCE_SHAPE,
+        system_message: bool = True,
         cache: VerdictCache | None = None,
     ) -> None:
         self.client = client
         self.model = model
-        self.temperature = temperature
-        self.max_tokens = max_tokens
+        self.shape = shape
+        self.system_message = system_message
         self.cache = cache
 
     def request_body(self, prompt: str) -> dict[str, Any]:
-        """The chat-completions body for one grader prompt, as the reference sampler sends it."""
-        return {
-            "model": self.model,
-            "messages": [
-                {"role": "system", "content": GRADER_SYSTEM_MESSAGE},
-                {"role": "user", "content": prompt},
-            ],
-            "temperature": self.temperature,
-            "max_tokens": self.max_tokens,
-        }
+        """The request body for one grader prompt; with the defaults, what the reference sampler sends."""
+        head = [{"role": "system", "content": GRADER_SYSTEM_MESSAGE}] if self.system_message else []
+        return self.shape.body(self.model, [*head, {"role": "user", "content": prompt}])
 
     async def verdict(self, prompt: str, *, ident: str | None = None) -> tuple[Verdict, Usage]:
         """One grader call for a rendered grader prompt; raises `RequestFailed` past the retry bound.

@@ -21,10 +21,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .client import Deferred, RequestFailed, Usage
+from .client import Deferred, RequestFailed
 from .data import MetaRow
 from .grading import Grader, grader_prompt, render_conversation, transcript_with_reply
 from .runner import METRICS, ResultSink, RunOutcome, write_json_atomic
+from .wire import Usage
 
 AGREEMENT = "agreement.json"
 MODEL_F1 = "pairwise_model_f1_balanced"

@@ -17,9 +17,9 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from .client import Usage
 from .data import DataError, Message
 from .grading import TEMPLATE
+from .wire import Usage
 
 # Rough sizes for the estimate: four characters a token, a typical reply, a typical verdict.
 CHARS_PER_TOKEN = 4.0

@@ -8,16 +8,14 @@ with `temperature` and `max_tokens` when given. Reasoning models take no tempera
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
-from .client import OPENAI_BASE_URL, ChatClient, Completer, Usage, client_for
+from .client import OPENAI_BASE_URL, ChatClient, Completer, client_for
 from .data import Message
-
-_REASONING = re.compile(r"^(o\d|gpt-5)")
+from .wire import Effort, Shape, Usage, is_reasoning_model
 
 
 def _reply(content: str) -> str:
@@ -36,7 +34,7 @@ class PolicyConfig(BaseModel):
     temperature: float | None = None
     max_tokens: int | None = Field(default=None, ge=1)
     reasoning: bool | None = None
-    reasoning_effort: str | None = None
+    reasoning_effort: Effort | None = None
     concurrency: int = Field(default=32, ge=1)
     max_attempts: int = Field(default=12, ge=1)
     timeout: float = Field(default=600.0, gt=0)
@@ -63,7 +61,14 @@ class PolicyConfig(BaseModel):
     @property
     def is_reasoning(self) -> bool:
         """Whether the model takes `max_completion_tokens` and no temperature."""
-        return self.reasoning if self.reasoning is not None else bool(_REASONING.match(self.model))
+        return self.reasoning if self.reasoning is not None else is_reasoning_model(self.model)
+
+    @property
+    def shape(self) -> Shape:
+        """How the model is asked: always through Chat Completions, the API every compatible server has."""
+        if self.is_reasoning:
+            return Shape("chat", True, None, self.max_tokens, self.reasoning_effort)
+        return Shape("chat", False, self.temperature, self.max_tokens)
 
     def chat(self) -> ChatClient:
         """The live client for the model's endpoint: its key, concurrency, timeout and retry table."""
@@ -91,19 +96,7 @@ class Policy:
 
     def request_body(self, prompt: Sequence[Message]) -> dict[str, Any]:
         """The chat-completions body for one task."""
-        config = self.config
-        body: dict[str, Any] = {"model": config.model, "messages": [m.model_dump() for m in self.messages(prompt)]}
-        if config.is_reasoning:
-            if config.max_tokens is not None:
-                body["max_completion_tokens"] = config.max_tokens
-            if config.reasoning_effort is not None:
-                body["reasoning_effort"] = config.reasoning_effort
-        else:
-            if config.temperature is not None:
-                body["temperature"] = config.temperature
-            if config.max_tokens is not None:
-                body["max_tokens"] = config.max_tokens
-        return body
+        return self.config.shape.body(self.config.model, [m.model_dump() for m in self.messages(prompt)])
 
     async def sample(self, prompt: Sequence[Message], *, ident: str | None = None) -> tuple[str, Usage]:
         """One reply; raises `RequestFailed` past the retry bound. `ident` names the sample (task and repeat),

@@ -14,7 +14,8 @@ from typing import Any
 import click
 from tqdm import tqdm
 
-from .batch import BatchClient, BatchSettings
+from .batch import BatchClient
+from .batchapi import BatchSettings
 from .client import ChatClient, Completer
 from .config import GraderConfig
 from .grading import Grader

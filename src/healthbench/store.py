@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .client import Usage
 from .grading import Verdict
+from .wire import Usage
 
 STORE = "progress.sqlite"
 
