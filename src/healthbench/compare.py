@@ -4,21 +4,53 @@ Two runs on the same tasks are compared on paired samples, keyed by (prompt_id, 
 measured against itself and task difficulty cancels out. The interval is a percentile bootstrap over pairs
 of the mean difference B - A; per-task values are not clipped, unlike the headline aggregates, because a
 difference of clipped means would hide how far below zero a run went.
+
+The headline is compared as each run scores it: per task the `length_adjusted_score` when the run carries
+one, else the `score`. When the two runs' headlines are not alike (one length-adjusted and the other not,
+or adjusted with other settings), the result says so rather than mixing them silently.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .runner import RESULTS
+from .runner import RESULTS, RUN
+from .scoring import LengthAdjustment
 
-# Only these metrics are compared: the overall score and the two tag families every task carries.
-COMPARED_PREFIXES = ("theme:", "axis:")
+# Known example-tag families come in this order; any other follows, by name.
+EXAMPLE_PREFIX_ORDER = ("theme", "use_case", "type", "difficulty", "specialty")
+# These say which consensus criteria a task's physicians agreed apply; the criteria themselves are
+# rubric clusters, so the categories are neither charted nor compared.
+UNSLICED_EXAMPLE_PREFIXES = frozenset({"physician_agreed_category"})
+# Rubric-tag families compared beside the example-tag slices: the axis every graded item carries.
+COMPARED_RUBRIC_PREFIXES = ("axis:",)
+ADJUSTED = "length_adjusted_score"
 
 Key = tuple[str, int]
+
+
+def example_prefixes(records: Iterable[Mapping[str, Any]], metric_names: Iterable[str] = ()) -> list[str]:
+    """The example-tag families a run is sliced by: those its records' `example_tags` carry (theme for
+    HealthBench; use_case, type, difficulty and specialty for HealthBench Professional), in a fixed order.
+
+    Results written before records carried `example_tags` are still sliced by theme when their metrics have it.
+    """
+    found = {
+        tag.split(":", 1)[0]
+        for record in records
+        for tag in record.get("example_tags") or []
+        if isinstance(tag, str) and ":" in tag
+    }
+    if not found and any(name.startswith("theme:") for name in metric_names):
+        found.add("theme")
+    known = len(EXAMPLE_PREFIX_ORDER)
+    return sorted(
+        found - UNSLICED_EXAMPLE_PREFIXES,
+        key=lambda p: (EXAMPLE_PREFIX_ORDER.index(p) if p in EXAMPLE_PREFIX_ORDER else known, p),
+    )
 
 
 def load_results(out_dir: str | Path) -> list[dict[str, Any]]:
@@ -49,23 +81,73 @@ def _by_key(records: Sequence[Mapping[str, Any]], side: str) -> dict[Key, Mappin
     return keyed
 
 
-def _compared_names(metric_pairs: Sequence[tuple[Mapping[str, float], Mapping[str, float]]]) -> list[str]:
+def _compared_names(
+    metric_pairs: Sequence[tuple[Mapping[str, float], Mapping[str, float]]], prefixes: Sequence[str]
+) -> list[str]:
+    families = (*(f"{p}:" for p in prefixes), *COMPARED_RUBRIC_PREFIXES)
     names: set[str] = set()
     for a, b in metric_pairs:
-        names.update(name for name in a.keys() & b.keys() if name.startswith(COMPARED_PREFIXES))
-    return ["overall_score", *sorted(names, key=lambda n: (not n.startswith("theme:"), n))]
+        names.update(name for name in a.keys() & b.keys() if name.startswith(families))
+    rank = {family: i for i, family in enumerate(families)}
+    return ["overall_score", *sorted(names, key=lambda n: (rank[n.split(":", 1)[0] + ":"], n))]
+
+
+def _headline_of(records: Sequence[Mapping[str, Any]], run: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Whether a run's headline is length-adjusted (it carries `length_adjusted_score`), and with which
+    settings (its run.json's `length_adjustment`, None when not recorded)."""
+    adjusted = any(ADJUSTED in record for record in records)
+    settings = (run or {}).get("length_adjustment") if adjusted else None
+    return {"length_adjusted": adjusted, "length_adjustment": settings}
+
+
+def _words(headline: Mapping[str, Any]) -> str:
+    if not headline["length_adjusted"]:
+        return "not length-adjusted"
+    settings = headline["length_adjustment"]
+    if settings is None:
+        return "length-adjusted, settings not recorded"
+    try:
+        return f"length-adjusted, {LengthAdjustment.from_dict(settings).describe()}"
+    except ValueError:
+        return f"length-adjusted, unreadable settings {settings!r}"
+
+
+def _mismatch(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
+    """A sentence saying how the two headlines differ, or None when they are alike."""
+    if a == b:
+        return None
+    return (
+        f"the runs' headlines differ: A's is {_words(a)}, B's is {_words(b)}; the score row sets one against "
+        f"the other as each run scores it, and overall_score compares the unadjusted scores like with like"
+    )
+
+
+def _headline_score(record: Mapping[str, Any]) -> float:
+    return float(record[ADJUSTED] if ADJUSTED in record else record["score"])
 
 
 def compare_runs(
-    a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]], *, seed: int = 0, n_bootstrap: int = 1000
+    a: Sequence[Mapping[str, Any]],
+    b: Sequence[Mapping[str, Any]],
+    *,
+    seed: int = 0,
+    n_bootstrap: int = 1000,
+    run_a: Mapping[str, Any] | None = None,
+    run_b: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Compare run B to run A on samples paired by (prompt_id, repeat or 0).
+    """Compare run B to run A on samples paired by (prompt_id, repeat or 0); `run_a` and `run_b` are the
+    runs' run.json, which say how a length-adjusted headline was adjusted.
 
-    Returns `n_pairs`, `only_a`, `only_b` (unpaired sample counts), `seed`, `n_bootstrap`, and `metrics`:
-    for `overall_score` and each `theme:*` and `axis:*` metric, over the pairs where both samples have it,
-    `{n, mean_a, mean_b, diff, ci_low, ci_high}` with `diff` the mean of B - A and [ci_low, ci_high] its 95%
-    percentile bootstrap interval (pairs resampled with replacement). Pairs are taken in key order, so the
-    result does not depend on the order of the records.
+    Returns `n_pairs`, `only_a`, `only_b` (unpaired sample counts), `seed`, `n_bootstrap`, `headline` (the
+    metric that is the headline: `score` when either run is length-adjusted, else `overall_score`),
+    `headlines` (per run, `length_adjusted` and its `length_adjustment` settings), `headline_mismatch` (None,
+    or a sentence saying how the two headlines differ), and `metrics`: for the headline `score` (per task
+    the `length_adjusted_score` where a run carries one, else the `score`), `overall_score`, each
+    example-tag slice (`theme:*`; `use_case:*`, `type:*`, ... for HealthBench Professional) and each
+    `axis:*` metric, over the pairs where both samples have it, `{n, mean_a, mean_b, diff, ci_low, ci_high}`
+    with `diff` the mean of B - A and [ci_low, ci_high] its 95% percentile bootstrap interval (pairs
+    resampled with replacement). Pairs are taken in key order, so the result does not depend on the order of
+    the records.
     """
     import numpy as np  # deferred: numpy costs 0.5 s of CLI start-up, and only this function needs it
 
@@ -74,10 +156,20 @@ def compare_runs(
     keyed_a, keyed_b = _by_key(a, "A"), _by_key(b, "B")
     keys = sorted(keyed_a.keys() & keyed_b.keys())
     pairs = [(keyed_a[key], keyed_b[key]) for key in keys]
+    headlines = {"a": _headline_of(a, run_a), "b": _headline_of(b, run_b)}
+    adjusted = headlines["a"]["length_adjusted"] or headlines["b"]["length_adjusted"]
     metric_pairs = [(ra.get("metrics", {}), rb.get("metrics", {})) for ra, rb in pairs]
+    metric_names = {name for ma, mb in metric_pairs for name in (*ma, *mb)}
+    prefixes = example_prefixes([r for pair in pairs for r in pair], metric_names)
+    series: list[tuple[str, list[tuple[float, float]]]] = []
+    if adjusted:
+        series.append(("score", [(_headline_score(ra), _headline_score(rb)) for ra, rb in pairs]))
+    series += [
+        (name, [(ma[name], mb[name]) for ma, mb in metric_pairs if name in ma and name in mb])
+        for name in _compared_names(metric_pairs, prefixes)
+    ]
     metrics: dict[str, dict[str, float | int]] = {}
-    for name in _compared_names(metric_pairs):
-        values = [(ma[name], mb[name]) for ma, mb in metric_pairs if name in ma and name in mb]
+    for name, values in series:
         if not values:
             continue
         array = np.asarray(values, dtype=np.float64)
@@ -101,8 +193,25 @@ def compare_runs(
         "only_b": len(keyed_b) - len(pairs),
         "seed": seed,
         "n_bootstrap": n_bootstrap,
+        "headline": "score" if adjusted else "overall_score",
+        "headlines": headlines,
+        "headline_mismatch": _mismatch(headlines["a"], headlines["b"]),
         "metrics": metrics,
     }
+
+
+def compare_dirs(run_a: str | Path, run_b: str | Path, *, seed: int = 0, n_bootstrap: int = 1000) -> dict[str, Any]:
+    """`compare_runs` on two run folders: their results.jsonl, and their run.json when present."""
+    runs = []
+    for folder in (Path(run_a), Path(run_b)):
+        path = folder / RUN
+        run = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+        if not isinstance(run, dict):
+            raise ValueError(f"{path}: expected a JSON object")
+        runs.append(run)
+    return compare_runs(
+        load_results(run_a), load_results(run_b), seed=seed, n_bootstrap=n_bootstrap, run_a=runs[0], run_b=runs[1]
+    )
 
 
 def format_comparison(result: Mapping[str, Any]) -> str:
@@ -114,6 +223,12 @@ def format_comparison(result: Mapping[str, Any]) -> str:
     metrics: Mapping[str, Mapping[str, float]] = result["metrics"]
     if not metrics:
         return f"{head}\nno paired samples to compare\n"
+    headlines = result.get("headlines") or {}
+    mismatch = result.get("headline_mismatch")
+    if mismatch:
+        head += f"\nHEADLINE MISMATCH: {mismatch}"
+    elif result.get("headline") == "score":
+        head += f"\nheadline: the score row, in both runs {_words(headlines['a'])}"
     width = max(len("metric"), *(len(name) for name in metrics))
     lines = [head, "", f"{'metric':<{width}}  {'n':>5}  {'mean A':>7}  {'mean B':>7}  {'B - A':>7}  95% interval"]
     for name, m in metrics.items():

@@ -7,9 +7,8 @@ when the rubric items carry them. Every bar is a metric of metrics.json as it st
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from ..scoring import LENGTH_ADJUSTED
 from .common import label
@@ -19,11 +18,6 @@ Z95 = 1.96
 # Chart geometry (SVG user units); the label column grows with the longest label up to LABEL_MAX.
 CHAR_W, LABEL_MAX, PLOT_W, VALUE_W, ROW_H = 6.6, 380.0, 520.0, 170.0, 22.0
 
-# Known families come in this order; any other example-tag family follows, by name.
-EXAMPLE_PREFIX_ORDER = ("theme", "use_case", "type", "difficulty", "specialty")
-# These say which consensus criteria a task's physicians agreed apply; the criteria themselves are
-# charted by cluster, so the categories stay in the metric table, as they always have.
-UNCHARTED_EXAMPLE_PREFIXES = frozenset({"physician_agreed_category"})
 RUBRIC_FAMILIES = ("axis:", "level:", "cluster:")
 
 
@@ -72,26 +66,6 @@ def base_names(metrics: Mapping[str, float | int]) -> list[str]:
 def interval(value: float, std: float) -> tuple[float, float]:
     """The 95% normal interval of a clipped mean, clipped to [0, 1] like the mean."""
     return max(0.0, value - Z95 * std), min(1.0, value + Z95 * std)
-
-
-def example_prefixes(records: Iterable[Mapping[str, Any]], metrics: Mapping[str, float | int]) -> list[str]:
-    """The charted example-tag families of a run: those its tasks' `example_tags` carry, in a fixed order.
-
-    Results written before records carried `example_tags` still get their theme chart from the metrics.
-    """
-    found = {
-        tag.split(":", 1)[0]
-        for record in records
-        for tag in record.get("example_tags") or []
-        if isinstance(tag, str) and ":" in tag
-    }
-    if not found and any(name.startswith("theme:") for name in metrics):
-        found.add("theme")
-    known = len(EXAMPLE_PREFIX_ORDER)
-    return sorted(
-        found - UNCHARTED_EXAMPLE_PREFIXES,
-        key=lambda p: (EXAMPLE_PREFIX_ORDER.index(p) if p in EXAMPLE_PREFIX_ORDER else known, p),
-    )
 
 
 def _chart(title: str, metrics: Mapping[str, float | int], names: Sequence[str], label_w: float) -> Chart:

@@ -11,11 +11,11 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..compare import load_results
+from ..compare import example_prefixes, load_results
 from ..data import DataError
 from ..runner import METRICS, RESULTS, RUN, USAGE, aggregate_records, write_json_atomic
 from ..scoring import LENGTH_ADJUSTED, PROFESSIONAL_LENGTH_ADJUSTMENT, LengthAdjustment
-from .charts import charts, example_prefixes, interval, metric_rows
+from .charts import charts, interval, metric_rows
 from .common import read_json, settings, write_html
 from .tasks import task
 
