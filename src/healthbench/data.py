@@ -1,18 +1,30 @@
-"""HealthBench rows: the official JSONL schema, validated on load.
+"""HealthBench rows: the official JSONL schemas, validated on load.
 
-Every problem in a file is reported with the file, the line and the field, because a 60 MB file with one bad
-row is otherwise impossible to fix by hand.
+Two task schemas exist: HealthBench's own (`prompt`, `rubrics`; the full, hard and consensus files) and
+HealthBench Professional's (`conversation`, `rubric_items`; SPEC section 7), which is converted to the same
+`Row` on load. Every problem in a file is reported with the file, the line and the field, because a 60 MB
+file with one bad row is otherwise impossible to fix by hand.
 """
 
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+import json
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+)
 
 
 class DataError(ValueError):
@@ -54,6 +66,8 @@ class Row(_Model):
     example_tags: list[StrictStr]
     rubrics: list[RubricItem] = Field(min_length=1)
     ideal_completions_data: IdealCompletions | None = None
+    # HealthBench Professional's physician-written reply, which its physician baseline grades.
+    physician_response: StrictStr | None = None
 
     def problem(self) -> tuple[str, str] | None:
         """The first semantic problem of this row as (field, message), or None if it is usable."""
@@ -83,7 +97,89 @@ class MetaRow(_Model):
         return None
 
 
-RowT = TypeVar("RowT", Row, MetaRow)
+def _messages_of(value: Any) -> Any:
+    # The dataset card allows the conversation as an object holding `messages` as well as a bare list.
+    if isinstance(value, dict) and "messages" in value:
+        return value["messages"]
+    return value
+
+
+def _id_string(value: Any) -> Any:
+    # An integer id is kept as its decimal string: `Row.prompt_id` is a string everywhere else.
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
+_Id = Annotated[StrictStr | None, BeforeValidator(_id_string)]
+ID_FIELDS = ("id", "prompt_id", "task_id")
+TAG_FIELDS = ("use_case", "type", "difficulty", "specialty")
+
+
+class ProfessionalRubricItem(_Model):
+    """One HealthBench Professional criterion; it carries no tags."""
+
+    criterion_text: StrictStr
+    points: StrictInt
+
+
+class ProfessionalRow(_Model):
+    """One HealthBench Professional row, as its dataset card describes it (SPEC section 7).
+
+    The card does not settle the id's field name, so the id is `id`, else `prompt_id`, else `task_id` (the
+    first one present and not null; a string, or an integer kept as its string). `conversation` is a list
+    of messages or an object holding `messages`. Fields the card adds later are ignored.
+    """
+
+    conversation: Annotated[list[Message], BeforeValidator(_messages_of), Field(min_length=1)]
+    rubric_items: list[ProfessionalRubricItem] = Field(min_length=1)
+    id: _Id = None
+    prompt_id: _Id = None
+    task_id: _Id = None
+    use_case: StrictStr | None = None
+    type: StrictStr | None = None
+    difficulty: StrictStr | None = None
+    specialty: StrictStr | None = None
+    physician_response: StrictStr | None = None
+
+    def identity(self) -> tuple[str, str] | None:
+        """The id as (field name, value), or None when the row has none."""
+        for name in ID_FIELDS:
+            value = getattr(self, name)
+            if value is not None:
+                return name, value
+        return None
+
+    def problem(self) -> tuple[str, str] | None:
+        """The first semantic problem of this row as (field, message), or None if it is usable."""
+        if self.identity() is None:
+            return "id", f"Field required (the id is read from {', '.join(ID_FIELDS)}, the first present)"
+        if self.conversation[-1].role != "user":
+            return "conversation", f"must end on a user turn, ends on {self.conversation[-1].role!r}"
+        if not any(item.points > 0 for item in self.rubric_items):
+            return "rubric_items", "no item has positive points, so the row has no score"
+        return None
+
+    def to_row(self) -> Row:
+        """The same task as a `Row`: its slices become `use_case:<v>`-style example tags, verbatim."""
+        identity = self.identity()
+        if identity is None:
+            raise DataError(f"row has no id ({', '.join(ID_FIELDS)})")
+        return Row(
+            prompt=self.conversation,
+            prompt_id=identity[1],
+            example_tags=[f"{name}:{value}" for name in TAG_FIELDS if (value := getattr(self, name)) and value.strip()],
+            rubrics=[
+                RubricItem(criterion=item.criterion_text, points=item.points, tags=[]) for item in self.rubric_items
+            ],
+            ideal_completions_data=None,
+            physician_response=self.physician_response,
+        )
+
+
+Schema = Literal["healthbench", "professional"]
+_SCHEMA_NAMES: dict[Schema, str] = {"healthbench": "HealthBench", "professional": "HealthBench Professional"}
+RowT = TypeVar("RowT", Row, MetaRow, ProfessionalRow)
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
@@ -91,11 +187,27 @@ def _field_name(loc: tuple[int | str, ...]) -> str:
     return ".".join(str(part) for part in loc) or "(row)"
 
 
-def read_jsonl(path: str | Path, model: type[ModelT]) -> Iterator[tuple[int, ModelT]]:
+def schema_of(line: str) -> Schema | None:
+    """Which task schema one JSONL line is in, by its keys; None when it is neither or not a JSON object."""
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(value, dict):
+        return None
+    if "rubric_items" in value or "conversation" in value:
+        return "professional"
+    if "rubrics" in value or "prompt" in value:
+        return "healthbench"
+    return None
+
+
+def read_jsonl(path: str | Path, model: type[ModelT], *, schema: Schema | None = None) -> Iterator[tuple[int, ModelT]]:
     """Validate each non-blank line of a JSONL file as `model`, yielding (line number, value).
 
     Lines are split on newlines only: HealthBench text holds U+2028 and other characters that
-    `str.splitlines` would treat as line ends.
+    `str.splitlines` would treat as line ends. With `schema`, a line that fails because it is a row of the
+    other task schema says so, rather than naming the first field it lacks.
     """
     path = Path(path)
     try:
@@ -109,12 +221,33 @@ def read_jsonl(path: str | Path, model: type[ModelT]) -> Iterator[tuple[int, Mod
                     error = exc.errors(include_url=False)[0]
                     if error["type"] == "json_invalid":
                         raise DataError(f"{path}:{number}: invalid JSON ({error['msg']})") from None
+                    found = schema_of(line) if schema is not None else None
+                    if schema is not None and found is not None and found != schema:
+                        raise DataError(
+                            f"{path}:{number}: a {_SCHEMA_NAMES[found]} row in a {_SCHEMA_NAMES[schema]} file "
+                            "(the first row sets the schema; a file holds one)"
+                        ) from None
                     raise DataError(f"{path}:{number}: field {_field_name(error['loc'])}: {error['msg']}") from None
                 yield number, value
     except FileNotFoundError:
         raise DataError(f"{path}: no such file") from None
     except UnicodeDecodeError as exc:
         raise DataError(f"{path}: not UTF-8 text ({exc.reason})") from None
+
+
+def file_schema(path: str | Path) -> Schema:
+    """The task schema of a file, told by its first non-blank line (HealthBench's when that line is neither)."""
+    path = Path(path)
+    try:
+        with path.open("r", encoding="utf-8", newline="\n") as handle:
+            for line in handle:
+                if line.strip():
+                    return schema_of(line) or "healthbench"
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such file") from None
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not UTF-8 text ({exc.reason})") from None
+    return "healthbench"
 
 
 @contextmanager
@@ -133,22 +266,26 @@ def collection_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _load(model: type[RowT], path: Path, id_key: str | None) -> list[RowT]:
+IdOf = Callable[[RowT], tuple[str, str] | None]
+
+
+def _load(model: type[RowT], path: Path, id_of: IdOf[RowT] | None, schema: Schema | None) -> list[RowT]:
     with collection_paused():
-        return _load_rows(model, path, id_key)
+        return _load_rows(model, path, id_of, schema)
 
 
-def _load_rows(model: type[RowT], path: Path, id_key: str | None) -> list[RowT]:
+def _load_rows(model: type[RowT], path: Path, id_of: IdOf[RowT] | None, schema: Schema | None) -> list[RowT]:
     rows: list[RowT] = []
-    seen: dict[Any, int] = {}
-    for number, row in read_jsonl(path, model):
+    seen: dict[str, int] = {}
+    for number, row in read_jsonl(path, model, schema=schema):
         problem = row.problem()
         if problem is not None:
             raise DataError(f"{path}:{number}: field {problem[0]}: {problem[1]}")
-        if id_key is not None:
-            key = getattr(row, id_key)
+        identity = id_of(row) if id_of is not None else None
+        if identity is not None:
+            field, key = identity
             if key in seen:
-                raise DataError(f"{path}:{number}: field {id_key}: duplicate {key!r}, first on line {seen[key]}")
+                raise DataError(f"{path}:{number}: field {field}: duplicate {key!r}, first on line {seen[key]}")
             seen[key] = number
         rows.append(row)
     if not rows:
@@ -156,12 +293,31 @@ def _load_rows(model: type[RowT], path: Path, id_key: str | None) -> list[RowT]:
     return rows
 
 
+def _prompt_id(row: Row) -> tuple[str, str]:
+    return "prompt_id", row.prompt_id
+
+
 def load_rows(path: str | Path) -> list[Row]:
-    """Load a HealthBench task file (full, hard or consensus schema), in file order."""
-    return _load(Row, Path(path), "prompt_id")
+    """Load a task file in either schema, in file order.
+
+    The first non-blank line decides: a row with `rubric_items` or `conversation` makes it a HealthBench
+    Professional file (converted as `load_professional_rows` does), anything else a HealthBench file (full,
+    hard or consensus). A later row of the other schema is an error naming its line.
+    """
+    path = Path(path)
+    if file_schema(path) == "professional":
+        return load_professional_rows(path)
+    return _load(Row, path, _prompt_id, "healthbench")
+
+
+def load_professional_rows(path: str | Path) -> list[Row]:
+    """Load a HealthBench Professional file as `Row`s, in file order (see `ProfessionalRow` for the schema)."""
+    raw = _load(ProfessionalRow, Path(path), ProfessionalRow.identity, "professional")
+    with collection_paused():
+        return [row.to_row() for row in raw]
 
 
 def load_meta_rows(path: str | Path) -> list[MetaRow]:
     """Load a HealthBench meta-evaluation file, in file order."""
     # A completion is judged against several criteria, so no single field is unique here.
-    return _load(MetaRow, Path(path), None)
+    return _load(MetaRow, Path(path), None, None)
