@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from healthbench.compare import compare_runs, format_comparison, load_results
+from healthbench.compare import compare_dirs, compare_runs, format_comparison, load_results
+from healthbench.scoring import PROFESSIONAL_LENGTH_ADJUSTMENT
 
 
 def record(prompt_id: str, score: float, repeat: int | None = None, **tags: float) -> dict[str, Any]:
@@ -119,3 +120,77 @@ def test_load_results_keeps_u2028_and_skips_a_torn_line(tmp_path: Path) -> None:
     loaded = load_results(tmp_path)
     assert [r["prompt_id"] for r in loaded] == ["p1", "p2"]
     assert loaded[0]["response"] == "line one\u2028line two"
+
+
+PRO = PROFESSIONAL_LENGTH_ADJUSTMENT.as_dict()
+PRO_WORDS = "length-adjusted, center 2000 characters, 0.0147 per 500 characters"
+
+
+def adjusted(records: list[dict[str, Any]], shift: float) -> list[dict[str, Any]]:
+    """The records with a made-up `length_adjusted_score` of score + shift."""
+    return [r | {"length_adjusted_score": r["score"] + shift} for r in records]
+
+
+def test_neither_run_adjusted_has_overall_score_as_its_headline() -> None:
+    result = compare_runs(A, B)
+    assert result["headline"] == "overall_score" and result["headline_mismatch"] is None
+    assert result["headlines"]["a"] == {"length_adjusted": False, "length_adjustment": None}
+    assert "headline" not in format_comparison(result).lower()
+
+
+def test_both_runs_adjusted_alike_compare_their_adjusted_scores() -> None:
+    run = {"length_adjustment": PRO}
+    result = compare_runs(adjusted(A, 0.25), adjusted(B, -0.125), run_a=run, run_b=run)
+    assert result["headline"] == "score" and result["headline_mismatch"] is None
+    assert list(result["metrics"])[:2] == ["score", "overall_score"]
+    score = result["metrics"]["score"]
+    assert score["mean_a"] == pytest.approx((0.5 + 0.2 + 1.0) / 3 + 0.25)
+    assert score["diff"] == pytest.approx((0.2 - 0.1 + 0.0) / 3 - 0.375)
+    assert result["metrics"]["overall_score"]["diff"] == pytest.approx((0.2 - 0.1 + 0.0) / 3)
+    text = format_comparison(result)
+    assert f"headline: the score row, in both runs {PRO_WORDS}" in text and "MISMATCH" not in text
+
+
+def test_one_run_adjusted_and_the_other_not_is_said_plainly() -> None:
+    result = compare_runs(adjusted(A, 0.25), B, run_a={"length_adjustment": PRO}, run_b={})
+    mismatch = result["headline_mismatch"]
+    assert mismatch is not None and f"A's is {PRO_WORDS}, B's is not length-adjusted" in mismatch
+    # The score row is each run's own headline: A adjusted, B as graded.
+    assert result["metrics"]["score"]["diff"] == pytest.approx((0.2 - 0.1 + 0.0) / 3 - 0.25)
+    assert result["headlines"]["b"] == {"length_adjusted": False, "length_adjustment": None}
+    text = format_comparison(result)
+    assert f"HEADLINE MISMATCH: {mismatch}" in text
+    assert json.loads(json.dumps(result))["headline_mismatch"] == mismatch
+
+
+def test_runs_adjusted_with_other_settings_are_a_mismatch() -> None:
+    other = {"center": 1500, "penalty_per_500_chars": 0.0299}
+    result = compare_runs(
+        adjusted(A, 0.1), adjusted(B, 0.1), run_a={"length_adjustment": PRO}, run_b={"length_adjustment": other}
+    )
+    assert "B's is length-adjusted, center 1500 characters, 0.0299 per 500 characters" in result["headline_mismatch"]
+    unknown = compare_runs(adjusted(A, 0.1), adjusted(B, 0.1), run_a={"length_adjustment": PRO})
+    assert "B's is length-adjusted, settings not recorded" in unknown["headline_mismatch"]
+
+
+def test_professional_slices_are_compared_per_example_tag_family() -> None:
+    tags = ["use_case:consult", "type:red_teaming", "difficulty:hard", "specialty:oncology"]
+    a = [record("p1", 0.5) | {"example_tags": [*tags, "physician_agreed_category:x"]}]
+    b = [record("p1", 0.75) | {"example_tags": tags}]
+    for r in (*a, *b):
+        r["metrics"] |= dict.fromkeys([*r["example_tags"], "level:example"], r["score"])
+    result = compare_runs(a, b)
+    assert list(result["metrics"]) == ["overall_score", *tags]
+    assert result["metrics"]["specialty:oncology"]["diff"] == 0.25
+
+
+def test_compare_dirs_reads_each_runs_settings(tmp_path: Path) -> None:
+    for name, records, run in (("a", adjusted(A, 0.0), {"length_adjustment": PRO}), ("b", B, None)):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+        if run is not None:
+            (folder / "run.json").write_text(json.dumps(run), encoding="utf-8")
+    result = compare_dirs(tmp_path / "a", tmp_path / "b", seed=2, n_bootstrap=50)
+    assert result["headlines"]["a"] == {"length_adjusted": True, "length_adjustment": PRO}
+    assert result["headline_mismatch"] is not None and result["n_bootstrap"] == 50

@@ -8,8 +8,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from healthbench.report import render_report, write_report
-from healthbench.scoring import aggregate, task_metrics
+import pytest
+
+from healthbench.report import rebuild, render_report, write_report
+from healthbench.runner import aggregate_records
+from healthbench.scoring import (
+    LENGTH_ADJUSTED,
+    PROFESSIONAL_LENGTH_ADJUSTMENT,
+    LengthAdjustment,
+    aggregate,
+    task_metrics,
+)
 
 XSS = "<script>alert(1)</script>"
 RUN = {
@@ -29,9 +38,10 @@ def make_record(
     theme: str = "hedging",
     response: str = "Drink water and rest.",
     repeat: int | None = None,
+    example_tags: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """A results.jsonl record from (points, met, tags) items, scored by the real scoring code."""
-    example_tags = [f"theme:{theme}"]
+    example_tags = [f"theme:{theme}"] if example_tags is None else list(example_tags)
     metrics = task_metrics(example_tags, [p for p, _, _ in items], [t for _, _, t in items], [m for _, m, _ in items])
     record: dict[str, Any] = {
         "prompt_id": prompt_id,
@@ -166,3 +176,119 @@ def test_spending_per_side_with_the_batch_share() -> None:
     assert re.findall(r">([^<]+)<", row.group(1)) == ["gpt-4.1-2025-04-14", "5,962", "5,900", "$6.70"]
     assert "idle" not in html  # a side that made no calls is not listed
     assert "in batches" not in render()
+
+
+PRO = PROFESSIONAL_LENGTH_ADJUSTMENT
+PRO_RUN = RUN | {"length_adjustment": PRO.as_dict(), "official_configuration": True, "official_differences": []}
+
+
+def professional_records() -> list[dict[str, Any]]:
+    """Made-up HealthBench Professional results: slice tags on the task, no tags on rubric items."""
+    slices = [
+        ("consult", "good_faith", "hard", "cardiology"),
+        ("writing", "red_teaming", "easy", "oncology"),
+        ("research", "good_faith", "medium", "cardiology"),
+    ]
+    return [
+        make_record(
+            f"pro-{i}",
+            [(6, i != 1, []), (3, i == 0, []), (-4, i == 1, [])],
+            example_tags=[f"use_case:{u}", f"type:{t}", f"difficulty:{d}", f"specialty:{s}"],
+            response="r" * (913 + 1500 * i),
+        )
+        for i, (u, t, d, s) in enumerate(slices)
+    ]
+
+
+def test_unadjusted_headline_says_so_and_shows_one_score() -> None:
+    html = render()
+    assert "headline: score, not length-adjusted" in html
+    assert "length-adjusted score" not in html and "score without length adjustment" not in html
+    assert "official configuration" not in html  # not a Professional run: neither banner nor badge
+
+
+def test_adjusted_headline_names_its_settings_and_shows_both_scores() -> None:
+    records = professional_records()
+    metrics = aggregate_records(records, seed=0, length_adjustment=PRO)
+    html = render_report(metrics, records, PRO_RUN)
+    assert "headline: length-adjusted score, center 2000 characters, 0.0147 per 500 characters" in html
+    assert "score without length adjustment (overall_score)" in html
+    assert metrics["score"] != metrics["overall_score"]
+    assert f'<div class="v">{metrics["score"]:.3f}</div>' in html
+    assert f'<div class="v">{metrics["overall_score"]:.3f}</div>' in html
+    assert html.index(f"{metrics['score']:.3f}") < html.index(f"{metrics['overall_score']:.3f}")
+    assert "HealthBench Professional's official configuration." in html and "Not HealthBench" not in html
+
+
+def test_drill_down_shows_reply_length_and_the_adjusted_task_score() -> None:
+    records = professional_records()
+    html = render_report(aggregate_records(records, seed=0, length_adjustment=PRO), records, PRO_RUN)
+    # pro-0: a perfect 913-character reply: 1 - 0.0147 * (913 - 2000) / 500 = 1.0319578
+    assert records[0]["score"] == 1.0
+    assert '<span class="ch">913 ch</span>' in html and "reply 913 characters" in html
+    assert "score 1.000 · length-adjusted 1.0320" in html
+    assert 'data-s="1.0319578' in html  # the headline per task, which the sort uses
+    assert '<span class="ch">3,913 ch</span>' in html
+
+
+def test_not_official_banner_lists_the_differences() -> None:
+    differences = ["grader_model gpt-4.1 (official: gpt-5.4-2026-03-05)", "reasoning_effort medium (official: low)"]
+    run = PRO_RUN | {"official_configuration": False, "official_differences": differences}
+    records = professional_records()
+    html = render_report(aggregate_records(records, seed=0, length_adjustment=PRO), records, run)
+    banner = html.split('<div class="banner" role="alert">')[1].split("</div>")[0]
+    assert "Not HealthBench Professional's official configuration." in banner
+    for difference in differences:
+        assert f'<li class="mono">{difference}</li>' in banner
+    assert html.index("Not HealthBench") < html.index('<div class="head">')  # above the score, not below
+
+
+def test_professional_runs_chart_their_four_slice_families() -> None:
+    records = professional_records()
+    html = render_report(aggregate_records(records, seed=0, length_adjustment=PRO), records, PRO_RUN)
+    titles = re.findall(r"<h3>(By [^<]+)</h3>", html)
+    assert titles == ["By use case", "By type", "By difficulty", "By specialty"]
+    for label in ("consult", "red teaming", "cardiology", "medium"):
+        assert f">{label}</text>" in html
+    assert "<label>use case <select" in html and "<option>writing</option>" in html
+    assert "Slices are of the task scores as graded, without length adjustment." in html
+
+
+def test_ordinary_runs_chart_theme_axis_and_cluster_only() -> None:
+    records = [
+        make_record(
+            "t1",
+            [(5, True, ["axis:accuracy", "cluster:c1"])],
+            example_tags=["theme:hedging", "physician_agreed_category:x"],
+        ),
+        make_record("t2", [(5, False, ["axis:accuracy", "cluster:c1"])], example_tags=["theme:global_health"]),
+    ]
+    titles = re.findall(r"<h3>(By [^<]+)</h3>", render(records))
+    assert titles == ["By theme", "By axis", "By consensus criterion (highest first)"]
+
+
+def test_rebuild_rescores_with_other_settings_and_says_so(tmp_path: Path) -> None:
+    records = professional_records()
+    lines = "".join(json.dumps(r) + "\n" for r in records)
+    (tmp_path / "results.jsonl").write_text(lines, encoding="utf-8")
+    (tmp_path / "run.json").write_text(json.dumps(PRO_RUN), encoding="utf-8")
+    official = rebuild(tmp_path, seed=0, length_adjustment=PRO)
+    assert official == aggregate_records(records, seed=0, length_adjustment=PRO)
+    assert json.loads((tmp_path / "metrics.json").read_text()) == official
+    html = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert "Not HealthBench" not in html and "Rescored" not in html
+
+    other = LengthAdjustment(1000, 0.02)
+    metrics = rebuild(tmp_path, seed=0, length_adjustment=other)
+    assert metrics["score"] == pytest.approx(sum(other.adjust(r["score"], r["response"]) for r in records) / 3)
+    html = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert "headline: length-adjusted score, center 1000 characters, 0.02 per 500 characters" in html
+    assert "the run was graded with center 2000 characters, 0.0147 per 500 characters" in html
+    expected = "length_adjustment center 1000 characters, 0.02 per 500 characters (official: center 2000"
+    assert expected in html.split('<div class="banner" role="alert">')[1]
+    assert json.loads((tmp_path / "run.json").read_text()) == PRO_RUN  # the run's own record is left alone
+
+    plain = rebuild(tmp_path, seed=0, length_adjustment=None)
+    assert LENGTH_ADJUSTED not in plain and plain["score"] == plain["overall_score"]
+    html = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert "headline: score, not length-adjusted" in html and "length_adjustment none (official:" in html

@@ -87,3 +87,13 @@ def test_bootstrap_clips_each_resample_mean() -> None:
     out = aggregate([{"overall_score": 1.0}, {"overall_score": 3.0}], seed=0)
     assert out["score"] == 1.0
     assert out["score:bootstrap_std"] == 0.0
+
+
+def test_score_duplicates_the_headline_metric_it_is_given() -> None:
+    tasks = [{"overall_score": 0.5, "other": 0.25}, {"overall_score": 1.0, "other": 0.75}]
+    default, other = aggregate(tasks, seed=2), aggregate(tasks, seed=2, headline="other")
+    assert default["score"] == 0.75 and other["score"] == 0.5
+    assert other["score:bootstrap_std"] == other["other:bootstrap_std"] == default["other:bootstrap_std"]
+    assert {k: v for k, v in other.items() if not k.startswith("score")} == {
+        k: v for k, v in default.items() if not k.startswith("score")
+    }
