@@ -87,3 +87,13 @@ def test_data_dir_is_used_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         subsets.subset_path("hard")
     with pytest.raises(DataError, match="unknown subset"):
         subsets.subset_path("nope")
+
+
+def test_names_the_cli_offers() -> None:
+    assert subsets.TASK_SUBSETS == ("full", "hard", "consensus", "professional")
+    assert subsets.DOWNLOADABLE == ("full", "hard", "consensus", "professional", "meta")
+    assert set(subsets.SUBSETS) == set(subsets.DOWNLOADABLE) - {"professional"}  # the blob-store files
+    with pytest.raises(DataError, match="choose one of full, hard, consensus, professional, meta"):
+        subsets.subset_path("nope")
+    with pytest.raises(DataError, match="load it with load_meta_subset"):
+        subsets.load_subset("meta")

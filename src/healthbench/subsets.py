@@ -5,6 +5,12 @@ with the official file names, for offline machines), else the cache (`HEALTHBENC
 under the user's cache folder), downloading into it when missing. Each file is checked against the sha256
 recorded by other projects and its row count; the cache keeps a sidecar with the hash it accepted, so a
 file changed later is noticed.
+
+HealthBench Professional comes from the Hugging Face dataset `openai/healthbench-professional` instead, at a
+pinned revision: `HEALTHBENCH_PROFESSIONAL_REVISION` when set, else the one its first download recorded,
+else `main` as it was at that first download. No sha256 of it is published, so the first one seen is
+recorded beside it (`healthbench_professional_eval.jsonl.json`: revision, sha256, when) and later files
+must match it.
 """
 
 from __future__ import annotations
@@ -14,12 +20,15 @@ import os
 import tempfile
 import urllib.request
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import platformdirs
+from pydantic import BaseModel, ConfigDict, ValidationError
 from tqdm import tqdm
 
-from .data import DataError, MetaRow, Row, load_meta_rows, load_rows
+from . import hub
+from .data import DataError, MetaRow, Row, load_meta_rows, load_professional_rows, load_rows
 
 BASE_URL = "https://openaipublic.blob.core.windows.net/simple-evals/healthbench/"
 OVERRIDE_ENV = "HEALTHBENCH_ALLOW_SHA256_MISMATCH"
@@ -70,6 +79,16 @@ SUBSETS: dict[str, Subset] = {
         ),
     )
 }
+
+
+PROFESSIONAL = "professional"
+PROFESSIONAL_DATASET = "openai/healthbench-professional"
+PROFESSIONAL_FILENAME = "healthbench_professional_eval.jsonl"
+PROFESSIONAL_ROWS = 525
+REVISION_ENV = "HEALTHBENCH_PROFESSIONAL_REVISION"
+# The subsets whose rows are tasks (SUBSETS holds the files on OpenAI's blob store, meta-eval included).
+TASK_SUBSETS = ("full", "hard", "consensus", PROFESSIONAL)
+DOWNLOADABLE = (*TASK_SUBSETS, "meta")
 
 
 def _allow_mismatch() -> bool:
@@ -124,14 +143,13 @@ def _download(subset: Subset, target: Path) -> str:
 
 def subset_path(name: str) -> Path:
     """A checked local copy of the named subset's file, downloaded on first use."""
+    if name == PROFESSIONAL:
+        return professional_path()
     if name not in SUBSETS:
-        raise DataError(f"unknown subset {name!r}; choose one of {', '.join(SUBSETS)}")
+        raise DataError(f"unknown subset {name!r}; choose one of {', '.join(DOWNLOADABLE)}")
     subset = SUBSETS[name]
-    data_dir = os.environ.get("HEALTHBENCH_DATA_DIR")
-    if data_dir:
-        path = Path(data_dir) / subset.filename
-        if not path.is_file():
-            raise DataError(f"{path}: not found (HEALTHBENCH_DATA_DIR names a folder holding the official files)")
+    path = _data_dir_path(subset.filename)
+    if path is not None:
         _check_hash(subset, path, file_sha256(path))
         return path
     path = cache_dir() / subset.filename
@@ -150,21 +168,122 @@ def subset_path(name: str) -> Path:
     return path
 
 
-def _check_count(subset: Subset, path: Path, count: int) -> None:
-    if count != subset.rows and not _allow_mismatch():
+def _data_dir_path(filename: str) -> Path | None:
+    """The file in `HEALTHBENCH_DATA_DIR` when that is set (an error if it is not there), else None."""
+    data_dir = os.environ.get("HEALTHBENCH_DATA_DIR")
+    if not data_dir:
+        return None
+    path = Path(data_dir) / filename
+    if not path.is_file():
+        raise DataError(f"{path}: not found (HEALTHBENCH_DATA_DIR names a folder holding the official files)")
+    return path
+
+
+class ProfessionalRecord(BaseModel):
+    """What the first download of HealthBench Professional saw: the commit, its file's sha256, and when."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    revision: str
+    requested: str
+    sha256: str
+    downloaded_at: str
+
+
+def _record_path(path: Path) -> Path:
+    return path.with_name(path.name + ".json")
+
+
+def _read_record(path: Path) -> ProfessionalRecord | None:
+    try:
+        return ProfessionalRecord.model_validate_json(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except ValidationError as exc:
         raise DataError(
-            f"{path}: {count} rows, the official {subset.name} file has {subset.rows}; "
-            f"set {OVERRIDE_ENV}=1 to use it anyway"
+            f"{path}: not a download record ({exc.errors()[0]['msg']}); delete it to download again"
+        ) from None
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    handle, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(temp_name, path)
+    except BaseException:
+        Path(temp_name).unlink(missing_ok=True)
+        raise
+
+
+def _checked_cache(path: Path, record: ProfessionalRecord) -> Path:
+    actual = file_sha256(path)
+    if actual != record.sha256 and not _allow_mismatch():
+        raise DataError(
+            f"{path}: changed since it was downloaded (sha256 {actual}, recorded {record.sha256} in "
+            f"{_record_path(path)}); delete the file to download revision {record.revision} again, or set "
+            f"{OVERRIDE_ENV}=1 to use it anyway"
+        )
+    return path
+
+
+def professional_path() -> Path:
+    """A local copy of HealthBench Professional, from `HEALTHBENCH_DATA_DIR`, the cache, or the Hub.
+
+    A cached copy is used without asking the Hub when it matches its record (and the revision asked for, if
+    `HEALTHBENCH_PROFESSIONAL_REVISION` is set). Otherwise the file is downloaded at the pinned revision and
+    must hash to the recorded sha256; the first download records both. `HEALTHBENCH_ALLOW_SHA256_MISMATCH=1`
+    uses a file that does not match, without recording it.
+    """
+    path = _data_dir_path(PROFESSIONAL_FILENAME)
+    if path is not None:
+        return path  # no published hash to check it against
+    path = cache_dir() / PROFESSIONAL_FILENAME
+    record_path = _record_path(path)
+    record = _read_record(record_path)
+    wanted = os.environ.get(REVISION_ENV) or None
+    if record is not None and path.is_file() and wanted in (None, record.revision, record.requested):
+        return _checked_cache(path, record)
+    requested = wanted or (record.revision if record is not None else "main")
+    commit = hub.resolve_commit(PROFESSIONAL_DATASET, PROFESSIONAL_FILENAME, requested)
+    if record is not None and path.is_file() and commit == record.revision:
+        return _checked_cache(path, record)  # another name for the recorded commit: nothing to download
+    with hub.downloaded(PROFESSIONAL_DATASET, PROFESSIONAL_FILENAME, commit, path.parent) as fetched:
+        actual = file_sha256(fetched)
+        if record is not None and actual != record.sha256 and not _allow_mismatch():
+            raise DataError(
+                f"{PROFESSIONAL_DATASET} {PROFESSIONAL_FILENAME} at revision {commit} has sha256 {actual}, but "
+                f"the file first downloaded (revision {record.revision}, {record.downloaded_at}) had "
+                f"{record.sha256}: the file changed. To accept the new file, delete {record_path} and load "
+                f"again; to use it without recording it, set {OVERRIDE_ENV}=1."
+            )
+        os.replace(fetched, path)
+    if record is None:
+        record = ProfessionalRecord(
+            revision=commit, requested=requested, sha256=actual, downloaded_at=datetime.now(UTC).isoformat()
+        )
+        _write_atomically(record_path, record.model_dump_json(indent=2) + "\n")
+    return path
+
+
+def _check_count(name: str, expected: int, path: Path, count: int) -> None:
+    if count != expected and not _allow_mismatch():
+        raise DataError(
+            f"{path}: {count} rows, the official {name} file has {expected}; set {OVERRIDE_ENV}=1 to use it anyway"
         )
 
 
 def load_subset(name: str) -> list[Row]:
-    """Load a named task subset (`full`, `hard` or `consensus`), checked."""
+    """Load a named task subset (one of `TASK_SUBSETS`), checked."""
     if name == "meta":
         raise DataError("subset 'meta' holds meta-evaluation rows; load it with load_meta_subset")
     path = subset_path(name)
+    if name == PROFESSIONAL:
+        rows = load_professional_rows(path)
+        _check_count(name, PROFESSIONAL_ROWS, path, len(rows))
+        return rows
     rows = load_rows(path)
-    _check_count(SUBSETS[name], path, len(rows))
+    _check_count(name, SUBSETS[name].rows, path, len(rows))
     return rows
 
 
@@ -172,5 +291,5 @@ def load_meta_subset() -> list[MetaRow]:
     """Load the meta-evaluation file, checked."""
     path = subset_path("meta")
     rows = load_meta_rows(path)
-    _check_count(SUBSETS["meta"], path, len(rows))
+    _check_count("meta", SUBSETS["meta"].rows, path, len(rows))
     return rows
