@@ -1,62 +1,197 @@
-"""The fake server's rate limiter: which model requests it refuses with a 429, and the headers it sends.
+"""The fake server's rate limiter, modelled on OpenAI's: which model requests it refuses, and what it says.
 
-The server calls ``Limiter.admit`` once per model request, before any work on it.
+Requests and tokens per minute are token buckets refilled continuously and enforced over a short window
+(OpenAI: "60,000 requests/minute may be enforced as 1,000 requests/second"); a request's tokens are its
+prompt plus its output cap, counted on arrival. Refused requests may count against the buckets (they do at
+OpenAI) or not; the ``x-ratelimit-*`` headers may be sent or not (many gateways send none); a 429's message
+names the limit in OpenAI's words, or says only that there was one. After ``quota`` answered requests the
+account has no credit left and every request is refused with ``insufficient_quota``.
+
+``Limiter.decide`` is pure (it takes the time), so a simulation can drive it; the server calls
+``Limiter.admit`` once per model request, before any work on it.
 """
 
 from __future__ import annotations
 
+import json
 import math
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from aiohttp import web
 
-from healthbench.testing.replies import error
+from healthbench.testing.replies import estimate_tokens
 
-__all__ = ["Limiter"]
+__all__ = ["QUOTA_MESSAGE", "Decision", "Limiter", "RateLimits"]
+
+QUOTA_MESSAGE = "You exceeded your current quota, please check your plan and billing details."
+_DOCS = " For more information on this error, read the docs: https://platform.openai.com/docs/guides/error-codes/api-errors."
 
 
-class _TokenBucket:
-    """Allows ``rate`` requests per second with a burst of one second's worth."""
+@dataclass(frozen=True)
+class RateLimits:
+    """How the fake limits model requests: see the module docstring. ``None`` leaves a limit off."""
 
-    def __init__(self, rate: float, now: float) -> None:
-        self.rate = rate
-        self.capacity = max(1.0, rate)
-        self.tokens = self.capacity
+    rpm: float | None = None
+    tpm: float | None = None
+    window: float = 1.0  # seconds of the per-minute limits a burst may use at once
+    count_refused: bool = True
+    headers: bool = True
+    numbers: bool = True  # a 429's message names the limit, its use and when to try again
+    quota: int | None = None  # answered requests before the account's credit runs out
+    default_max_tokens: int = 4096  # what a request without an output cap is counted at
+
+    def __post_init__(self) -> None:
+        if any(limit is not None and limit <= 0 for limit in (self.rpm, self.tpm)):
+            raise ValueError("rpm and tpm must be positive")
+        if self.window <= 0:
+            raise ValueError("window must be positive")
+        if self.quota is not None and self.quota < 0:
+            raise ValueError("quota must be non-negative")
+
+    @classmethod
+    def per_second(cls, rate: float) -> RateLimits:
+        """The older ``rate_limit`` setting: ``rate`` requests a second, refused ones not counted, with headers."""
+        return cls(rpm=rate * 60, count_refused=False)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The limiter's answer to one request: admitted (``refused`` None) or refused, and the headers it carries."""
+
+    refused: Literal["requests", "tokens", "quota"] | None
+    headers: dict[str, str] = field(default_factory=dict)
+    message: str = ""
+
+
+def _duration(seconds: float) -> str:
+    """A duration as OpenAI writes them: "20ms", "4.7s", "6m0s"."""
+    if seconds < 1:
+        return f"{math.ceil(seconds * 1000)}ms"
+    if seconds < 60:
+        return f"{math.ceil(seconds * 1000) / 1000:g}s"
+    return f"{int(seconds // 60)}m{math.ceil(seconds % 60)}s"
+
+
+class _Bucket:
+    """One per-minute limit, enforced over ``window`` seconds: holds up to that window's share of it."""
+
+    def __init__(self, per_minute: float, window: float, now: float) -> None:
+        self.per_minute = per_minute
+        self.rate = per_minute / 60
+        self.capacity = max(1.0, self.rate * window)
+        self.level = self.capacity
         self.updated = now
 
-    def take(self, now: float) -> float:
-        """Consume a token and return 0, or return the seconds until one becomes available."""
-        self.tokens = min(self.capacity, self.tokens + (now - self.updated) * self.rate)
+    def refill(self, now: float) -> None:
+        self.level = min(self.capacity, self.level + (now - self.updated) * self.rate)
         self.updated = now
-        if self.tokens >= 1.0:
-            self.tokens -= 1.0
-            return 0.0
-        return (1.0 - self.tokens) / self.rate
 
-    def headers(self, wait: float) -> dict[str, str]:
-        # Until the bucket is full again, mirroring OpenAI's "time until the limit resets".
-        reset = max(wait, (self.capacity - self.tokens) / self.rate)
+    def fits(self, cost: float) -> bool:
+        # A request bigger than the whole window's share goes when the bucket is full, and leaves it in debt.
+        return self.level >= min(cost, self.capacity)
+
+    def take(self, cost: float) -> None:
+        # Debt is bounded by one window: a storm of refused requests starves a client, but not for ever.
+        self.level = max(-self.capacity, self.level - cost)
+
+    def wait(self, cost: float) -> float:
+        """Seconds until a request of ``cost`` would fit."""
+        return max(0.0, (min(cost, self.capacity) - self.level) / self.rate)
+
+    def headers(self, suffix: str) -> dict[str, str]:
         return {
-            "x-ratelimit-limit-requests": str(math.floor(self.capacity)),
-            "x-ratelimit-remaining-requests": str(math.floor(self.tokens)),
-            "x-ratelimit-reset-requests": f"{math.ceil(reset * 1000)}ms",
+            f"x-ratelimit-limit-{suffix}": str(math.floor(self.per_minute)),
+            f"x-ratelimit-remaining-{suffix}": str(max(0, math.floor(self.level))),
+            f"x-ratelimit-reset-{suffix}": _duration((self.capacity - self.level) / self.rate),
         }
 
 
-class Limiter:
-    """Admits model requests at ``rate`` per second (None: all of them), as OpenAI's request limit does."""
+def _prompt_chars(value: Any) -> int:
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, list):
+        return sum(_prompt_chars(item) for item in value)
+    if isinstance(value, dict):
+        return _prompt_chars(value.get("content")) + _prompt_chars(value.get("text"))
+    return 0
 
-    def __init__(self, rate: float | None, now: float) -> None:
-        self._bucket = None if rate is None else _TokenBucket(rate, now)
+
+def request_tokens(body: dict[str, Any], default_max_tokens: int) -> int:
+    """A request's tokens as the limiter counts them on arrival: its prompt plus its output cap."""
+    chars = sum(_prompt_chars(body.get(key)) for key in ("messages", "input", "instructions"))
+    caps = [body.get(key) for key in ("max_tokens", "max_completion_tokens", "max_output_tokens")]
+    cap = next((value for value in caps if isinstance(value, int) and not isinstance(value, bool)), default_max_tokens)
+    return estimate_tokens(chars) + cap
+
+
+class Limiter:
+    """Admits model requests under ``limits`` (a ``RateLimits``, a request rate per second, or None: all)."""
+
+    def __init__(self, limits: RateLimits | float | None, now: float) -> None:
+        if limits is not None and not isinstance(limits, RateLimits):
+            limits = RateLimits.per_second(limits)
+        self.limits = limits
+        self.answered = 0
+        self._requests = _Bucket(limits.rpm, limits.window, now) if limits and limits.rpm else None
+        self._tokens = _Bucket(limits.tpm, limits.window, now) if limits and limits.tpm else None
+
+    @property
+    def quota_spent(self) -> bool:
+        """Whether the account's quota has run out: from now on every request is refused for it."""
+        return self.limits is not None and self.limits.quota is not None and self.answered >= self.limits.quota
+
+    def decide(self, body: dict[str, Any], now: float) -> Decision:
+        """Admit or refuse one request arriving at ``now``, and count it."""
+        limits = self.limits
+        if limits is None:
+            return Decision(None)
+        if self.quota_spent:
+            return Decision("quota", message=QUOTA_MESSAGE + _DOCS)
+        cost = request_tokens(body, limits.default_max_tokens)
+        pairs = (("requests", self._requests, 1.0), ("tokens", self._tokens, float(cost)))
+        buckets = [(name, bucket, spent) for name, bucket, spent in pairs if bucket is not None]
+        for _, bucket, _ in buckets:
+            bucket.refill(now)
+        short = next(((name, bucket, spent) for name, bucket, spent in buckets if not bucket.fits(spent)), None)
+        # What the refusing limit had used before this request, in its per-minute units, as OpenAI reports it.
+        used = 0 if short is None else round((short[1].capacity - short[1].level) * 60 / limits.window)
+        if short is None or limits.count_refused:
+            for _, bucket, spent in buckets:
+                bucket.take(spent)
+        headers: dict[str, str] = {}
+        if limits.headers:
+            for name, bucket, _ in buckets:
+                headers |= bucket.headers(name)
+        if short is None:
+            self.answered += 1
+            return Decision(None, headers)
+        name, bucket, spent = short
+        wait = bucket.wait(spent)
+        if limits.headers:
+            headers |= {"retry-after-ms": str(math.ceil(wait * 1000)), "Retry-After": str(math.ceil(wait))}
+        message = f"Rate limit reached for {name}"
+        if limits.numbers:
+            message = (
+                f"Rate limit reached for {body.get('model', 'fake-model')} in organization org-fake on {name} per "
+                f"min ({'RPM' if name == 'requests' else 'TPM'}): Limit {math.floor(bucket.per_minute)}, Used "
+                f"{used}, Requested {math.ceil(spent)}. Please try again in {_duration(wait)}. Visit "
+                "https://platform.openai.com/account/rate-limits to learn more."
+            )
+        return Decision("requests" if name == "requests" else "tokens", headers, message)
 
     def admit(self, body: dict[str, Any], now: float) -> tuple[web.Response | None, dict[str, str]]:
         """Return a 429 to send instead of an answer, or None and the headers the answer carries."""
-        if self._bucket is None:
-            return None, {}
-        wait = self._bucket.take(now)
-        headers = self._bucket.headers(wait)
-        if wait <= 0:
-            return None, headers
-        # Answered at once: a real limiter rejects before doing any work.
-        retry_after = f"{math.ceil(wait * 1000) / 1000:g}"
-        return error(429, "Rate limit reached for requests", "requests", {"Retry-After": retry_after, **headers}), {}
+        decision = self.decide(body, now)
+        if decision.refused is None:
+            return None, decision.headers
+        quota = decision.refused == "quota"
+        error = {
+            "message": decision.message,
+            "type": "insufficient_quota" if quota else decision.refused,
+            "param": None,
+            "code": "insufficient_quota" if quota else "rate_limit_exceeded",
+        }
+        # Answered at once: a real limiter refuses before doing any work.
+        text = json.dumps({"error": error})
+        return web.Response(status=429, text=text, content_type="application/json", headers=decision.headers), {}

@@ -1,0 +1,121 @@
+"""The fake endpoint's rate limiter: OpenAI's buckets, headers, 429 messages and quota, at a simulated time."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+
+import aiohttp
+import pytest
+
+from healthbench.testing import FakeOpenAI
+from healthbench.testing.limits import QUOTA_MESSAGE, Decision, Limiter, RateLimits, request_tokens
+
+OPENAI_TPM_MESSAGE = re.compile(
+    r"^Rate limit reached for gpt-test in organization org-fake on tokens per min \(TPM\): "
+    r"Limit 60000, Used \d+, Requested \d+\. Please try again in \d+(\.\d+)?m?s\. Visit "
+)
+
+
+def body(chars: int = 400, cap: int | None = 100, key: str = "max_tokens") -> dict[str, Any]:
+    request: dict[str, Any] = {"model": "gpt-test", "messages": [{"role": "user", "content": "x" * chars}]}
+    if cap is not None:
+        request[key] = cap
+    return request
+
+
+def test_a_request_costs_its_prompt_and_its_output_cap() -> None:
+    assert request_tokens(body(400, 100), 4096) == 101 + 100
+    assert request_tokens(body(400, 7, "max_completion_tokens"), 4096) == 101 + 7
+    assert request_tokens({"input": [{"role": "user", "content": [{"text": "y" * 40}]}], "max_output_tokens": 9}, 1) == 20
+    assert request_tokens(body(400, None), 4096) == 101 + 4096
+
+
+def test_requests_per_minute_are_a_bucket_over_the_window_refilled_continuously() -> None:
+    limiter = Limiter(RateLimits(rpm=600, window=1.0), now=0.0)  # 10 a second, 10 at once
+    decisions = [limiter.decide(body(), 0.0) for _ in range(11)]
+    assert [d.refused for d in decisions] == [None] * 10 + ["requests"]
+    assert decisions[9].headers["x-ratelimit-limit-requests"] == "600"
+    assert decisions[9].headers["x-ratelimit-remaining-requests"] == "0"
+    assert limiter.decide(body(), 0.05).refused == "requests"  # half a request refilled, and the refusal spent
+    assert limiter.decide(body(), 0.35).refused is None
+
+
+def test_refused_requests_count_against_the_limit_when_set_to() -> None:
+    def admitted(count_refused: bool) -> int:
+        limiter = Limiter(RateLimits(rpm=600, count_refused=count_refused), now=0.0)
+        # Twenty a second for two seconds, into a limit of ten a second.
+        return sum(limiter.decide(body(), t / 20).refused is None for t in range(40))
+
+    assert admitted(count_refused=False) == 10 + 19  # the first burst, then the refill to the ms
+    # Each refusal spends what the next request waited for: the same demand gets little more than the burst.
+    assert admitted(count_refused=True) <= admitted(count_refused=False) - 10
+
+
+def test_a_token_refusal_in_openai_words_names_the_limit_and_the_wait() -> None:
+    limiter = Limiter(RateLimits(tpm=60_000), now=0.0)  # a thousand tokens a second, a thousand at once
+    assert limiter.decide(body(400, 700), 0.0).refused is None  # 801 tokens
+    refused = limiter.decide(body(400, 700), 0.0)
+    assert refused.refused == "tokens"
+    assert OPENAI_TPM_MESSAGE.match(refused.message), refused.message
+    assert "Requested 801" in refused.message
+    assert int(refused.headers["retry-after-ms"]) > 0
+    assert refused.headers["x-ratelimit-limit-tokens"] == "60000"
+
+
+def test_without_headers_or_numbers_a_refusal_says_only_that_there_was_one() -> None:
+    limiter = Limiter(RateLimits(rpm=60, headers=False, numbers=False), now=0.0)
+    assert limiter.decide(body(), 0.0) == Decision(None)
+    refused = limiter.decide(body(), 0.0)
+    assert refused.refused == "requests"
+    assert refused.headers == {} and refused.message == "Rate limit reached for requests"
+
+
+def test_the_quota_runs_out_after_the_answered_requests() -> None:
+    limiter = Limiter(RateLimits(quota=3), now=0.0)
+    outcomes = [limiter.decide(body(), float(t)).refused for t in range(5)]
+    assert outcomes == [None, None, None, "quota", "quota"]
+    assert limiter.quota_spent and limiter.answered == 3
+
+
+def test_the_old_rate_setting_is_requests_per_second_with_refusals_not_counted() -> None:
+    limits = Limiter(2.0, now=0.0).limits
+    assert limits == RateLimits(rpm=120, count_refused=False)
+    with pytest.raises(ValueError, match="positive"):
+        RateLimits(tpm=0)
+
+
+async def _post_all(url: str, bodies: list[dict[str, Any]]) -> list[tuple[int, dict[str, str], Any]]:
+    async with aiohttp.ClientSession() as session:
+        replies = []
+        for request in bodies:
+            async with session.post(url, json=request) as response:
+                replies.append((response.status, dict(response.headers), await response.json()))
+        return replies
+
+
+def test_the_server_refuses_for_quota_as_openai_does() -> None:
+    with FakeOpenAI(limits=RateLimits(rpm=6000, quota=2)) as server:
+        assert server.base_url is not None
+        replies = asyncio.run(_post_all(server.base_url + "/chat/completions", [body()] * 3))
+        counts = dict(server.responses_by_kind)
+    assert [status for status, _, _ in replies] == [200, 200, 429]
+    assert "x-ratelimit-remaining-requests" in replies[0][1]
+    error = replies[2][2]["error"]
+    assert error["code"] == error["type"] == "insufficient_quota"
+    assert error["message"].startswith(QUOTA_MESSAGE)
+    assert counts == {"ok": 2, "quota_exhausted": 1}
+
+
+def test_the_server_sends_rate_limit_refusals_with_openai_code() -> None:
+    with FakeOpenAI(limits=RateLimits(rpm=60, headers=False)) as server:
+        assert server.base_url is not None
+        replies = asyncio.run(_post_all(server.base_url + "/chat/completions", [body()] * 3))
+        counts = dict(server.responses_by_kind)
+    assert [status for status, _, _ in replies] == [200, 429, 429]
+    assert not any(name.startswith("x-ratelimit") for name in replies[0][1])
+    error = replies[1][2]["error"]
+    assert error["code"] == "rate_limit_exceeded" and error["type"] == "requests"
+    assert "on requests per min (RPM): Limit 60, Used 60, Requested 1." in error["message"]
+    assert counts == {"ok": 1, "rate_limited": 2}
