@@ -28,7 +28,8 @@ def body(chars: int = 400, cap: int | None = 100, key: str = "max_tokens") -> di
 def test_a_request_costs_its_prompt_and_its_output_cap() -> None:
     assert request_tokens(body(400, 100), 4096) == 101 + 100
     assert request_tokens(body(400, 7, "max_completion_tokens"), 4096) == 101 + 7
-    assert request_tokens({"input": [{"role": "user", "content": [{"text": "y" * 40}]}], "max_output_tokens": 9}, 1) == 20
+    responses = {"input": [{"role": "user", "content": [{"text": "y" * 40}]}], "max_output_tokens": 9}
+    assert request_tokens(responses, 1) == 11 + 9
     assert request_tokens(body(400, None), 4096) == 101 + 4096
 
 
