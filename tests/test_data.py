@@ -18,6 +18,7 @@ def test_loads_rows_in_file_order(tmp_path: Path) -> None:
     assert [r.prompt_id for r in rows] == ["a", "b"]
     assert rows[0].rubrics[1].points == -3
     assert rows[0].prompt[0].role == "user"
+    assert rows[0].physician_response is None  # only HealthBench Professional rows have one
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from huggingface_hub import constants as hf_constants
 
 from healthbench import hub as hub_module
 from healthbench import subsets
@@ -156,6 +157,8 @@ def clean_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HEALTHBENCH_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    # huggingface_hub's user agent would fetch an agent registry from its import-time endpoint, huggingface.co.
+    monkeypatch.setattr(hf_constants, "HF_HUB_DISABLE_TELEMETRY", True)
     monkeypatch.setattr(subsets, "PROFESSIONAL_ROWS", 2)
     return tmp_path / "cache"
 
@@ -281,8 +284,10 @@ def test_hf_token_opens_a_gated_dataset(clean_env: Path, monkeypatch: pytest.Mon
     with FakeHub(DATASET, token="hf_made_up_token") as gated:
         gated.commit({FILENAME: _body("t1", "t2")})
         monkeypatch.setenv("HF_ENDPOINT", gated.url)
-        with pytest.raises(DataError, match="was refused"):
+        monkeypatch.setenv("HF_TOKEN", "hf_wrong_made_up_token")
+        with pytest.raises(DataError, match=r"was refused \(HTTP 403\)") as caught:
             subsets.subset_path("professional")
+        assert "hf_wrong_made_up_token" not in str(caught.value)  # never a token in a message
         monkeypatch.setenv("HF_TOKEN", "hf_made_up_token")
         assert len(subsets.load_subset("professional")) == 2
         assert gated.authorized[-1]
