@@ -14,6 +14,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 from .data import DataError
@@ -39,14 +40,18 @@ def file_url(repo_id: str, filename: str, revision: str) -> str:
 
 
 def _status(exc: BaseException) -> tuple[int, str | None] | None:
-    """The HTTP status (and the Hub's X-Error-Code) behind an error, looking through its causes."""
-    from huggingface_hub.errors import HfHubHTTPError
+    """The HTTP status (and the Hub's X-Error-Code) behind an error, looking through its causes.
 
+    Read from the error's `response`, which huggingface_hub's HTTP errors carry in every version (its
+    error classes moved between modules, and its HTTP library changed from requests to httpx).
+    """
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
-        if isinstance(current, HfHubHTTPError) and current.response is not None:
-            return current.response.status_code, current.response.headers.get("X-Error-Code")
+        response: Any = getattr(current, "response", None)
+        status = getattr(response, "status_code", None)
+        if isinstance(status, int):
+            return status, response.headers.get("X-Error-Code")
         seen.add(id(current))
         current = current.__cause__ or current.__context__
     return None
