@@ -61,3 +61,12 @@ def baseline_jobs(rows: Sequence[Row], group: int, *, references: bool = False, 
             )
         jobs.extend(Job(row, index, completion) for index, completion in enumerate(completions))
     return select_rows(jobs, limit)
+
+
+def physician_jobs(rows: Sequence[Row], *, limit: int | None = None) -> list[Job]:
+    """HealthBench Professional's physician baseline: each row's `physician_response` as a fixed reply, in
+    file order (`limit` drawn as the reference draws); rows without one are left out."""
+    jobs = [Job(row, 0, row.physician_response) for row in rows if row.physician_response is not None]
+    if not jobs:
+        raise DataError("no row has a physician_response to grade")
+    return select_rows(jobs, limit)

@@ -5,7 +5,9 @@ hidden `@terminal` tool, which grades it item by item (SPEC section 3) and retur
 as the reward; a reply that cannot be graded makes the tool raise, so no reward exists for it. Rows are
 loaded once per process and bound to the served class before the server starts; a session only looks its
 row up. The grader key arrives with each session's secrets; the endpoint, the model and one concurrency
-budget belong to the server and are shared by all of its sessions.
+budget belong to the server and are shared by all of its sessions. Each split may grade with settings of its
+own (HealthBench Professional's split: gpt-5.4 at low effort, and a length-adjusted reward), all under that
+one budget.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from .grading import (
     render_conversation,
     transcript_with_reply,
 )
-from .scoring import task_metrics
+from .scoring import LengthAdjustment, task_metrics
 from .subsets import load_subset
 
 
@@ -88,7 +90,8 @@ def prompt_text(messages: Sequence[Message]) -> str:
 
 
 def load_splits(data: Path | None = None, subsets: Sequence[str] = ()) -> dict[str, list[Row]]:
-    """The rows to serve by split: a JSONL file or the `full` subset is `test`; `hard`/`consensus` keep their names.
+    """The rows to serve by split: a JSONL file or the `full` subset is `test`; `hard`, `consensus` and
+    `professional` keep their names.
 
     With neither a file nor a subset, the full set is served.
     """
@@ -112,25 +115,24 @@ class _Lease:
 
 
 class _GraderPool:
-    """One grader per distinct key, shared by that key's sessions while any of them is grading.
+    """One grader per distinct settings and key, shared by those sessions while any of them is grading.
 
     Sessions of one key share connections and the client's rate pacing; the last one to finish closes the
     client, so a key seen once leaves nothing behind. Every grader draws on the one budget.
     """
 
-    def __init__(self, config: GraderConfig) -> None:
-        self.config = config
-        self._budget = Budget(config.concurrency)
+    def __init__(self, concurrency: int) -> None:
+        self._budget = Budget(concurrency)
         # Keyed by a digest, so the raw key is held only where it is used: the client's headers.
         self._leases: dict[str, _Lease] = {}
 
     @asynccontextmanager
-    async def lease(self, api_key: str | None) -> AsyncIterator[Grader]:
-        """The grader for `api_key` (None: send no key), for the duration of the block."""
-        slot = hashlib.sha256((api_key or "").encode()).hexdigest()
+    async def lease(self, config: GraderConfig, api_key: str | None) -> AsyncIterator[Grader]:
+        """The grader of `config` for `api_key` (None: send no key), for the duration of the block."""
+        slot = hashlib.sha256(f"{config.model_dump_json()}\n{api_key or ''}".encode()).hexdigest()
         lease = self._leases.get(slot)
         if lease is None:
-            config = self.config.model_copy(update={"api_key": SecretStr(api_key) if api_key else None})
+            config = config.model_copy(update={"api_key": SecretStr(api_key) if api_key else None})
             lease = self._leases[slot] = _Lease(config.build(budget=self._budget))
         lease.users += 1
         try:
@@ -143,13 +145,23 @@ class _GraderPool:
 
 
 class Deployment:
-    """What one server serves: rows by split, their task specs, and the grading all sessions share."""
+    """What one server serves: rows by split, their task specs, and the grading all sessions share.
 
-    def __init__(self, splits: Mapping[str, Sequence[Row]], grader: GraderConfig) -> None:
+    `grader` is the settings of every split, or of each split by name; `adjustments` the length adjustment of
+    a split whose reward is length-adjusted (none for a split not named).
+    """
+
+    def __init__(
+        self,
+        splits: Mapping[str, Sequence[Row]],
+        grader: GraderConfig | Mapping[str, GraderConfig],
+        adjustments: Mapping[str, LengthAdjustment | None] | None = None,
+    ) -> None:
         if not splits:
             raise ValueError("nothing to serve: no splits")
         self.splits = {name: tuple(rows) for name, rows in splits.items()}
-        self.grader = grader
+        self.graders = {name: grader if isinstance(grader, GraderConfig) else grader[name] for name in self.splits}
+        self.adjustments = {name: (adjustments or {}).get(name) for name in self.splits}
         self._rows: dict[tuple[str, str], Row] = {}
         self._specs: dict[str, list[dict[str, str]]] = {}
         for name, rows in self.splits.items():
@@ -161,7 +173,7 @@ class Deployment:
                 self._rows[name, row.prompt_id] = row
             # Built once: the SDK asks for the listing again on every request.
             self._specs[name] = [{"split": name, "prompt_id": row.prompt_id} for row in rows]
-        self._graders = _GraderPool(grader)
+        self._graders = _GraderPool(max(config.concurrency for config in self.graders.values()))
 
     def specs(self, split: str) -> list[dict[str, str]]:
         """The task specs of a split, in file order: small, the row stays on the server."""
@@ -175,14 +187,16 @@ class Deployment:
             raise ValueError(f"no task with split {split!r} and prompt_id {prompt_id!r}")
         return row
 
-    async def grade(self, row: Row, response: str, api_key: str | None) -> GradedReply:
-        """Grade `response` as the reply to `row`, with the session's key (else the server's own).
+    async def grade(self, split: str, row: Row, response: str, api_key: str | None) -> GradedReply:
+        """Grade `response` as the reply to `row` with its split's settings and the session's key (else the
+        server's own).
 
         Raises `GradingError` when an item cannot be graded; the key never appears in its message.
         """
-        if not api_key and self.grader.api_key is not None:
-            api_key = self.grader.api_key.get_secret_value()
-        async with self._graders.lease(api_key) as grader:
+        config = self.graders[split]
+        if not api_key and config.api_key is not None:
+            api_key = config.api_key.get_secret_value()
+        async with self._graders.lease(config, api_key) as grader:
             try:
                 return await grader.grade(row.prompt_id, transcript_with_reply(row.prompt, response), row.rubrics)
             except GradingError as exc:
@@ -199,7 +213,14 @@ class FinalResponse(BaseModel):
     response: str
 
 
-def _metadata(row: Row, graded: GradedReply, metrics: dict[str, float], model: str) -> dict[str, Any]:
+def _metadata(
+    row: Row,
+    graded: GradedReply,
+    metrics: dict[str, float],
+    config: GraderConfig,
+    adjustment: LengthAdjustment | None,
+    reward: float,
+) -> dict[str, Any]:
     items = [
         {
             "criteria_met": item.criteria_met,
@@ -213,7 +234,11 @@ def _metadata(row: Row, graded: GradedReply, metrics: dict[str, float], model: s
         "prompt_id": row.prompt_id,
         "items": items,
         "metrics": metrics,
-        "grader_model": model,
+        "score": metrics["overall_score"],
+        "length_adjusted_score": None if adjustment is None else reward,
+        "length_adjustment": None if adjustment is None else adjustment.as_dict(),
+        "grader_model": config.model,
+        "grader_request": config.request_settings(),
         "template_sha256": TEMPLATE_SHA256,
         "usage": graded.usage.as_dict(),
     }
@@ -253,6 +278,7 @@ class HealthBench(Environment):  # type: ignore[misc]
     def __init__(self, task_spec: Mapping[str, Any], secrets: Mapping[str, Any]) -> None:
         super().__init__(task_spec, secrets)
         self.row = type(self)._served().row(task_spec)
+        self.split: str = task_spec["split"]
         # Kept as it came: on the hosted platform it is a placeholder the egress proxy substitutes.
         key = lookup_secret(secrets, GRADER_KEY_SECRET)
         self._api_key = SecretStr(key) if key else None
@@ -268,28 +294,39 @@ class HealthBench(Environment):  # type: ignore[misc]
     @terminal  # type: ignore[untyped-decorator]
     @tool  # type: ignore[untyped-decorator]
     async def respond(self, params: FinalResponse) -> ToolOutput:
-        """Grade the final reply against the task's rubric; the reward is the unclipped task score."""
+        """Grade the final reply against the task's rubric; the reward is the unclipped task score, or for a
+        split with a length adjustment (Professional's) the unclipped length-adjusted score."""
         deployment = type(self)._served()
+        split = self.split
         key = self._api_key.get_secret_value() if self._api_key else None
-        graded = await deployment.grade(self.row, params.response, key)
+        graded = await deployment.grade(split, self.row, params.response, key)
         metrics = task_metrics(
             self.row.example_tags,
             [item.points for item in graded.items],
             [item.tags for item in graded.items],
             [item.criteria_met for item in graded.items],
         )
-        reward = metrics["overall_score"]
+        adjustment = deployment.adjustments[split]
+        score = metrics["overall_score"]
+        reward = score if adjustment is None else adjustment.adjust(score, params.response)
+        summary = f"score {score:.4f}" + ("" if adjustment is None else f", length-adjusted {reward:.4f}")
+        config = deployment.graders[split]
         return ToolOutput(
-            blocks=[TextBlock(text=f"Graded against {len(graded.items)} rubric items: score {reward:.4f}.")],
-            metadata=_metadata(self.row, graded, metrics, deployment.grader.model),
+            blocks=[TextBlock(text=f"Graded against {len(graded.items)} rubric items: {summary}.")],
+            metadata=_metadata(self.row, graded, metrics, config, adjustment, reward),
             reward=reward,
             finished=True,
         )
 
 
-def build_server(splits: Mapping[str, Sequence[Row]], grader: GraderConfig) -> Any:
-    """An OpenReward `Server` for these rows, with `healthbench` as its (only, so default) environment."""
-    return Server([HealthBench.bound(Deployment(splits, grader))])
+def build_server(
+    splits: Mapping[str, Sequence[Row]],
+    grader: GraderConfig | Mapping[str, GraderConfig],
+    adjustments: Mapping[str, LengthAdjustment | None] | None = None,
+) -> Any:
+    """An OpenReward `Server` for these rows, with `healthbench` as its (only, so default) environment;
+    `grader` and `adjustments` as `Deployment` takes them."""
+    return Server([HealthBench.bound(Deployment(splits, grader, adjustments))])
 
 
 def serve(
@@ -297,22 +334,24 @@ def serve(
     *,
     host: str = "0.0.0.0",
     port: int = 8080,
-    grader: GraderConfig | None = None,
+    grader: GraderConfig | Mapping[str, GraderConfig] | None = None,
+    adjustments: Mapping[str, LengthAdjustment | None] | None = None,
 ) -> None:
     """Serve the environment over HTTP until interrupted (the SDK's uvicorn server, one worker).
 
-    `grader` defaults to the server's environment (`HEALTHBENCH_GRADER_MODEL`, `HEALTHBENCH_GRADER_BASE_URL`);
-    sessions bring the key as their `OPENAI_API_KEY` secret.
+    `grader` (the settings of every split, or of each split) defaults to the server's environment
+    (`HEALTHBENCH_GRADER_MODEL`, `HEALTHBENCH_GRADER_BASE_URL`); sessions bring the key as their
+    `OPENAI_API_KEY` secret.
     """
-    config = grader or GraderConfig.from_env()
     with collection_paused():
-        server = build_server(splits, config)
+        deployment = Deployment(splits, grader or GraderConfig.from_env(), adjustments)
+        server = Server([HealthBench.bound(deployment)])
     # The rows live as long as the process: keep them out of every later collection's scan.
     gc.freeze()
     logger.info(
         "healthbench_serving",
         splits={name: len(rows) for name, rows in splits.items()},
-        grader_concurrency=config.concurrency,
-        **config.describe(),
+        graders={name: config.describe() for name, config in deployment.graders.items()},
+        length_adjustments={name: a.as_dict() for name, a in deployment.adjustments.items() if a is not None},
     )
     server.run(host=host, port=port)

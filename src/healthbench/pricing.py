@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .data import DataError, Message
 from .grading import TEMPLATE
-from .wire import Usage
+from .wire import Shape, Usage
 
 # Rough sizes for the estimate: four characters a token, a typical reply, a typical verdict.
 CHARS_PER_TOKEN = 4.0
@@ -27,6 +27,9 @@ REPLY_TOKENS = 500
 VERDICT_TOKENS = 60
 # The grader's system message and chat framing, in tokens.
 FRAMING_TOKENS = 20
+# A reasoning grader's thinking per verdict, by effort (None: the model's default, medium): rough guesses for
+# a short yes-or-no judgement, not measurements; the run's usage.json has the real numbers.
+REASONING_TOKENS: dict[str | None, int] = {"minimal": 0, "low": 150, "medium": 500, None: 500, "high": 1500}
 
 
 class Price(BaseModel):
@@ -63,6 +66,12 @@ PRICES: dict[str, Price] = {
         "gpt-5": (1.25, 0.125, 10.00),
         "gpt-5-mini": (0.25, 0.025, 2.00),
         "gpt-5-nano": (0.05, 0.005, 0.40),
+        # The gpt-5.1 to 5.4 list prices as published listings give them (not read from OpenAI's own page here).
+        "gpt-5.1": (1.25, 0.125, 10.00),
+        "gpt-5.2": (1.75, 0.175, 14.00),
+        "gpt-5.4": (2.50, 0.25, 15.00),
+        "gpt-5.4-mini": (0.75, 0.075, 4.50),
+        "gpt-5.4-nano": (0.20, 0.02, 1.25),
         "o3": (2.00, 0.50, 8.00),
         "o3-mini": (1.10, 0.55, 4.40),
         "o4-mini": (1.10, 0.275, 4.40),
@@ -130,9 +139,11 @@ class Unit(NamedTuple):
     criteria: Sequence[str]
 
 
-def estimate(units: Iterable[Unit], *, system_message: str | None = None) -> Estimate:
-    """Calls and tokens for sampling the replies not given and grading every unit."""
-    policy, grader = Usage(), Usage()
+def estimate(units: Iterable[Unit], *, system_message: str | None = None, grader: Shape | None = None) -> Estimate:
+    """Calls and tokens for sampling the replies not given and grading every unit; a reasoning grader
+    (`grader` shape) also thinks, by a rough figure per effort, billed as output."""
+    thinking = REASONING_TOKENS[grader.effort] if grader is not None and grader.reasoning else 0
+    policy, graded = Usage(), Usage()
     system = len(system_message or "")
     for unit in units:
         conversation = sum(len(m.role) + len(m.content) + 4 for m in unit.prompt) + system
@@ -143,10 +154,11 @@ def estimate(units: Iterable[Unit], *, system_message: str | None = None) -> Est
         reply = REPLY_TOKENS * CHARS_PER_TOKEN if unit.reply is None else len(unit.reply)
         for criterion in unit.criteria:
             prompt = len(TEMPLATE) + conversation + reply + len(criterion) + 8
-            grader.calls += 1
-            grader.prompt_tokens += _tokens(int(prompt)) + FRAMING_TOKENS
-            grader.completion_tokens += VERDICT_TOKENS
-    return Estimate(policy, grader)
+            graded.calls += 1
+            graded.prompt_tokens += _tokens(int(prompt)) + FRAMING_TOKENS
+            graded.completion_tokens += VERDICT_TOKENS + thinking
+            graded.reasoning_tokens += thinking
+    return Estimate(policy, graded)
 
 
 def estimate_report(guess: Estimate, prices: Mapping[str, Price], grader_model: str, policy_model: str | None) -> Any:

@@ -23,6 +23,7 @@ from .pricing import CostMeter
 from .report import write_report
 from .runner import RUN, USAGE, Job, RunOutcome, run_jobs, write_json_atomic
 from .sampling import Policy, PolicyConfig
+from .scoring import LengthAdjustment
 from .store import STORE, Store
 
 
@@ -47,9 +48,10 @@ def execute(
     progress: bool,
     extra: dict[str, Any],
     html: bool = True,
+    length_adjustment: LengthAdjustment | None = None,
 ) -> RunOutcome:
     """Run jobs in `out` with its store, write run.json, usage.json and (with `html`) the report; exit 1 on
-    failures."""
+    failures. With `length_adjustment`, the headline is the length-adjusted score."""
 
     def start(grader: Grader, policy: Policy | None, store: Store, costs: CostMeter) -> Awaitable[RunOutcome]:
         return run_jobs(
@@ -62,11 +64,13 @@ def execute(
             progress=progress,
             describe_cost=costs.progress,
             sample_first=batch is not None,
+            length_adjustment=length_adjustment,
         )
 
     def headline(metrics: dict[str, float | int]) -> str:
+        kind = "score" if length_adjustment is None else "length-adjusted score"
         return (
-            f"score {metrics['score']:.4f} ± {metrics['score:bootstrap_std']:.4f} over "
+            f"{kind} {metrics['score']:.4f} ± {metrics['score:bootstrap_std']:.4f} over "
             f"{metrics['score:n_samples']} samples"
         )
 

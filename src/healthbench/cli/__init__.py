@@ -1,0 +1,19 @@
+"""The `healthbench` command line: the grading commands in `grading`, the commands around runs in `runs`,
+the flags they share in `options`."""
+
+from __future__ import annotations
+
+import click
+
+from .grading import baseline, evaluate, grade, meta_eval
+from .runs import batches, compare, download, report, serve
+
+
+@click.group()
+@click.version_option(package_name="healthbench")
+def main() -> None:
+    """HealthBench: grade health conversations against physician rubrics, as OpenAI's reference does."""
+
+
+for command in (download, grade, evaluate, baseline, meta_eval, report, batches, compare, serve):
+    main.add_command(command)

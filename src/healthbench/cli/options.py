@@ -1,0 +1,263 @@
+"""The flags the commands share, and what they are made into: data, grader settings, batches, length
+adjustment, and whether a HealthBench Professional run is in its official configuration."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+import click
+from pydantic import ValidationError
+
+from ..batchapi import BatchSettings
+from ..config import DEFAULT_CONCURRENCY, PROFESSIONAL_GRADER, GraderConfig
+from ..data import DataError, Row, load_rows
+from ..scoring import PROFESSIONAL_LENGTH_ADJUSTMENT, LengthAdjustment
+from ..session import BatchChoice
+from ..store import ConfigMismatch
+from ..subsets import PROFESSIONAL, TASK_SUBSETS
+from ..wire import EFFORTS
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def options(*decorators: Callable[[F], F]) -> Callable[[F], F]:
+    """Several click decorators as one."""
+
+    def apply(func: F) -> F:
+        for decorator in reversed(decorators):
+            func = decorator(func)
+        return func
+
+    return apply
+
+
+data_options = options(
+    click.option("--data", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="JSONL file."),
+    click.option(
+        "--subset",
+        type=click.Choice(TASK_SUBSETS),
+        help="Official subset; professional defaults to its official grader and length adjustment.",
+    ),
+)
+
+grader_options = options(
+    click.option(
+        "--grader-model",
+        help="Grader model [default: $HEALTHBENCH_GRADER_MODEL, else gpt-4.1-2025-04-14; gpt-5.4-2026-03-05 "
+        "for --subset professional].",
+    ),
+    click.option("--grader-base-url", help="Grader endpoint [default: $HEALTHBENCH_GRADER_BASE_URL or OpenAI]."),
+    click.option(
+        "--grader-api",
+        type=click.Choice(["chat", "responses"]),
+        help="Chat Completions or the Responses API [default: chat; responses for --subset professional].",
+    ),
+    click.option(
+        "--grader-reasoning/--no-grader-reasoning",
+        default=None,
+        help="Treat the grader as a reasoning model: no temperature, no max_tokens [default: by name].",
+    ),
+    click.option(
+        "--grader-reasoning-effort",
+        type=click.Choice(EFFORTS),
+        help="A reasoning grader's effort [default: the model's; low for --subset professional].",
+    ),
+    click.option(
+        "--grader-max-output-tokens",
+        type=click.IntRange(min=1),
+        help="Grader output cap [default: 2048, the reference's; none for a reasoning grader].",
+    ),
+    click.option(
+        "--grader-system-message/--no-grader-system-message",
+        default=None,
+        help='Send the reference\'s grader system message "You are a helpful assistant." (a developer '
+        "message in the Responses API) [default: with chat, not with responses].",
+    ),
+    click.option(
+        "--concurrency",
+        type=click.IntRange(min=1),
+        default=DEFAULT_CONCURRENCY,
+        show_default=True,
+        help="Grader calls in flight at once, one budget for the whole process.",
+    ),
+    click.option(
+        "--max-attempts",
+        type=click.IntRange(min=1),
+        default=12,
+        show_default=True,
+        help="Attempts per call before the sample fails.",
+    ),
+)
+
+batch_options = options(
+    click.option(
+        "--batch",
+        is_flag=True,
+        help="Grade through the OpenAI Batch API: half price, results within 24 hours. Killed or closed while "
+        "waiting, the same command re-attaches to the batches it submitted.",
+    ),
+    click.option(
+        "--poll-interval",
+        type=click.FloatRange(min=0.01),
+        default=30.0,
+        show_default=True,
+        help="Seconds between batch status checks.",
+    ),
+    click.option(
+        "--batch-tokens",
+        type=click.IntRange(min=1),
+        help="With --batch: most tokens queued in batches at once (your organization's batch queue limit for "
+        "the model) [default: found from refused batches].",
+    ),
+    click.option(
+        "--no-wait",
+        is_flag=True,
+        help="With --batch: submit, collect what is finished, and exit; the same command later goes on.",
+    ),
+)
+
+length_options = options(
+    click.option(
+        "--length-adjustment-center",
+        type=click.FloatRange(min=0),
+        help="Length adjustment: the reply length in characters that is neither penalised nor rewarded "
+        "[default: none; 2000 for --subset professional].",
+    ),
+    click.option(
+        "--length-adjustment-penalty-per-500-chars",
+        type=click.FloatRange(min=0),
+        help="Length adjustment: score taken off per 500 characters past the center (and given per 500 short "
+        "of it) [default: none; 0.0147 for --subset professional].",
+    ),
+    click.option("--no-length-adjustment", is_flag=True, help="No length adjustment, even for --subset professional."),
+)
+
+run_options = options(
+    click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Output folder."),
+    click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed."),
+    click.option("--prices", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Price table JSON."),
+    click.option("--progress/--no-progress", default=True, help="Show a progress bar on a terminal."),
+    click.option(
+        "--dry-run", is_flag=True, help="Print the calls, tokens and cost (live and batch) of this run, and stop."
+    ),
+)
+
+
+def load_tasks(data: Path | None, subset: str | None) -> tuple[list[Row], str]:
+    """The rows, and the sha256 of the file they came from (a run's identity includes its data)."""
+    from ..subsets import file_sha256, subset_path  # deferred: the download machinery is not needed for --data
+
+    if (data is None) == (subset is None):
+        raise click.UsageError("give exactly one of --data PATH or --subset NAME")
+    if data is None:
+        from ..subsets import load_subset
+
+        rows = load_subset(subset or "full")
+        return rows, file_sha256(subset_path(subset or "full"))
+    return load_rows(data), file_sha256(data)
+
+
+def user_errors(func: F) -> F:
+    """Turn bad input (data, settings, a run made otherwise) into a one-line error and exit status 1 or 2."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except (DataError, ConfigMismatch) as exc:
+            raise click.ClickException(str(exc)) from None
+        except ValidationError as exc:
+            raise click.UsageError("; ".join(e["msg"] for e in exc.errors(include_url=False))) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def grader_config(subset: str | None = None, **flags: Any) -> GraderConfig:
+    """The grader settings from the `grader_options` flags: a flag, else the grader's environment variables,
+    else the subset's official settings (Professional's), else the reference's."""
+    return GraderConfig.from_env(
+        model=flags["grader_model"],
+        base_url=flags["grader_base_url"],
+        defaults=PROFESSIONAL_GRADER if subset == PROFESSIONAL else None,
+        api=flags["grader_api"],
+        reasoning=flags["grader_reasoning"],
+        reasoning_effort=flags["grader_reasoning_effort"],
+        max_output_tokens=flags["grader_max_output_tokens"],
+        system_message=flags["grader_system_message"],
+        concurrency=flags["concurrency"],
+        max_attempts=flags["max_attempts"],
+    )
+
+
+_GRADER_FLAGS = (
+    "grader_model",
+    "grader_base_url",
+    "grader_api",
+    "grader_reasoning",
+    "grader_reasoning_effort",
+    "grader_max_output_tokens",
+    "grader_system_message",
+    "concurrency",
+    "max_attempts",
+)
+
+
+def _batch_choice(batch: bool, poll_interval: float, tokens: int | None, no_wait: bool) -> BatchChoice | None:
+    for flag, given in (("--batch-tokens", tokens is not None), ("--no-wait", no_wait)):
+        if given and not batch:
+            raise click.UsageError(f"{flag} needs --batch")
+    settings = BatchSettings(poll_interval=poll_interval, wait=not no_wait, max_tokens=tokens)
+    return BatchChoice(settings) if batch else None
+
+
+def grading(func: F) -> F:
+    """Add the grader and batch flags to a grading command, and hand them to it made into `grader` (the
+    settings, with the official defaults of the command's `--subset`) and `batch` (None for live grading)."""
+
+    @functools.wraps(func)
+    def wrapper(
+        *args: Any, batch: bool, poll_interval: float, batch_tokens: int | None, no_wait: bool, **kwargs: Any
+    ) -> Any:
+        flags = {name: kwargs.pop(name) for name in _GRADER_FLAGS}
+        grader = grader_config(kwargs.get("subset"), **flags)
+        choice = _batch_choice(batch, poll_interval, batch_tokens, no_wait)
+        return func(*args, grader=grader, batch=choice, **kwargs)
+
+    return cast(F, grader_options(batch_options(wrapper)))
+
+
+def length_adjustment(
+    subset: str | None, center: float | None, penalty: float | None, off: bool
+) -> LengthAdjustment | None:
+    """The length adjustment the flags ask for: both numbers or neither; Professional's by default."""
+    if (center is None) != (penalty is None):
+        raise click.UsageError(
+            "give both --length-adjustment-center and --length-adjustment-penalty-per-500-chars, or neither"
+        )
+    if off:
+        if center is not None:
+            raise click.UsageError("--no-length-adjustment cannot be given with length adjustment settings")
+        return None
+    if center is not None and penalty is not None:
+        return LengthAdjustment(center, penalty)
+    return PROFESSIONAL_LENGTH_ADJUSTMENT if subset == PROFESSIONAL else None
+
+
+def official(subset: str | None, grader: GraderConfig, adjustment: LengthAdjustment | None) -> dict[str, Any]:
+    """run.json's account of the official configuration: for a Professional run, whether it is in it and how
+    it differs (each difference named by what differs first); None for the other subsets, which have none."""
+    if subset != PROFESSIONAL:
+        return {"official_configuration": None, "official_differences": []}
+    differences = grader.official_differences(PROFESSIONAL_GRADER)
+    if adjustment != PROFESSIONAL_LENGTH_ADJUSTMENT:
+        shown = "none" if adjustment is None else adjustment.describe()
+        differences.append(f"length_adjustment {shown} (official: {PROFESSIONAL_LENGTH_ADJUSTMENT.describe()})")
+    if differences:
+        click.echo(
+            "healthbench: this is not HealthBench Professional's official configuration: " + "; ".join(differences),
+            err=True,
+        )
+    return {"official_configuration": not differences, "official_differences": differences}

@@ -1,0 +1,181 @@
+"""The commands around runs: `download` the data, `report` and `compare` finished runs, look after a run's
+`batches`, and `serve` the environment."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..client import RequestFailed
+from ..config import GraderConfig
+from ..data import DataError
+from ..metaeval import write_meta_metrics
+from ..report import rebuild, write_meta_report
+from ..runner import RUN
+from ..sampling import PolicyConfig
+from ..scoring import LengthAdjustment
+from ..store import STORE, Store
+from ..subsets import DOWNLOADABLE, TASK_SUBSETS
+from .grading import meta_headline
+from .options import grader_config, grader_options, length_adjustment, length_options, user_errors
+
+
+@click.command()
+@click.argument("names", nargs=-1, type=click.Choice(DOWNLOADABLE))
+@user_errors
+def download(names: tuple[str, ...]) -> None:
+    """Download and check official files (all of them when no name is given)."""
+    from ..subsets import subset_path
+
+    for name in names or DOWNLOADABLE:
+        click.echo(f"{name}: {subset_path(name)}")
+
+
+def _run_json(out: Path) -> dict[str, Any]:
+    path = out / RUN
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+
+
+@click.command()
+@click.argument("out", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--seed", type=int, help="Bootstrap seed [default: the run's].")
+@length_options
+@user_errors
+def report(
+    out: Path,
+    seed: int | None,
+    length_adjustment_center: float | None,
+    length_adjustment_penalty_per_500_chars: float | None,
+    no_length_adjustment: bool,
+) -> None:
+    """Rebuild OUT/metrics.json and OUT/report.html from OUT/results.jsonl (of any run, meta-eval included);
+    the length adjustment is the run's unless given."""
+    from ..compare import load_results
+
+    results = load_results(out)
+    if not results:
+        raise click.ClickException(f"{out / 'results.jsonl'}: no results")
+    run = _run_json(out)
+    failed = run.get("failed", 0)
+    if failed:
+        raise click.ClickException(
+            f"{out}: {failed} samples of this run were not graded; finish the run before scoring it"
+        )
+    bootstrap_seed = run.get("seed", 0) if seed is None else seed
+    if run.get("command") == "meta-eval":
+        meta = write_meta_metrics(out, results, seed=bootstrap_seed)
+        click.echo(f"{meta_headline(meta)}; report in {write_meta_report(out)}")
+        return
+    given = length_adjustment_center is not None or length_adjustment_penalty_per_500_chars is not None
+    adjustment: LengthAdjustment | None
+    if given or no_length_adjustment:
+        adjustment = length_adjustment(
+            None, length_adjustment_center, length_adjustment_penalty_per_500_chars, no_length_adjustment
+        )
+    else:
+        recorded = run.get("length_adjustment")
+        adjustment = LengthAdjustment.from_dict(recorded) if recorded else None
+    metrics = rebuild(out, seed=bootstrap_seed, length_adjustment=adjustment)
+    kind = "length-adjusted score" if adjustment is not None else "score"
+    click.echo(f"{kind} {metrics['score']:.4f} ± {metrics['score:bootstrap_std']:.4f}; report in {out / 'report.html'}")
+
+
+@click.command()
+@click.argument("out", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option(
+    "--cancel",
+    is_flag=True,
+    help="Cancel every batch still running. Nothing more is spent; the same run command later collects what "
+    "finished and sends the rest again.",
+)
+@click.option("--grader-base-url", help="Grader endpoint [default: the run's, else as for grading].")
+@click.option("--base-url", help="The model's endpoint, for policy batches [default: the run's, else as for eval].")
+@user_errors
+def batches(out: Path, cancel: bool, grader_base_url: str | None, base_url: str | None) -> None:
+    """List the batches of the run in OUT not yet collected, with their status; --cancel stops them."""
+    from ..batchapi import batch_report
+
+    if not (out / STORE).exists():
+        raise click.ClickException(f"{out}: no run here ({STORE} is missing)")
+    run = _run_json(out)
+    grader = GraderConfig.from_env(base_url=grader_base_url or run.get("grader_base_url"))
+    policy = PolicyConfig.from_env(base_url=base_url or run.get("base_url"), model=run.get("model", "unknown"))
+    store = Store(out / STORE)
+    try:
+        records = store.open_batches()
+    finally:
+        store.close()
+    if not records:
+        click.echo(f"{out}: no batches out")
+        return
+
+    async def statuses() -> list[str]:
+        chats = {"grader": grader.chat(), "policy": policy.chat()}
+        try:
+            return await batch_report(chats, records, cancel=cancel)
+        finally:
+            for chat in chats.values():
+                await chat.aclose()
+
+    try:
+        lines = asyncio.run(statuses())
+    except RequestFailed as exc:
+        raise click.ClickException(f"could not reach the batches of {out}: {exc}") from None
+    for line in lines:
+        click.echo(line)
+
+
+@click.command()
+@click.argument("run_a", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("run_b", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
+@click.option("--n-bootstrap", type=click.IntRange(min=1), default=1000, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def compare(run_a: Path, run_b: Path, seed: int, n_bootstrap: int, as_json: bool) -> None:
+    """Paired per-task difference of the headline scores RUN_B - RUN_A, with a bootstrap interval, overall and
+    per theme and axis (per slice for Professional)."""
+    from ..compare import compare_runs, format_comparison, load_results
+
+    result = compare_runs(load_results(run_a), load_results(run_b), seed=seed, n_bootstrap=n_bootstrap)
+    click.echo(json.dumps(result, indent=2) if as_json else format_comparison(result))
+
+
+@click.command()
+@click.option(
+    "--data", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="JSONL file: the test split."
+)
+@click.option(
+    "--subset",
+    "subsets",
+    multiple=True,
+    type=click.Choice(TASK_SUBSETS),
+    help="Official subset, repeatable: full is the test split, the others are splits of their own "
+    "(professional graded with its official settings) [default: full, unless --data].",
+)
+@click.option("--host", default="0.0.0.0", show_default=True, help="Interface to listen on.")
+@click.option(
+    "--port", type=click.IntRange(0, 65535), default=8080, show_default=True, envvar="PORT", help="[env: PORT]"
+)
+@grader_options
+@user_errors
+def serve(data: Path | None, subsets: tuple[str, ...], host: str, port: int, **flags: Any) -> None:
+    """Serve HealthBench as an OpenReward environment; sessions send the grader key as secret OPENAI_API_KEY.
+
+    Grader flags apply to every split; what they leave unset is, for the professional split, its official
+    setting (gpt-5.4 at low effort through the Responses API), whose reward is also length-adjusted."""
+    from ..environment import load_splits  # the OpenReward SDK is imported by this command only
+    from ..environment import serve as serve_environment
+
+    try:
+        splits = load_splits(data, subsets)
+    except DataError:
+        raise
+    except ValueError as exc:  # --data together with --subset full
+        raise click.UsageError(str(exc)) from None
+    graders = {split: grader_config(split, **flags) for split in splits}
+    adjustments = {split: length_adjustment(split, None, None, False) for split in splits}
+    serve_environment(splits, host=host, port=port, grader=graders, adjustments=adjustments)
