@@ -255,8 +255,14 @@ def test_a_changed_file_is_refused(hub: FakeHub, clean_env: Path, monkeypatch: p
     assert hashlib.sha256(_body("t1", "t2", "t3")).hexdigest() in message
     assert f"delete {clean_env / FILENAME}.json" in message and subsets.OVERRIDE_ENV in message
     assert not (clean_env / FILENAME).exists() and _leftovers(clean_env) == []
-    (clean_env / f"{FILENAME}.json").unlink()  # accepting the new file, as the message says
     monkeypatch.setattr(subsets, "PROFESSIONAL_ROWS", 3)
+    monkeypatch.setenv(subsets.OVERRIDE_ENV, "1")  # used this once, not recorded
+    assert len(subsets.load_subset("professional")) == 3
+    assert _record(clean_env) == record
+    monkeypatch.delenv(subsets.OVERRIDE_ENV)
+    with pytest.raises(DataError, match="changed since it was downloaded"):
+        subsets.load_subset("professional")
+    (clean_env / f"{FILENAME}.json").unlink()  # accepting the new file, as the message says
     assert len(subsets.load_subset("professional")) == 3
     assert _record(clean_env)["sha256"] == hashlib.sha256(_body("t1", "t2", "t3")).hexdigest()
 
