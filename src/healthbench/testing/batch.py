@@ -1,8 +1,10 @@
-"""A fake OpenAI Batch API (files and batches) served by ``FakeOpenAI`` beside chat completions.
+"""A fake OpenAI Batch API (files and batches) served by ``FakeOpenAI`` beside its model endpoints.
 
-A batch's lines are answered when it is created, exactly as live ``/chat/completions`` requests on
-the "ok" path would be, then revealed as its status advances with time: ``validating`` for the first
-10% of ``batch_delay``, ``in_progress`` until 90%, ``finalizing`` until 100%, then ``completed``.
+A batch goes to one endpoint, ``/v1/chat/completions`` or ``/v1/responses``, and every line's url
+must name it. Its lines are answered when it is created, exactly as live requests to that endpoint
+on the "ok" path would be (parameter rules included), then revealed as its status advances with
+time: ``validating`` for the first 10% of ``batch_delay``, ``in_progress`` until 90%,
+``finalizing`` until 100%, then ``completed``.
 Output lines come in a shuffled order and failed or malformed lines are injected at given rates,
 all decided by an RNG seeded from the server's seed and separate from the live fault RNG.
 """
@@ -16,69 +18,24 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import count
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from aiohttp import BodyPartReader, web
 
-from healthbench.testing.replies import (
-    GRADER_MARKER,
-    PROSE,
-    STRING_VERDICT,
-    Body,
-    chat_completion,
-    chat_messages,
-    error,
-    error_body,
-)
+from healthbench.testing.batchlines import line_error, validate_lines
+from healthbench.testing.endpoints import ENDPOINTS, Endpoint, Prompt
+from healthbench.testing.replies import PROSE, STRING_VERDICT, Body, error, error_body
 
 if TYPE_CHECKING:
     from healthbench.testing.server import FakeOpenAI
 
-__all__ = ["BATCH_ENDPOINT", "FakeBatchAPI"]
+__all__ = ["BATCH_ENDPOINTS", "FakeBatchAPI"]
 
-BATCH_ENDPOINT = "/v1/chat/completions"
-_JSON_WS = " \t\n\r"
-_DECODER = json.JSONDecoder()
+BATCH_ENDPOINTS: tuple[str, ...] = tuple(ENDPOINTS)
 _VALIDATING, _IN_PROGRESS = 0.1, 0.9  # shares of batch_delay at which each phase ends
 _FINISHED = frozenset({"completed", "failed", "expired", "cancelled"})
 _MALFORMED = (PROSE, STRING_VERDICT)
 _BAD_REQUEST = "invalid_request_error"
-
-
-def _skip_ws(line: str, pos: int) -> int:
-    while pos < len(line) and line[pos] in _JSON_WS:
-        pos += 1
-    return pos
-
-
-def _parse_line(line: str) -> dict[str, tuple[Any, str]]:
-    """Parse a JSON object, keeping each top-level value with its source text.
-
-    ``batch_bodies`` records a body exactly as the client wrote it, since re-serialising would hide
-    differences (key order, spacing) that matter for prompt caching.
-    """
-    fields: dict[str, tuple[Any, str]] = {}
-    pos = _skip_ws(line, 0)
-    if not line.startswith("{", pos):
-        raise ValueError("not a JSON object")
-    pos = _skip_ws(line, pos + 1)
-    closed = line.startswith("}", pos)
-    while not closed:
-        key, pos = _DECODER.raw_decode(line, pos)
-        pos = _skip_ws(line, pos)
-        if not isinstance(key, str) or not line.startswith(":", pos):
-            raise ValueError("expected a string key and ':'")
-        start = _skip_ws(line, pos + 1)
-        value, pos = _DECODER.raw_decode(line, start)
-        fields[key] = (value, line[start:pos])
-        pos = _skip_ws(line, pos)
-        closed = line.startswith("}", pos)
-        if not closed and not line.startswith(",", pos):
-            raise ValueError("expected ',' or '}'")
-        pos = _skip_ws(line, pos + 1)
-    if pos < len(line):
-        raise ValueError("trailing data after the object")
-    return fields
 
 
 @dataclass
@@ -203,28 +160,31 @@ class FakeBatchAPI:
         file = self.files.get(file_id) if isinstance(file_id, str) else None
         if file is None:
             return error(404, "No such File object", _BAD_REQUEST)
-        if req.get("endpoint") != BATCH_ENDPOINT:
-            return error(400, f"'endpoint' must be '{BATCH_ENDPOINT}'", _BAD_REQUEST)
+        endpoint = req.get("endpoint")
+        if endpoint not in BATCH_ENDPOINTS:
+            return error(400, f"'endpoint' must be one of {', '.join(BATCH_ENDPOINTS)}", _BAD_REQUEST)
         if req.get("completion_window") != "24h":
             return error(400, "'completion_window' must be '24h'", _BAD_REQUEST)
         metadata = req.get("metadata")
         if metadata is not None and not isinstance(metadata, dict):
             return error(400, "'metadata' must be an object", _BAD_REQUEST)
         lines = [(n, raw) for n, raw in enumerate(file.data.split(b"\n"), 1) if raw.strip()]
-        echoed = dict(endpoint=BATCH_ENDPOINT, input_file_id=file_id, completion_window="24h", metadata=metadata)
+        echoed = dict(endpoint=endpoint, input_file_id=file_id, completion_window="24h", metadata=metadata)
         batch = _Batch(echoed, self._new_id("batch_"), time.time(), self.clock(), len(lines), [])
         self.server.batches_created += 1
         self.server.batch_lines_submitted += len(lines)
         if not lines:
-            batch.errors.append(_lineerror("empty_file", "the input file has no requests", None))
+            batch.errors.append(line_error("empty_file", "the input file has no requests", None))
         elif len(lines) > self.server.max_batch_requests:
             message = f"{len(lines)} requests exceed the limit of {self.server.max_batch_requests}"
-            batch.errors.append(_lineerror("too_many_tasks", message, None))
+            batch.errors.append(line_error("too_many_tasks", message, None))
         else:
-            requests = self._validate(lines, batch.errors)
+            requests = validate_lines(
+                lines, batch.errors, endpoint, self.server.batch_bodies if self.server.record else None
+            )
             batch.tokens = sum(len(json.dumps(body)) // 4 for _, body in requests)
             if not batch.errors and not self._queue_has_room(batch):
-                batch.errors.append(_lineerror("token_limit_exceeded", self._limit_message(), None))
+                batch.errors.append(line_error("token_limit_exceeded", self._limit_message(), None))
             if not batch.errors:
                 self._answer(batch, requests)
         self.batches[batch.id] = batch
@@ -245,48 +205,19 @@ class FakeBatchAPI:
             "have been completed."
         )
 
-    def _validate(self, lines: list[tuple[int, bytes]], errors: list[Body]) -> list[tuple[str, Body]]:
-        """Check every line, appending an error per bad one; return (custom_id, body) pairs."""
-        requests: list[tuple[str, Body]] = []
-        seen: set[str] = set()
-        for n, raw in lines:
-            try:
-                fields = _parse_line(raw.decode())
-            except ValueError:  # UnicodeDecodeError and JSONDecodeError included
-                errors.append(_lineerror("invalid_json_line", "the line is not a JSON object", n))
-                continue
-            custom_id = fields.get("custom_id", (None, ""))[0]
-            body, body_text = fields.get("body", (None, ""))
-            if "body" in fields and self.server.record:
-                self.server.batch_bodies.append(body_text)
-            if not isinstance(custom_id, str):
-                errors.append(_lineerror("invalid_custom_id", "'custom_id' must be a string", n))
-            elif custom_id in seen:
-                errors.append(_lineerror("duplicate_custom_id", f"custom_id {custom_id!r} is repeated", n))
-            elif fields.get("method", (None, ""))[0] != "POST":
-                errors.append(_lineerror("invalid_method", "'method' must be 'POST'", n))
-            elif fields.get("url", (None, ""))[0] != BATCH_ENDPOINT:
-                errors.append(_lineerror("invalid_url", f"'url' must be '{BATCH_ENDPOINT}'", n))
-            elif not isinstance(body, dict):
-                errors.append(_lineerror("invalid_body", "'body' must be an object", n))
-            else:
-                requests.append((custom_id, body))
-            if isinstance(custom_id, str):
-                seen.add(custom_id)
-        return requests
-
     def _answer(self, batch: _Batch, requests: list[tuple[str, Body]]) -> None:
         """Answer every line now, in a shuffled order, with injected failures and malformed verdicts."""
         rng = random.Random(self._rng.getrandbits(64))  # one draw per batch: later batches stay reproducible
         order = list(range(len(requests)))
         rng.shuffle(order)
         malformed = 0
+        endpoint = ENDPOINTS[batch.request["endpoint"]]
         for index in order:
             custom_id, body = requests[index]
             # Both draws always happen so one rate does not shift which lines the other picks.
             fail_draw, malformed_draw = rng.random(), rng.random()
             req_id = self._new_id("req_")
-            status, reply, bad = self._reply(body, fail_draw, malformed_draw, malformed, "chatcmpl-" + req_id)
+            status, reply, bad = self._reply(endpoint, body, fail_draw, malformed_draw, malformed, req_id)
             malformed += bad
             line = {
                 "id": "batch_" + req_id,
@@ -298,21 +229,20 @@ class FakeBatchAPI:
         batch.malformed = malformed
 
     def _reply(
-        self, body: Body, fail_draw: float, malformed_draw: float, malformed: int, cid: str
+        self, endpoint: Endpoint, body: Body, fail_draw: float, malformed_draw: float, malformed: int, req_id: str
     ) -> tuple[int, Body, bool]:
         """Return the status and body a live request would get, or an injected fault; and if it is malformed."""
         server = self.server
-        messages = chat_messages(body)
-        if messages is None:  # refused as a live request would be
-            return 400, error_body("'messages' must be a non-empty list of objects", _BAD_REQUEST), False
+        prompt = endpoint.read(body, server.strict_params)
+        if not isinstance(prompt, Prompt):  # refused as a live request would be
+            return 400, prompt, False
         if fail_draw < server.batch_fail_rate or (
             server.batch_fail_always is not None and server.batch_fail_always(body)
         ):
             return 500, error_body("Injected batch failure", "server_error"), False
-        last = messages[-1].get("content")
-        if isinstance(last, str) and GRADER_MARKER in last and malformed_draw < server.batch_malformed_rate:
-            return 200, chat_completion(body, messages, _MALFORMED[malformed % 2], cid), True
-        return 200, chat_completion(body, messages, server._ok_content(body, messages), cid), False
+        if prompt.grader_prompt is not None and malformed_draw < server.batch_malformed_rate:
+            return 200, endpoint.payload(body, prompt, _MALFORMED[malformed % 2], req_id), True
+        return 200, endpoint.payload(body, prompt, server._ok_content(body, prompt), req_id), False
 
     def _status(self, batch: _Batch) -> str:
         if batch.cancelled is not None:
@@ -412,7 +342,3 @@ class FakeBatchAPI:
         if batch.cancelled is None:
             batch.cancelled = (int(time.time()), self._counts(batch, status))
         return web.json_response(self._view(batch))
-
-
-def _lineerror(code: str, message: str, line: int | None) -> Body:
-    return {"code": code, "message": message, "param": None, "line": line}

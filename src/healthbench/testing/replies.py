@@ -17,12 +17,13 @@ __all__ = [
     "GRADER_MARKER",
     "Body",
     "chat_completion",
-    "chat_messages",
     "error",
     "error_body",
     "estimate_tokens",
+    "json_error",
     "policy_reply",
     "prompt_verdict",
+    "response_object",
     "verdict_reply",
 ]
 
@@ -37,6 +38,7 @@ _VERDICT_REPLIES = {
 }
 # Truncated mid-document, as a proxy cutting the body short would leave it.
 BAD_JSON = '{"id": "chatcmpl-fake", "object": "chat.completion", "choices": [{"index": 0, "mess'
+BAD_RESPONSE_JSON = '{"id": "resp_fake", "object": "response", "status": "completed", "output": [{"type": "mess'
 
 Body = dict[str, Any]
 
@@ -62,31 +64,30 @@ def estimate_tokens(chars: int) -> int:
     return chars // 4 + 1
 
 
-def error_body(message: str, error_type: str) -> Body:
-    """An error object in OpenAI's shape, with no ``param`` or ``code``."""
-    return {"error": {"message": message, "type": error_type, "param": None, "code": None}}
+def error_body(message: str, error_type: str, param: str | None = None, code: str | None = None) -> Body:
+    """An error object in OpenAI's shape."""
+    return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
 
 
 def error(status: int, message: str, error_type: str, headers: dict[str, str] | None = None) -> web.Response:
     """An HTTP error answer carrying ``error_body(message, error_type)``."""
-    body = error_body(message, error_type)
+    return json_error(status, error_body(message, error_type), headers)
+
+
+def json_error(status: int, body: Body, headers: dict[str, str] | None = None) -> web.Response:
+    """An HTTP error answer carrying an error object already built."""
     return web.Response(status=status, text=json.dumps(body), content_type="application/json", headers=headers)
 
 
-def chat_messages(body: Any) -> list[Body] | None:
-    """Return the request's messages, or None if they are not a non-empty list of objects."""
-    messages = body.get("messages") if isinstance(body, dict) else None
-    if isinstance(messages, list) and messages and all(isinstance(m, dict) for m in messages):
-        return messages
-    return None
+def chat_completion(body: Body, input_chars: int, content: str | None, serial: str, reasoning_tokens: int) -> Body:
+    """A chat.completion object answering ``body``: shared by live requests and batch lines.
 
-
-def chat_completion(body: Body, messages: list[Body], content: str | None, completion_id: str) -> Body:
-    """A chat.completion object answering ``body``: shared by live requests and batch lines."""
-    prompt_tokens = estimate_tokens(sum(len(c) for m in messages if isinstance(c := m.get("content"), str)))
-    completion_tokens = estimate_tokens(len(content or ""))
+    ``completion_tokens`` includes the reasoning tokens, as OpenAI counts them.
+    """
+    prompt_tokens = estimate_tokens(input_chars)
+    completion_tokens = estimate_tokens(len(content or "")) + reasoning_tokens
     return {
-        "id": completion_id,
+        "id": f"chatcmpl-{serial}",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": body.get("model", "fake-model"),
@@ -102,6 +103,36 @@ def chat_completion(body: Body, messages: list[Body], content: str | None, compl
             "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
             "prompt_tokens_details": {"cached_tokens": 0},
-            "completion_tokens_details": {"reasoning_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": reasoning_tokens},
+        },
+    }
+
+
+def response_object(
+    body: Body, input_chars: int, content: str | None, serial: str, reasoning_tokens: int, reasoning: bool
+) -> Body:
+    """A Responses API ``response`` answering ``body``, as the raw HTTP API has it (no ``output_text``).
+
+    A reasoning model's answer opens with a reasoning item; ``content`` None leaves the message
+    with no output_text part at all. ``output_tokens`` includes the reasoning tokens.
+    """
+    parts = [] if content is None else [{"type": "output_text", "text": content, "annotations": []}]
+    message = {"type": "message", "id": f"msg_{serial}", "status": "completed", "role": "assistant", "content": parts}
+    output: list[Body] = [{"type": "reasoning", "id": f"rs_{serial}", "summary": []}] if reasoning else []
+    input_tokens = estimate_tokens(input_chars)
+    output_tokens = estimate_tokens(len(content or "")) + reasoning_tokens
+    return {
+        "id": f"resp_{serial}",
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": "completed",
+        "model": body.get("model", "fake-model"),
+        "output": [*output, message],
+        "usage": {
+            "input_tokens": input_tokens,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": output_tokens,
+            "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
+            "total_tokens": input_tokens + output_tokens,
         },
     }

@@ -20,16 +20,14 @@ from types import TracebackType
 from aiohttp import web
 
 from healthbench.testing.batch import FakeBatchAPI
-from healthbench.testing.limits import Limiter
+from healthbench.testing.endpoints import ENDPOINTS, Endpoint, Prompt, endpoint_for
+from healthbench.testing.limits import Limiter, RateLimits
 from healthbench.testing.replies import (
-    BAD_JSON,
-    GRADER_MARKER,
     PROSE,
     STRING_VERDICT,
     Body,
-    chat_completion,
-    chat_messages,
     error,
+    json_error,
     policy_reply,
     prompt_verdict,
     verdict_reply,
@@ -56,12 +54,17 @@ _SHUTDOWN_TIMEOUT = 2.0
 
 
 class FakeOpenAI:
-    """A fake chat-completions server; see the module docstring.
+    """A fake OpenAI server, Chat Completions and the Responses API; see the module docstring.
 
     ``responses_by_kind`` counts answers by kind: ``"ok"``, each fault name in ``FAULT_KINDS``,
-    ``"fail_always"``, ``"rate_limited"`` and ``"bad_request"``. Counters are only mutated on the
+    ``"fail_always"``, ``"rate_limited"``, ``"quota_exhausted"`` and ``"bad_request"``
+    (``limits`` models OpenAI's limiter: see ``healthbench.testing.limits``). Counters are only mutated on the
     server's event loop; read them (or call ``reset()``) while no requests are in flight. The
     ``respond`` and ``fail_always`` hooks run on that loop too, so they must be quick and not block.
+    ``bodies`` records each model request's body and ``paths`` (aligned with it) the path it came to.
+
+    With ``strict_params`` (the default) it refuses what OpenAI refuses, as OpenAI does, with a 400
+    before any rate limiting or fault: see ``healthbench.testing.params``.
 
     It also fakes the Batch API (files and batches, see ``healthbench.testing.batch``), configured by the
     ``batch_*`` and ``max_*`` arguments and counted in ``batches_created``, ``batch_lines_submitted``,
@@ -77,6 +80,7 @@ class FakeOpenAI:
         seed: int = 0,
         fail_always: Callable[[Body], bool] | None = None,
         rate_limit: float | None = None,
+        limits: RateLimits | None = None,
         latency: float = 0.0,
         host: str = "127.0.0.1",
         port: int = 0,
@@ -88,6 +92,7 @@ class FakeOpenAI:
         max_file_bytes: int = 200 * 1024 * 1024,
         max_batch_requests: int = 50_000,
         batch_token_limit: int | None = None,
+        strict_params: bool = True,
     ) -> None:
         unknown = sorted(set(faults) - set(FAULT_KINDS))
         if unknown:
@@ -112,6 +117,7 @@ class FakeOpenAI:
         self.seed = seed
         self.fail_always = fail_always
         self.rate_limit = rate_limit
+        self.limits = limits
         self.latency = latency
         self.host = host
         self.port = port
@@ -126,6 +132,7 @@ class FakeOpenAI:
         self.max_batch_requests = max_batch_requests
         # The organization's enqueued-token limit: a batch that would pass it fails, as OpenAI's do.
         self.batch_token_limit = batch_token_limit
+        self.strict_params = strict_params
         # Files and batches live as long as the server, across reset(), like the real service's.
         self.batch_api: FakeBatchAPI = FakeBatchAPI(self)
         self.base_url: str | None = None
@@ -143,10 +150,11 @@ class FakeOpenAI:
         self.responses_by_kind: Counter[str] = Counter()
         self.max_in_flight = 0
         self.bodies: list[Body] = []
+        self.paths: list[str] = []
         self.auth_headers: list[str | None] = []
         self._in_flight = 0
         self._rng = random.Random(self.seed)
-        self._limiter = Limiter(self.rate_limit, time.monotonic())
+        self._limiter = Limiter(self.limits or self.rate_limit, time.monotonic())
         self.batches_created = 0
         self.batch_lines_submitted = 0
         self.batch_bodies: list[str] = []
@@ -171,14 +179,16 @@ class FakeOpenAI:
             return error(400, "request body is not valid JSON", "invalid_request_error")
         if isinstance(body, dict) and self.record:
             self.bodies.append(body)
-        messages = chat_messages(body)
-        if messages is None:
+            self.paths.append(request.path)
+        endpoint = endpoint_for(request.path)
+        prompt = endpoint.read(body, self.strict_params)
+        if not isinstance(prompt, Prompt):
             self.responses_by_kind["bad_request"] += 1
-            return error(400, "'messages' must be a non-empty list of objects", "invalid_request_error")
+            return json_error(400, prompt)
 
         refusal, rate_headers = self._limiter.admit(body, time.monotonic())
         if refusal is not None:
-            self.responses_by_kind["rate_limited"] += 1
+            self.responses_by_kind["quota_exhausted" if self._limiter.quota_spent else "rate_limited"] += 1
             return refusal
 
         if self.fail_always is not None and self.fail_always(body):
@@ -190,14 +200,14 @@ class FakeOpenAI:
         self.responses_by_kind[kind] += 1
         if self.latency > 0:
             await asyncio.sleep(self.latency)
-        response = self._respond(kind, request, body, messages)
+        response = self._respond(kind, request, endpoint, body, prompt)
         response.headers.update(rate_headers)
         return response
 
-    def _respond(self, kind: str, request: web.Request, body: Body, messages: list[Body]) -> web.Response:
+    def _respond(self, kind: str, request: web.Request, endpoint: Endpoint, body: Body, prompt: Prompt) -> web.Response:
         content: str | None
         if kind == "ok":
-            content = self._ok_content(body, messages)
+            content = self._ok_content(body, prompt)
         elif kind in ("prose", "fail_always"):
             content = PROSE
         elif kind == "null":
@@ -211,30 +221,30 @@ class FakeOpenAI:
         elif kind in ("500", "503"):
             return error(int(kind), f"Injected {kind} error", "server_error")
         elif kind == "badjson":
-            return web.Response(text=BAD_JSON, content_type="application/json")
+            return web.Response(text=endpoint.bad_json, content_type="application/json")
         else:  # "drop"
             if request.transport is not None:
                 request.transport.close()
             # Never reaches the client: aiohttp discards writes to a closed transport.
             return web.Response()
-        payload = chat_completion(body, messages, content, f"chatcmpl-fake-{self.requests_total}")
+        payload = endpoint.payload(body, prompt, content, f"fake-{self.requests_total}")
         return web.Response(text=json.dumps(payload), content_type="application/json")
 
-    def _ok_content(self, body: Body, messages: list[Body]) -> str | None:
+    def _ok_content(self, body: Body, prompt: Prompt) -> str | None:
         """The reply when nothing is injected: shared by live requests and batch lines."""
         content = self.respond(body) if self.respond is not None else None
         if content is None:
-            last = messages[-1].get("content")
-            if isinstance(last, str) and GRADER_MARKER in last:
-                content = verdict_reply(prompt_verdict(last))
+            if (grader_prompt := prompt.grader_prompt) is not None:
+                content = verdict_reply(prompt_verdict(grader_prompt))
             else:
-                content = policy_reply(messages)
+                content = policy_reply(prompt.items)
         return content
 
     async def _start_site(self) -> str:
         app = web.Application(client_max_size=_CLIENT_MAX_SIZE)
-        app.router.add_post("/v1/chat/completions", self._handle)
-        app.router.add_post("/chat/completions", self._handle)
+        for path in ENDPOINTS:
+            app.router.add_post(path, self._handle)
+            app.router.add_post(path.removeprefix("/v1"), self._handle)
         self.batch_api.add_routes(app)
         # Access logging costs more than the handler itself at thousands of requests per second.
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=_SHUTDOWN_TIMEOUT)
