@@ -1,7 +1,8 @@
-"""A fake OpenAI-compatible endpoint for tests and benchmarks: chat completions, files and batches.
+"""A fake OpenAI endpoint for tests and benchmarks: Chat Completions, the Responses API, files and batches.
 
 It is a real HTTP server on loopback, so clients exercise their actual networking, retry and
-parsing code. Run it standalone with ``python -m healthbench.testing --port 8000``.
+parsing code, and it refuses the parameters OpenAI refuses. Run it standalone with
+``python -m healthbench.testing --port 8000``.
 """
 
 from healthbench.testing.batch import FakeBatchAPI

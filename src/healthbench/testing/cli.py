@@ -36,6 +36,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--batch-fail-rate", type=float, default=0.0, help="share of batch lines that fail")
     parser.add_argument("--batch-malformed-rate", type=float, default=0.0, help="share of unusable batch verdicts")
     parser.add_argument("--batch-token-limit", type=int, help="enqueued tokens a batch may not take the queue past")
+    parser.add_argument(
+        "--lenient-params", action="store_true", help="answer what OpenAI refuses (temperature for o3, ...)"
+    )
     args = parser.parse_args(argv)
     try:
         server = FakeOpenAI(
@@ -51,6 +54,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             batch_fail_rate=args.batch_fail_rate,
             batch_malformed_rate=args.batch_malformed_rate,
             batch_token_limit=args.batch_token_limit,
+            strict_params=not args.lenient_params,
         )
     except ValueError as exc:
         parser.error(str(exc))
