@@ -194,3 +194,16 @@ def test_compare_dirs_reads_each_runs_settings(tmp_path: Path) -> None:
     result = compare_dirs(tmp_path / "a", tmp_path / "b", seed=2, n_bootstrap=50)
     assert result["headlines"]["a"] == {"length_adjusted": True, "length_adjustment": PRO}
     assert result["headline_mismatch"] is not None and result["n_bootstrap"] == 50
+
+
+def test_a_run_rescored_after_grading_is_adjusted_from_its_replies() -> None:
+    # No length_adjusted_score in the records, but run.json says how the run is scored: 1000 chars at
+    # center 2000, penalty 0.0147 gain 0.0294 each.
+    with_replies = [r | {"response": "x" * 1000} for r in A]
+    result = compare_runs(with_replies, adjusted(A, 0.0294), run_a={"length_adjustment": PRO})
+    assert result["headlines"]["a"] == {"length_adjusted": True, "length_adjustment": PRO}
+    assert result["metrics"]["score"]["diff"] == pytest.approx(0.0, abs=1e-12)
+    with pytest.raises(ValueError, match=r"run B: sample 'p1' repeat 0: field response"):
+        compare_runs(A, A, run_b={"length_adjustment": PRO})
+    with pytest.raises(ValueError, match=r"run A: run.json: field length_adjustment"):
+        compare_runs(A, A, run_a={"length_adjustment": {"center": 2000}})

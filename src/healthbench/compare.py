@@ -6,7 +6,8 @@ of the mean difference B - A; per-task values are not clipped, unlike the headli
 difference of clipped means would hide how far below zero a run went.
 
 The headline is compared as each run scores it: per task the `length_adjusted_score` when the run carries
-one, else the `score`. When the two runs' headlines are not alike (one length-adjusted and the other not,
+one (or, for a run rescored after grading, the score adjusted with its run.json's settings), else the
+`score`. When the two runs' headlines are not alike (one length-adjusted and the other not,
 or adjusted with other settings), the result says so rather than mixing them silently.
 """
 
@@ -17,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .data import DataError
 from .runner import RESULTS, RUN
 from .scoring import LengthAdjustment
 
@@ -92,12 +94,19 @@ def _compared_names(
     return ["overall_score", *sorted(names, key=lambda n: (rank[n.split(":", 1)[0] + ":"], n))]
 
 
-def _headline_of(records: Sequence[Mapping[str, Any]], run: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Whether a run's headline is length-adjusted (it carries `length_adjusted_score`), and with which
-    settings (its run.json's `length_adjustment`, None when not recorded)."""
-    adjusted = any(ADJUSTED in record for record in records)
-    settings = (run or {}).get("length_adjustment") if adjusted else None
-    return {"length_adjusted": adjusted, "length_adjustment": settings}
+def _headline_of(
+    records: Sequence[Mapping[str, Any]], run: Mapping[str, Any] | None, side: str
+) -> tuple[dict[str, Any], LengthAdjustment | None]:
+    """Whether a run's headline is length-adjusted (its records carry `length_adjusted_score`, or its
+    run.json records a `length_adjustment`), with those settings (None when not recorded), and the settings
+    as a `LengthAdjustment` for records that do not carry their adjusted score."""
+    settings = (run or {}).get("length_adjustment")
+    try:
+        adjustment = None if settings is None else LengthAdjustment.from_dict(settings)
+    except ValueError as exc:
+        raise DataError(f"run {side}: run.json: field length_adjustment: {exc}") from None
+    adjusted = adjustment is not None or any(ADJUSTED in record for record in records)
+    return {"length_adjusted": adjusted, "length_adjustment": settings}, adjustment
 
 
 def _words(headline: Mapping[str, Any]) -> str:
@@ -122,8 +131,18 @@ def _mismatch(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
     )
 
 
-def _headline_score(record: Mapping[str, Any]) -> float:
-    return float(record[ADJUSTED] if ADJUSTED in record else record["score"])
+def _headline_score(record: Mapping[str, Any], adjustment: LengthAdjustment | None, side: str) -> float:
+    """The task's headline: its `length_adjusted_score`, else adjusted here from its reply with the run's
+    settings (a run rescored after grading), else its `score`."""
+    if ADJUSTED in record:
+        return float(record[ADJUSTED])
+    if adjustment is None:
+        return float(record["score"])
+    response = record.get("response")
+    if not isinstance(response, str):
+        where = f"run {side}: sample {record['prompt_id']!r} repeat {record.get('repeat', 0)}"
+        raise DataError(f"{where}: field response: needed to length-adjust its score, got {response!r}")
+    return adjustment.adjust(float(record["score"]), response)
 
 
 def compare_runs(
@@ -142,7 +161,8 @@ def compare_runs(
     metric that is the headline: `score` when either run is length-adjusted, else `overall_score`),
     `headlines` (per run, `length_adjusted` and its `length_adjustment` settings), `headline_mismatch` (None,
     or a sentence saying how the two headlines differ), and `metrics`: for the headline `score` (per task
-    the `length_adjusted_score` where a run carries one, else the `score`), `overall_score`, each
+    the `length_adjusted_score` where a run carries one, else the score adjusted with the run's
+    `length_adjustment` where it has one, else the `score`), `overall_score`, each
     example-tag slice (`theme:*`; `use_case:*`, `type:*`, ... for HealthBench Professional) and each
     `axis:*` metric, over the pairs where both samples have it, `{n, mean_a, mean_b, diff, ci_low, ci_high}`
     with `diff` the mean of B - A and [ci_low, ci_high] its 95% percentile bootstrap interval (pairs
@@ -156,14 +176,16 @@ def compare_runs(
     keyed_a, keyed_b = _by_key(a, "A"), _by_key(b, "B")
     keys = sorted(keyed_a.keys() & keyed_b.keys())
     pairs = [(keyed_a[key], keyed_b[key]) for key in keys]
-    headlines = {"a": _headline_of(a, run_a), "b": _headline_of(b, run_b)}
-    adjusted = headlines["a"]["length_adjusted"] or headlines["b"]["length_adjusted"]
+    (headline_a, adjustment_a), (headline_b, adjustment_b) = _headline_of(a, run_a, "A"), _headline_of(b, run_b, "B")
+    headlines = {"a": headline_a, "b": headline_b}
+    adjusted = headline_a["length_adjusted"] or headline_b["length_adjusted"]
     metric_pairs = [(ra.get("metrics", {}), rb.get("metrics", {})) for ra, rb in pairs]
     metric_names = {name for ma, mb in metric_pairs for name in (*ma, *mb)}
     prefixes = example_prefixes([r for pair in pairs for r in pair], metric_names)
     series: list[tuple[str, list[tuple[float, float]]]] = []
     if adjusted:
-        series.append(("score", [(_headline_score(ra), _headline_score(rb)) for ra, rb in pairs]))
+        scores = [(_headline_score(ra, adjustment_a, "A"), _headline_score(rb, adjustment_b, "B")) for ra, rb in pairs]
+        series.append(("score", scores))
     series += [
         (name, [(ma[name], mb[name]) for ma, mb in metric_pairs if name in ma and name in mb])
         for name in _compared_names(metric_pairs, prefixes)

@@ -133,10 +133,10 @@ def render_report(
             "length-adjusted score: the headline is the unadjusted score."
         )
     if GRADED_WITH in run:
-        graded = run[GRADED_WITH]
+        graded = _run_adjustment({"length_adjustment": run[GRADED_WITH]}, notes)
         notes.append(
             f"Rescored by `healthbench report` with length adjustment {_describe(adjustment)}; the run "
-            f"was graded with {_describe(LengthAdjustment.from_dict(graded)) if graded else 'none'}."
+            f"was graded with {_describe(graded)}."
         )
     if adjusted:
         caption = "headline: length-adjusted score, " + (
