@@ -3,6 +3,8 @@
 A task's score is the points of the items judged met (negative items included) over the positive points
 available. It is not clipped: a reply that meets many undesirable criteria scores below zero, and that is
 the reward. Aggregates clip the mean of task scores to [0, 1], never the task scores themselves.
+A length adjustment (SPEC section 7) shifts each task score by the reply's length, unclipped too; its
+aggregate is the clipped mean of the adjusted scores, like any other metric.
 """
 
 from __future__ import annotations
