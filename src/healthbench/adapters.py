@@ -1,0 +1,196 @@
+"""What the Inspect task and the verifiers taskset share: their arguments, one grader per process, one graded
+sample.
+
+Neither framework is imported here, so both adapters (`inspect_task`, `verifiers_env`) stay thin and grade
+exactly as `healthbench grade` does: the same rows (`limit` sampled as the reference samples), the same
+grader settings (the HEALTHBENCH_GRADER_* environment, HealthBench Professional's official defaults), the
+same transcript, task metrics and length adjustment. A reply that cannot be graded raises `GradingError`;
+nothing here turns it into a score.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .config import PROFESSIONAL_GRADER, GraderConfig
+from .data import DataError, Row, load_rows
+from .grading import GradedItem, Grader, transcript_with_reply
+from .runner import aggregate_records, select_rows
+from .scoring import PROFESSIONAL_LENGTH_ADJUSTMENT, LengthAdjustment, task_metrics
+from .subsets import load_subset
+
+PROFESSIONAL = "professional"
+# The slices the metrics are reported by: themes and axes for HealthBench, the four row slices for Professional.
+HEALTHBENCH_SLICES = ("theme:", "axis:")
+PROFESSIONAL_SLICES = ("use_case:", "type:", "difficulty:", "specialty:")
+
+
+def load_tasks(subset: str | None = None, data: str | Path | None = None, limit: int | None = None) -> list[Row]:
+    """The rows to evaluate: a file in the official schema, else a named subset (default `full`); `limit`
+    of them chosen as the reference chooses (`random.Random(0).sample`)."""
+    if data is not None and subset is not None:
+        raise DataError(f"give a data file or a subset, not both (data={str(data)!r}, subset={subset!r})")
+    if limit is not None and limit < 1:
+        raise DataError(f"limit must be at least 1, not {limit}")
+    rows = load_rows(data) if data is not None else load_subset(subset or "full")
+    return select_rows(rows, limit)
+
+
+def grader_config(
+    subset: str | None = None,
+    *,
+    model: str | None = None,
+    base_url: str | None = None,
+    api: str | None = None,
+    reasoning_effort: str | None = None,
+    reasoning: bool | None = None,
+    max_output_tokens: int | None = None,
+    concurrency: int | None = None,
+    max_attempts: int | None = None,
+    timeout: float | None = None,
+) -> GraderConfig:
+    """Grader settings as every grading command takes them: explicit values, then the grader's environment
+    (never `OPENAI_BASE_URL`), then the subset's official settings (Professional), then the reference's."""
+    return GraderConfig.from_env(
+        model=model,
+        base_url=base_url,
+        defaults=PROFESSIONAL_GRADER if subset == PROFESSIONAL else None,
+        api=api,
+        reasoning_effort=reasoning_effort,
+        reasoning=reasoning,
+        max_output_tokens=max_output_tokens,
+        concurrency=concurrency,
+        max_attempts=max_attempts,
+        timeout=timeout,
+    )
+
+
+def length_adjustment(
+    subset: str | None, center: float | None = None, penalty_per_500_chars: float | None = None
+) -> LengthAdjustment | None:
+    """Both settings or neither; with neither, Professional's official adjustment and none for the others."""
+    if (center is None) != (penalty_per_500_chars is None):
+        raise ValueError(
+            "length adjustment: give both length_adjustment_center and length_adjustment_penalty_per_500_chars, "
+            "or neither"
+        )
+    if center is not None and penalty_per_500_chars is not None:
+        return LengthAdjustment(center, penalty_per_500_chars)
+    return PROFESSIONAL_LENGTH_ADJUSTMENT if subset == PROFESSIONAL else None
+
+
+def slices_for(subset: str | None) -> tuple[str, ...]:
+    """The tag prefixes a subset's metrics are broken down by."""
+    return PROFESSIONAL_SLICES if subset == PROFESSIONAL else HEALTHBENCH_SLICES
+
+
+@dataclass
+class _Shared:
+    grader: Grader
+    users: int = 0
+
+
+class SharedGraders:
+    """One grader per distinct settings for the whole process, so every sample draws on its one concurrency
+    budget and its client's rate pacing. Its HTTP session is closed whenever no sample is grading (the client
+    opens a new one on next use, in whatever event loop is running then), so nothing outlives an eval's loop.
+    """
+
+    def __init__(self) -> None:
+        # Keyed by a digest of the settings and the key, so the raw key is held only by the client.
+        self._graders: dict[str, _Shared] = {}
+
+    @asynccontextmanager
+    async def lease(self, config: GraderConfig) -> AsyncIterator[Grader]:
+        """The grader for `config`, for the duration of the block."""
+        secret = config.api_key.get_secret_value() if config.api_key is not None else ""
+        slot = hashlib.sha256(f"{config.model_dump_json()}\n{secret}".encode()).hexdigest()
+        shared = self._graders.get(slot)
+        if shared is None:
+            shared = self._graders[slot] = _Shared(config.build())
+        shared.users += 1
+        try:
+            yield shared.grader
+        finally:
+            shared.users -= 1
+            if shared.users == 0:
+                await shared.grader.client.aclose()
+
+
+GRADERS = SharedGraders()
+
+
+@dataclass(frozen=True)
+class GradedSample:
+    """One reply graded: its score (length-adjusted when asked), the task's metric dict, every verdict."""
+
+    prompt_id: str
+    repeat: int
+    response: str
+    raw_score: float
+    score: float
+    metrics: dict[str, float]
+    items: list[GradedItem]
+    usage: dict[str, Any]
+    grader_model: str
+
+    def record(self) -> dict[str, Any]:
+        """The sample as `healthbench grade` writes it to results.jsonl (the fields the metrics need, and the
+        verdicts with their explanations)."""
+        record: dict[str, Any] = {
+            "prompt_id": self.prompt_id,
+            "repeat": self.repeat,
+            "score": self.raw_score,
+            "response": self.response,
+            "metrics": self.metrics,
+            "rubric_items": [item.as_dict() for item in self.items],
+            "usage": self.usage,
+            "grader_model": self.grader_model,
+        }
+        if self.score != self.raw_score:
+            record["length_adjusted_score"] = self.score
+        return record
+
+
+async def grade_reply(
+    grader: Grader,
+    row: Row,
+    reply: str,
+    *,
+    repeat: int = 0,
+    system_message: str | None = None,
+    adjustment: LengthAdjustment | None = None,
+) -> GradedSample:
+    """Grade one reply to `row` item by item; raises `GradingError` when an item cannot be graded."""
+    transcript = transcript_with_reply(row.prompt, reply, system_message)
+    graded = await grader.grade(row.prompt_id, transcript, row.rubrics)
+    metrics = task_metrics(
+        row.example_tags,
+        [item.points for item in graded.items],
+        [item.tags for item in graded.items],
+        [item.criteria_met for item in graded.items],
+    )
+    raw = metrics["overall_score"]
+    return GradedSample(
+        prompt_id=row.prompt_id,
+        repeat=repeat,
+        response=reply,
+        raw_score=raw,
+        score=raw if adjustment is None else adjustment.adjust(raw, reply),
+        metrics=metrics,
+        items=graded.items,
+        usage=graded.usage.as_dict(),
+        grader_model=grader.model,
+    )
+
+
+def reference_metrics(
+    records: Sequence[Mapping[str, Any]], *, seed: int = 0, adjustment: LengthAdjustment | None = None
+) -> dict[str, float | int]:
+    """The reference's metrics over sample records, exactly as `healthbench grade` writes metrics.json."""
+    return aggregate_records(records, seed=seed, length_adjustment=adjustment)

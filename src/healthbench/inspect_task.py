@@ -1,0 +1,255 @@
+"""HealthBench as Inspect tasks, graded by this project's grader (`pip install healthbench[inspect]`).
+
+Registered through Inspect's `inspect_ai` entry point, so `inspect eval healthbench/healthbench --model
+openai/gpt-4.1` needs no other set-up (`healthbench/healthbench_hard`, `_consensus` and `_professional` name
+the other subsets). Each sample's input is the task's role-tagged conversation; the model's reply is graded
+item by item with the reference's prompt and verdict rules, through one grader per process (its retries and
+its one concurrency budget). An item that cannot be graded raises, so the sample is an error in the log and
+never a 0. A sample's score is the unclipped task score (length-adjusted when asked); its metadata holds the
+task's metric dict and every verdict with its explanation. The metrics are the reference's: the clipped mean,
+its bootstrap std and the same per theme and axis (per slice for Professional), with repeats (epochs) pooled
+as separate samples, equal to what `healthbench grade` writes to metrics.json for the same replies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from inspect_ai import Epochs, Task, task
+from inspect_ai.dataset import MemoryDataset, Sample
+from inspect_ai.model import ChatMessage, ChatMessageAssistant, ChatMessageSystem, ChatMessageUser
+from inspect_ai.scorer import Metric, SampleScore, Score, Scorer, Target, Value, metric, scorer
+from inspect_ai.solver import TaskState, generate
+
+from .adapters import (
+    GRADERS,
+    GradedSample,
+    grade_reply,
+    grader_config,
+    length_adjustment,
+    load_tasks,
+    reference_metrics,
+    slices_for,
+)
+from .config import GraderConfig
+from .data import Message, Row
+from .scoring import LengthAdjustment
+
+__all__ = [
+    "bootstrap_std",
+    "clipped_mean",
+    "healthbench",
+    "healthbench_consensus",
+    "healthbench_hard",
+    "healthbench_professional",
+    "healthbench_scorer",
+    "slice_scores",
+]
+
+
+def _chat_message(message: Message) -> ChatMessage:
+    if message.role == "system":
+        return ChatMessageSystem(content=message.content)
+    if message.role == "assistant":
+        return ChatMessageAssistant(content=message.content)
+    return ChatMessageUser(content=message.content)
+
+
+def _sample(row: Row) -> Sample:
+    return Sample(
+        input=[_chat_message(message) for message in row.prompt],
+        id=row.prompt_id,
+        metadata={"example_tags": list(row.example_tags)},
+    )
+
+
+def _records(scores: Sequence[SampleScore]) -> list[dict[str, Any]]:
+    records = []
+    for sample_score in scores:
+        record = sample_score.score.metadata
+        if not record or "metrics" not in record:
+            raise ValueError(f"sample {sample_score.sample_id}: its score has no HealthBench record to aggregate")
+        records.append(record)
+    return records
+
+
+def _metrics(scores: Sequence[SampleScore], seed: int, adjustment: Mapping[str, float] | None) -> dict[str, Any]:
+    settings = None if adjustment is None else LengthAdjustment.from_dict(adjustment)
+    return reference_metrics(_records(scores), seed=seed, adjustment=settings)
+
+
+@metric(scores="unreduced")
+def clipped_mean(seed: int = 0, length_adjustment: dict[str, float] | None = None) -> Metric:
+    """The headline: the mean of the (unclipped, length-adjusted when asked) task scores, clipped to [0, 1]."""
+
+    def compute(scores: list[SampleScore]) -> Value:
+        return float(_metrics(scores, seed, length_adjustment)["score"])
+
+    return compute
+
+
+@metric(scores="unreduced")
+def bootstrap_std(seed: int = 0, length_adjustment: dict[str, float] | None = None) -> Metric:
+    """The population std of 1,000 seeded bootstrap resample means, each clipped to [0, 1]."""
+
+    def compute(scores: list[SampleScore]) -> Value:
+        return float(_metrics(scores, seed, length_adjustment)["score:bootstrap_std"])
+
+    return compute
+
+
+@metric(scores="unreduced")
+def slice_scores(prefixes: list[str], seed: int = 0, length_adjustment: dict[str, float] | None = None) -> Metric:
+    """The clipped mean and bootstrap std of each tag starting with one of `prefixes` (`theme:`, `axis:`, ...),
+    under the reference's key names, and the unadjusted `overall_score` when scores are length-adjusted."""
+
+    def compute(scores: list[SampleScore]) -> Value:
+        metrics = _metrics(scores, seed, length_adjustment)
+        wanted = [
+            name
+            for name in metrics
+            if name.startswith(tuple(prefixes)) and not name.endswith((":n_samples", ":bootstrap_std"))
+        ]
+        if length_adjustment is not None:
+            wanted.insert(0, "overall_score")
+        out: dict[str, float] = {}
+        for name in wanted:
+            out[name] = float(metrics[name])
+            out[f"{name}:bootstrap_std"] = float(metrics[f"{name}:bootstrap_std"])
+        return out
+
+    return compute
+
+
+def _system_message(state: TaskState, row: Row) -> str | None:
+    """A system message the solver added ahead of the task's own conversation, which the reference puts at
+    the head of the graded transcript."""
+    first = state.messages[0] if state.messages else None
+    if isinstance(first, ChatMessageSystem) and row.prompt[0].role != "system":
+        return first.text
+    return None
+
+
+def _score(sample: GradedSample) -> Score:
+    met = sum(item.criteria_met for item in sample.items)
+    return Score(
+        value=sample.score,
+        answer=sample.response,
+        explanation=f"{met} of {len(sample.items)} rubric items met; task score {sample.raw_score:.4f}",
+        metadata=sample.record(),
+    )
+
+
+@scorer(metrics=[], name="healthbench")
+def healthbench_scorer(
+    rows: Mapping[str, Row], config: GraderConfig, adjustment: LengthAdjustment | None = None
+) -> Scorer:
+    """Grade the model's last reply against its task's rubric with this project's grader."""
+
+    async def score(state: TaskState, target: Target) -> Score:
+        row = rows[str(state.sample_id)]
+        async with GRADERS.lease(config) as grader:
+            graded = await grade_reply(
+                grader,
+                row,
+                state.output.completion,
+                repeat=state.epoch - 1,
+                system_message=_system_message(state, row),
+                adjustment=adjustment,
+            )
+        return _score(graded)
+
+    return score
+
+
+def _task(
+    subset: str | None,
+    data: str | None,
+    limit: int | None,
+    n_repeats: int,
+    grader: dict[str, Any],
+    center: float | None,
+    penalty: float | None,
+    seed: int,
+) -> Task:
+    rows = load_tasks(subset, data, limit)
+    config = grader_config(subset, **grader)
+    adjustment = length_adjustment(subset, center, penalty)
+    settings = None if adjustment is None else adjustment.as_dict()
+    prefixes = list(slices_for(subset))
+    return Task(
+        dataset=MemoryDataset([_sample(row) for row in rows], name=subset or data or "full"),
+        solver=generate(),
+        scorer=healthbench_scorer({row.prompt_id: row for row in rows}, config, adjustment),
+        metrics=[
+            clipped_mean(seed, settings),
+            bootstrap_std(seed, settings),
+            slice_scores(prefixes, seed, settings),
+        ],
+        epochs=Epochs(n_repeats) if n_repeats > 1 else None,
+        metadata={"grader": config.describe(), "length_adjustment": settings, "seed": seed},
+    )
+
+
+@task
+def healthbench(
+    subset: str | None = None,
+    data: str | None = None,
+    limit: int | None = None,
+    n_repeats: int = 1,
+    grader_model: str | None = None,
+    grader_base_url: str | None = None,
+    grader_api: str | None = None,
+    grader_reasoning_effort: str | None = None,
+    grader_reasoning: bool | None = None,
+    grader_max_output_tokens: int | None = None,
+    grader_concurrency: int | None = None,
+    grader_max_attempts: int | None = None,
+    length_adjustment_center: float | None = None,
+    length_adjustment_penalty_per_500_chars: float | None = None,
+    seed: int = 0,
+) -> Task:
+    """HealthBench: `subset` full (default), hard, consensus or professional, or `data`, a file in the official
+    schema; `limit` tasks sampled as the reference does; each task `n_repeats` times, pooled. The grader's
+    settings default to HEALTHBENCH_GRADER_* (key HEALTHBENCH_GRADER_API_KEY, else OPENAI_API_KEY), then to the
+    subset's official ones; `seed` seeds the bootstrap."""
+    grader = {
+        "model": grader_model,
+        "base_url": grader_base_url,
+        "api": grader_api,
+        "reasoning_effort": grader_reasoning_effort,
+        "reasoning": grader_reasoning,
+        "max_output_tokens": grader_max_output_tokens,
+        "concurrency": grader_concurrency,
+        "max_attempts": grader_max_attempts,
+    }
+    return _task(
+        subset,
+        data,
+        limit,
+        n_repeats,
+        grader,
+        length_adjustment_center,
+        length_adjustment_penalty_per_500_chars,
+        seed,
+    )
+
+
+@task
+def healthbench_hard(limit: int | None = None, n_repeats: int = 1, grader_model: str | None = None) -> Task:
+    """HealthBench Hard (1,000 tasks); `healthbench/healthbench -T subset=hard` takes every other argument."""
+    return healthbench(subset="hard", limit=limit, n_repeats=n_repeats, grader_model=grader_model)
+
+
+@task
+def healthbench_consensus(limit: int | None = None, n_repeats: int = 1, grader_model: str | None = None) -> Task:
+    """HealthBench Consensus (3,671 tasks); `healthbench/healthbench -T subset=consensus` takes the rest."""
+    return healthbench(subset="consensus", limit=limit, n_repeats=n_repeats, grader_model=grader_model)
+
+
+@task
+def healthbench_professional(limit: int | None = None, n_repeats: int = 1) -> Task:
+    """HealthBench Professional in its official configuration (gpt-5.4 at low effort through the Responses
+    API, length-adjusted); `healthbench/healthbench -T subset=professional` takes overrides."""
+    return healthbench(subset="professional", limit=limit, n_repeats=n_repeats)
