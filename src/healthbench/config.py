@@ -127,7 +127,7 @@ class GraderConfig(BaseModel):
         """How these settings differ from an official configuration (`PROFESSIONAL_GRADER`), one line each."""
         mine = {"model": self.model, "reasoning_effort": self.reasoning_effort, "api": self.api}
         return [
-            f"grader {name.replace('_', ' ')} {mine[name]} (official: {value})"
+            f"grader {name.replace('_', ' ')} {mine[name] or 'none'} (official: {value})"
             for name, value in official.items()
             if mine[name] != value
         ]
