@@ -15,10 +15,12 @@ from click.testing import CliRunner, Result
 from healthbench.cli import main
 from healthbench.config import GraderConfig
 from healthbench.grading import REFERENCE_SHAPE, Grader
+from healthbench.pricing import REASONING_TOKENS
 from healthbench.testing import FakeOpenAI
 from healthbench.wire import RESPONSES, InvalidResponse, Shape, chat_content, responses_content
 from tests.conftest import write_jsonl
 from tests.reference import KEY, check_against_reference, made_up_rows
+from tests.test_metaeval import made_up_meta_rows, meta_eval, reference_meta_eval
 
 MODEL = "gpt-5.4-2026-03-05"
 WAYS = {
@@ -181,3 +183,47 @@ def test_answers_of_both_apis_are_read_with_their_usage() -> None:
     for broken in ({"output": []}, {"output": [{"type": "reasoning"}]}, {"status": "failed", "output": []}, {}):
         with pytest.raises(InvalidResponse, match=r"output|failed"):
             responses_content(broken)
+
+
+def test_meta_eval_with_a_cheaper_reasoning_grader_matches_the_reference_and_resumes(
+    tmp_path: Path, fake: FakeOpenAI
+) -> None:
+    """ "Is gpt-5.4-mini a good enough grader?" is one command, and a second run of it sends nothing."""
+    assert fake.base_url
+    rows = made_up_meta_rows(120)
+    data = write_jsonl(tmp_path / "meta.jsonl", rows)
+    flags = ("--grader-model", "gpt-5.4-mini", "--grader-reasoning-effort", "low", "--grader-api", "responses")
+    result = meta_eval(data, tmp_path / "out", fake.base_url, *flags)
+    assert result.exit_code == 0, result.output
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    expected, _ = reference_meta_eval(rows)
+    for key, value in expected.items():
+        assert metrics[key] == pytest.approx(value, abs=1e-9), key
+    assert len(fake.bodies) == len(rows) and set(fake.paths) == {"/v1/responses"}
+    assert all(body["model"] == "gpt-5.4-mini" and body["reasoning"] == {"effort": "low"} for body in fake.bodies)
+    fake.reset()
+    again = meta_eval(data, tmp_path / "out", fake.base_url, *flags)
+    assert again.exit_code == 0, again.output
+    assert fake.requests_total == 0
+    assert json.loads((tmp_path / "out" / "metrics.json").read_text()) == metrics
+
+
+def test_dry_run_prices_a_reasoning_grader_with_its_thinking(tmp_path: Path, fake: FakeOpenAI) -> None:
+    assert fake.base_url
+    rows = made_up_rows()[:2]
+    data = write_jsonl(tmp_path / "rows.jsonl", rows)
+    responses = write_jsonl(
+        tmp_path / "replies.jsonl", [{"prompt_id": r["prompt_id"], "response": "Rest."} for r in rows]
+    )
+    plain = json.loads(grade(tmp_path, data, responses, fake.base_url, "--dry-run", "--no-grader-reasoning").output)
+    thinking = json.loads(grade(tmp_path, data, responses, fake.base_url, "--dry-run", *WAYS["responses"]).output)
+    calls = sum(len(r["rubrics"]) for r in rows)
+    assert plain["grader"]["calls"] == thinking["grader"]["calls"] == calls
+    assert thinking["grader"]["reasoning_tokens"] == REASONING_TOKENS["low"] * calls
+    extra = thinking["grader"]["completion_tokens"] - plain["grader"]["completion_tokens"]
+    assert extra == REASONING_TOKENS["low"] * calls
+    # gpt-5.4 at $2.50 in and $15 out per million tokens, batch at half.
+    tokens = thinking["grader"]
+    live = (tokens["prompt_tokens"] * 2.5 + tokens["completion_tokens"] * 15.0) / 1e6
+    assert tokens["cost_usd"] == pytest.approx(live) and tokens["batch_cost_usd"] == pytest.approx(live / 2)
+    assert fake.requests_total == 0
