@@ -3,21 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import pytest
 
-from healthbench.client import (
-    ChatClient,
-    RateGovernor,
-    RequestFailed,
-    RetryPolicy,
-    duration_seconds,
-    retry_after_seconds,
-)
+from healthbench.client import ChatClient, RequestFailed, RetryPolicy
 from healthbench.grading import Grader, parse_verdict
+from healthbench.ratesignals import duration_seconds, retry_after_seconds
 from healthbench.testing import FakeOpenAI, prompt_verdict
 from healthbench.wire import InvalidResponse
 
@@ -124,59 +117,7 @@ def test_retry_after_forms() -> None:
     assert policy.backoff(1, 10_000.0) <= 1.0  # an absurd Retry-After falls back to backoff
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def test_governor_paces_only_after_a_429() -> None:
-    clock = Clock()
-    governor = RateGovernor(clock)
-    for _ in range(50):  # 50 successes over one second
-        clock.now += 0.02
-        governor.on_success({})
-    assert governor.rate is None
-    clock.now += 0.001
-    governor.on_throttle()
-    assert governor.rate == pytest.approx(0.9 * 50 / 1.0, rel=0.03)  # 90% of what was accepted
-    first = governor.rate
-    assert first is not None
-    governor.on_throttle()  # the same overload answers many requests at once: one cut per window
-    assert governor.rate == first and governor.throttled == 2
-    governor.on_success({})
-    assert governor.rate == pytest.approx(first + 0.02)
-
-
-def test_governor_counts_an_early_rate_over_the_time_seen() -> None:
-    clock = Clock()
-    governor = RateGovernor(clock)
-    for _ in range(20):  # 20 successes in the first 0.2 s: 100 a second, not 20
-        clock.now += 0.01
-        governor.on_success({})
-    governor.on_throttle()
-    assert governor.rate == pytest.approx(0.9 * 20 / 0.19, rel=0.01)
-
-
-def test_governor_never_cuts_below_a_quarter_of_the_best_rate() -> None:
-    clock = Clock()
-    governor = RateGovernor(clock)
-    for _ in range(150):  # 100 accepted a second, for a second and a half: the peak
-        clock.now += 0.01
-        governor.on_success({})
-    for _ in range(20):  # stray 429s every second while only a few requests get through
-        clock.now += 1.5
-        governor.on_success({})
-        governor.on_throttle()
-    assert governor.rate is not None and governor.rate >= 25.0
-
-
-def test_governor_honours_an_empty_request_budget() -> None:
-    governor = RateGovernor()
-    governor.on_success({"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "1m30s"})
-    assert governor._next_start > time.monotonic() + 80
+def test_rate_limit_durations() -> None:
     assert duration_seconds("6m0s") == 360.0
     assert duration_seconds("500ms") == 0.5
     assert duration_seconds("1.5") == 1.5

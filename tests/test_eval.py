@@ -155,10 +155,9 @@ def test_rate_limited_endpoint_is_finished_and_paced(tmp_path: Path) -> None:
         result = run_eval(data, tmp_path / "out", server.base_url)
         assert result.exit_code == 0, result.output
         assert server.responses_by_kind["ok"] == 120
-        # A three-second run is mostly its opening burst, which meets the limit before any pacing can start;
-        # the steady state is what benchmarks/bench_ratelimit.py measures. Here: the limit was met, and every
-        # 429 was retried to a verdict.
-        assert server.responses_by_kind["rate_limited"] > 0
+        # The first answer's x-ratelimit headers give the limit, so the run is paced before it can overrun it;
+        # the steady state is what benchmarks/bench_ratelimit.py measures.
+        assert server.responses_by_kind["rate_limited"] <= 2
 
 
 def test_model_that_never_answers_fails_the_run(tmp_path: Path) -> None:

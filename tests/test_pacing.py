@@ -11,8 +11,10 @@ from typing import Any
 
 import pytest
 
+from healthbench.client import ChatClient
 from healthbench.pacing import Gate, Pace, Pacer
 from healthbench.ratesignals import QuotaExhausted, read_refusal, request_cost
+from healthbench.testing import FakeOpenAI
 from healthbench.testing.limits import Limiter, RateLimits
 
 # About a HealthBench grader call: 1,300 prompt tokens and max_tokens 2048, so about 3,350 tokens of TPM.
@@ -183,3 +185,43 @@ def test_a_request_costs_its_prompt_and_its_cap() -> None:
     assert COST == 1300 + 7 + 2 * 4 + 2048
     assert request_cost({"input": "abcd", "max_output_tokens": 10}) == 1 + 4 + 10
     assert request_cost({"messages": [{"role": "user", "content": "abcd"}]}, default_cap=100) == 1 + 4 + 100
+
+
+def _complete_all(client: ChatClient, bodies: list[dict[str, Any]]) -> list[str | BaseException]:
+    async def main() -> list[str | BaseException]:
+        try:
+            return await asyncio.gather(*(client.complete(b, str) for b in bodies), return_exceptions=True)  # type: ignore[arg-type]
+        finally:
+            await client.aclose()
+
+    return [got[0] if isinstance(got, tuple) else got for got in asyncio.run(main())]
+
+
+def _chat(i: int) -> dict[str, Any]:
+    return {"model": "gpt-test", "messages": [{"role": "user", "content": f"question {i}"}], "max_tokens": 10}
+
+
+def test_the_client_learns_the_limit_from_the_first_429_and_keeps_under_it() -> None:
+    # A hundred requests a second, ten at once, no headers: only the 429's message says what the limit is.
+    limits = RateLimits(rpm=6000, window=0.1, headers=False)
+    with FakeOpenAI(limits=limits) as server:
+        assert server.base_url
+        client = ChatClient(server.base_url, "sk-learn", concurrency=32)
+        replies = _complete_all(client, [_chat(i) for i in range(200)])
+        counts = dict(server.responses_by_kind)
+    assert all(isinstance(reply, str) for reply in replies)
+    assert client.gate.pacer.limits == (6000, None)
+    # At most the one burst sent before anything was known; a client that kept sending into the limit would
+    # be refused for most of two seconds of requests.
+    assert counts["ok"] == 200 and counts.get("rate_limited", 0) <= 32
+
+
+def test_the_client_stops_at_once_when_the_quota_runs_out() -> None:
+    with FakeOpenAI(limits=RateLimits(quota=3)) as server:
+        assert server.base_url
+        client = ChatClient(server.base_url, "sk-quota", concurrency=1)
+        replies = _complete_all(client, [_chat(i) for i in range(6)])
+        counts = dict(server.responses_by_kind)
+    assert [isinstance(reply, str) for reply in replies] == [True] * 3 + [False] * 3
+    assert all(isinstance(reply, QuotaExhausted) and "no quota left" in str(reply) for reply in replies[3:])
+    assert counts == {"ok": 3, "quota_exhausted": 1}  # never retried, and nothing sent after it

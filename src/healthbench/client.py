@@ -5,20 +5,20 @@ Every model call of the project goes through `ChatClient.complete`; `wire` says 
 look like. The client owns the process-wide
 concurrency budget (one semaphore shared by every task that uses it) and the retry policy: transport
 failures, retryable statuses and unusable answers are retried with exponential backoff and jitter, and
-Retry-After is honoured. Past the bound, `RequestFailed` says what went wrong last; it never becomes a
-result. The API key goes into the Authorization header and nowhere else: not into errors, not into logs.
+Retry-After is honoured. Request starts go through the `pacing.Gate` of its key at its endpoint, which keeps
+them under the account's rate limits; a 429 is retried through that same gate, and one that says the account
+has no quota left raises `QuotaExhausted` at once. Past the bound, `RequestFailed` says what went wrong last;
+it never becomes a result. The API key goes into the Authorization header and nowhere else: not into errors,
+not into logs.
 """
 
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import hashlib
 import json
 import random
-import time
 import weakref
-from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
@@ -26,6 +26,8 @@ from typing import Any, Protocol, TypeVar
 import aiohttp
 from pydantic import SecretStr
 
+from .pacing import Gate, Pacer
+from .ratesignals import DEFAULT_OUTPUT_CAP, QuotaExhausted, request_cost, retry_after_seconds
 from .wire import CHAT, Api, InvalidResponse, Usage
 
 T = TypeVar("T")
@@ -75,113 +77,6 @@ class RetryPolicy:
         return delay * (1 - self.jitter * self.rng.random())
 
 
-def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
-    """The server's requested wait, from `retry-after-ms` or `Retry-After` (seconds or an HTTP date)."""
-    millis = headers.get("retry-after-ms")
-    if millis is not None:
-        try:
-            return float(millis) / 1000
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        try:
-            return email.utils.parsedate_to_datetime(value).timestamp() - time.time()
-        except (TypeError, ValueError):
-            return None
-
-
-def duration_seconds(text: str) -> float | None:
-    """Parse OpenAI's rate-limit reset durations such as "1s", "6m0s", "500ms" or "0.5"."""
-    total, number = 0.0, ""
-    units = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
-    index = 0
-    while index < len(text):
-        char = text[index]
-        if char.isdigit() or char == ".":
-            number += char
-            index += 1
-            continue
-        unit = "ms" if text.startswith("ms", index) else char
-        if unit not in units or not number:
-            return None
-        total += float(number) * units[unit]
-        number, index = "", index + len(unit)
-    return total + float(number) if number else total
-
-
-class RateGovernor:
-    """Paces request starts once the server has said "too many", then creeps back up.
-
-    Until the first 429 nothing is paced. A 429 sets the pace to 90% of the successes seen in the last
-    second (at most once per second, since one overload produces a burst of 429s); each success raises the
-    pace by 2% of a request per second, i.e. about 2% a second at any rate. An answer saying no requests
-    remain holds new starts until the window resets. This keeps a run close to a provider's limit without
-    a storm of 429s, without knowing the limit in advance.
-
-    Two guards keep stray 429s (a proxy's, a provider's hiccup) from strangling a run: early in a run the
-    accepted rate is counted over the time actually seen, not a full second; and no cut goes below a quarter
-    of the best rate ever accepted, since each cut is measured against a pace the previous cut set.
-    """
-
-    WINDOW = 1.0
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self.rate: float | None = None
-        self.throttled = 0
-        self._clock = clock
-        self._next_start = 0.0
-        self._last_cut = -1e9
-        self._first_success: float | None = None
-        self._peak = 0
-        self._successes: deque[float] = deque()
-
-    async def wait(self) -> None:
-        """Sleep until this request may start."""
-        now = self._clock()
-        start = max(now, self._next_start)
-        self._next_start = start + (1.0 / self.rate if self.rate else 0.0)
-        if start > now:
-            await asyncio.sleep(start - now)
-
-    def _recent(self, now: float) -> int:
-        while self._successes and self._successes[0] < now - self.WINDOW:
-            self._successes.popleft()
-        return len(self._successes)
-
-    def on_success(self, headers: Mapping[str, str]) -> None:
-        """Count a success; respect a reported empty request budget."""
-        now = self._clock()
-        if self._first_success is None:
-            self._first_success = now
-        self._successes.append(now)
-        recent = self._recent(now)
-        if now - self._first_success >= self.WINDOW:
-            self._peak = max(self._peak, recent)
-        if self.rate is not None:
-            self.rate += 0.02
-        if headers.get("x-ratelimit-remaining-requests") == "0":
-            reset = duration_seconds(headers.get("x-ratelimit-reset-requests", ""))
-            if reset is not None and 0 < reset <= _MAX_RETRY_AFTER:
-                self._next_start = max(self._next_start, now + reset)
-
-    def on_throttle(self) -> None:
-        """A 429: slow down to just under what the server has been accepting."""
-        self.throttled += 1
-        now = self._clock()
-        if self._first_success is None or now - self._last_cut < self.WINDOW:
-            return
-        self._last_cut = now
-        # Early in a run the window is not full yet: rate over the time actually seen.
-        seen = min(self.WINDOW, max(now - self._first_success, 0.05))
-        accepted = self._recent(now) / seen
-        self.rate = max(1.0, 0.9 * accepted, 0.25 * self._peak / self.WINDOW)
-
-
 class Completer(Protocol):
     """What graders and policies call: one model request, its answer parsed, with what it cost.
 
@@ -199,16 +94,18 @@ class Completer(Protocol):
 
 
 # Rate limits belong to a key at an endpoint, not to a client object: clients that share both (the policy and
-# the grader of one run, say) must slow down together. Weak values: a governor lives as long as its clients.
-_GOVERNORS: weakref.WeakValueDictionary[str, RateGovernor] = weakref.WeakValueDictionary()
+# the grader of one run, say; Chat and Responses calls of one key) must slow down together. OpenAI's limits are
+# per model as well, so two models on one key share a pace they need not: slower, never refused. Weak values:
+# a gate lives as long as its clients.
+_GATES: weakref.WeakValueDictionary[str, Gate] = weakref.WeakValueDictionary()
 
 
-def _governor_for(url: str, api_key: str | None) -> RateGovernor:
-    slot = hashlib.sha256(f"{url}\n{api_key or ''}".encode()).hexdigest()
-    governor = _GOVERNORS.get(slot)
-    if governor is None:
-        governor = _GOVERNORS[slot] = RateGovernor()
-    return governor
+def _gate_for(base_url: str, api_key: str | None) -> Gate:
+    slot = hashlib.sha256(f"{base_url}\n{api_key or ''}".encode()).hexdigest()
+    gate = _GATES.get(slot)
+    if gate is None:
+        gate = _GATES[slot] = Gate(Pacer())
+    return gate
 
 
 class Budget:
@@ -247,7 +144,12 @@ class ChatClient:
         retry: RetryPolicy | None = None,
         budget: Budget | None = None,
         api: Api = CHAT,
+        rpm: float | None = None,
+        tpm: float | None = None,
+        default_output_cap: int = DEFAULT_OUTPUT_CAP,
     ) -> None:
+        """`rpm` and `tpm` are the account's limits, as the user knows them (None: learned from the server);
+        a request with no output cap counts `default_output_cap` tokens against `tpm`."""
         self.base_url = base_url.rstrip("/")
         self.wire = api
         self.url = self.base_url + api.path
@@ -260,7 +162,9 @@ class ChatClient:
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._session: aiohttp.ClientSession | None = None
-        self.governor = _governor_for(self.url, api_key)
+        self.gate = _gate_for(self.base_url, api_key)
+        self.gate.pacer.set_limits(rpm, tpm)
+        self.default_output_cap = default_output_cap
 
     def __repr__(self) -> str:
         return f"ChatClient(url={self.url!r}, concurrency={self.concurrency})"
@@ -273,19 +177,25 @@ class ChatClient:
             self._loop = loop
         return self._session
 
-    async def _attempt(self, payload: bytes) -> tuple[str, Usage]:
+    async def _attempt(self, payload: bytes, cost: int) -> tuple[str, Usage]:
         session = self._bind()
         async with self.budget.semaphore():
-            await self.governor.wait()
-            async with session.post(self.url, data=payload, headers=_JSON) as response:
-                body = await response.read()
-                status = response.status
-                headers = response.headers
-        if status == 200:
-            self.governor.on_success(headers)
-            return self.wire.read(body)
+            ticket = await self.gate.start(cost)
+            try:
+                async with session.post(self.url, data=payload, headers=_JSON) as response:
+                    body = await response.read()
+                    status = response.status
+                    headers = response.headers
+            except (aiohttp.ClientError, TimeoutError):
+                self.gate.lost()
+                raise
         if status == 429:
-            self.governor.on_throttle()
+            self.gate.refused(ticket, cost, body, headers)
+            # No backoff beside the gate: it holds every start of this key until the retry time.
+            raise _StatusError(f"HTTP 429: {body[:200].decode('utf-8', 'replace')}", 0.0)
+        self.gate.answered(ticket, headers)
+        if status == 200:
+            return self.wire.read(body)
         raise _status_error(status, body, headers)
 
     async def complete(
@@ -295,17 +205,21 @@ class ChatClient:
 
         `parse` raises `InvalidResponse` for content that is not usable; that is retried like a transport
         failure. Usage counts every answered attempt, since each one is billed. `ident` is not needed live:
-        every call is its own request.
+        every call is its own request. `QuotaExhausted` if the account has no quota left: never retried.
         """
         payload = body if isinstance(body, bytes) else json.dumps(body).encode()
+        cost = request_cost(json.loads(payload) if isinstance(body, bytes) else body, self.default_output_cap)
         usage = Usage()
 
         async def attempt() -> T:
-            content, attempt_usage = await self._attempt(payload)
+            content, attempt_usage = await self._attempt(payload, cost)
             usage.add(attempt_usage)
             return parse(content)
 
-        return await self._with_retries(attempt), usage
+        try:
+            return await self._with_retries(attempt), usage
+        except QuotaExhausted:
+            raise QuotaExhausted(f"{self.base_url}: the account has no quota left (insufficient_quota)") from None
 
     async def api(
         self, method: str, path: str, *, json_body: Any = None, form: Callable[[], aiohttp.FormData] | None = None
@@ -354,6 +268,18 @@ class ChatClient:
             await self._session.close()
         self._session = None
         self._loop = None
+
+
+def describe_pace(clients: Mapping[str, Completer | None]) -> str:
+    """The pace of each live client, for the progress bar: "grader 82 req/s, TPM-bound"; clients that share a
+    gate (one key at one endpoint) are shown once, under all their names."""
+    names: dict[int, list[str]] = {}
+    gates: dict[int, Gate] = {}
+    for name, client in clients.items():
+        if isinstance(client, ChatClient):
+            names.setdefault(id(client.gate), []).append(name)
+            gates[id(client.gate)] = client.gate
+    return "; ".join(f"{'+'.join(names[key])} {gate.status()}" for key, gate in gates.items())
 
 
 class _StatusError(Exception):
