@@ -138,9 +138,9 @@ def batches(out: Path, cancel: bool, grader_base_url: str | None, base_url: str 
 def compare(run_a: Path, run_b: Path, seed: int, n_bootstrap: int, as_json: bool) -> None:
     """Paired per-task difference of the headline scores RUN_B - RUN_A, with a bootstrap interval, overall and
     per theme and axis (per slice for Professional)."""
-    from ..compare import compare_runs, format_comparison, load_results
+    from ..compare import compare_dirs, format_comparison
 
-    result = compare_runs(load_results(run_a), load_results(run_b), seed=seed, n_bootstrap=n_bootstrap)
+    result = compare_dirs(run_a, run_b, seed=seed, n_bootstrap=n_bootstrap)
     click.echo(json.dumps(result, indent=2) if as_json else format_comparison(result))
 
 
