@@ -16,8 +16,10 @@ must match it.
 from __future__ import annotations
 
 import hashlib
+import http.client
 import os
 import tempfile
+import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -33,6 +35,8 @@ from .data import DataError, MetaRow, Row, load_meta_rows, load_professional_row
 BASE_URL = "https://openaipublic.blob.core.windows.net/simple-evals/healthbench/"
 OVERRIDE_ENV = "HEALTHBENCH_ALLOW_SHA256_MISMATCH"
 _CHUNK = 1 << 20
+# Seconds a connection may go without a byte (connecting, or between reads) before the download fails.
+TIMEOUT = 60.0
 
 
 @dataclass(frozen=True)
@@ -110,30 +114,85 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _check_hash(subset: Subset, path: Path, actual: str) -> None:
+def _check_hash(subset: Subset, where: str, actual: str) -> None:
     if actual != subset.sha256 and not _allow_mismatch():
         raise DataError(
-            f"{path}: sha256 {actual} does not match the official {subset.name} file's {subset.sha256}. "
+            f"{where}: sha256 {actual} does not match the official {subset.name} file's {subset.sha256}. "
             f"The file may be truncated or a drifted mirror; delete it to download again, or set "
             f"{OVERRIDE_ENV}=1 to use it anyway."
         )
 
 
+def _cause(exc: BaseException) -> str:
+    """What went wrong on the wire, in a few words: the HTTP status, a timeout, or the socket's own error."""
+    if isinstance(exc, urllib.error.HTTPError):
+        return f"HTTP {exc.code}" + (f" ({exc.reason})" if exc.reason else "")
+    reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+    if isinstance(reason, TimeoutError):
+        return f"no answer within {TIMEOUT:g} s"
+    if isinstance(reason, BaseException):
+        return f"{type(reason).__name__}: {reason}" if str(reason) else type(reason).__name__
+    return str(reason)
+
+
+def download_error(subset: Subset, cause: str) -> DataError:
+    """The one message a failed download becomes: the file, the URL, the cause, and how to work offline.
+
+    Worded as `hub.hub_error` words the Hugging Face download, so every subset fails alike.
+    """
+    return DataError(
+        f"could not download {subset.filename} (HealthBench {subset.name}) from {subset.url}: {cause}. "
+        f"To work offline, set HEALTHBENCH_DATA_DIR to a folder holding {subset.filename}, or pass --data PATH."
+    )
+
+
+# Network failures: OSError covers refused connections, DNS failures, resets and timeouts (URLError is
+# one); HTTPException a server that does not speak HTTP.
+_NETWORK_ERRORS = (OSError, http.client.HTTPException)
+
+
+def _open(subset: Subset) -> http.client.HTTPResponse:
+    try:
+        response: http.client.HTTPResponse = urllib.request.urlopen(subset.url, timeout=TIMEOUT)
+    except urllib.error.HTTPError as exc:
+        exc.close()  # it holds the error response open
+        raise download_error(subset, _cause(exc)) from None
+    except _NETWORK_ERRORS as exc:
+        raise download_error(subset, _cause(exc)) from None
+    return response
+
+
+def _read(subset: Subset, response: http.client.HTTPResponse) -> bytes:
+    try:
+        return response.read(_CHUNK)
+    except _NETWORK_ERRORS as exc:
+        raise download_error(subset, _cause(exc)) from None
+
+
 def _download(subset: Subset, target: Path) -> str:
-    """Download to a temporary file beside `target`, hash while writing, then rename into place."""
+    """Download to a temporary file beside `target`, hash while writing, then rename into place.
+
+    Whatever fails (the network, the hash, an interrupt), the temporary file is removed, so nothing
+    half-written is left in the cache.
+    """
     target.parent.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256()
     handle, temp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
     try:
-        with os.fdopen(handle, "wb") as out, urllib.request.urlopen(subset.url, timeout=60) as response:
+        with os.fdopen(handle, "wb") as out, _open(subset) as response:
             total = int(response.headers.get("Content-Length") or 0) or None
+            received = 0
             with tqdm(total=total, unit="B", unit_scale=True, desc=f"healthbench {subset.name}") as bar:
-                while chunk := response.read(_CHUNK):
+                while chunk := _read(subset, response):
                     out.write(chunk)
                     digest.update(chunk)
+                    received += len(chunk)
                     bar.update(len(chunk))
+            # A read of a given size returns b"" when the connection ends early, even short of Content-Length.
+            if total is not None and received < total:
+                raise download_error(subset, f"the connection closed after {received:,} of {total:,} bytes")
         actual = digest.hexdigest()
-        _check_hash(subset, Path(subset.url), actual)
+        _check_hash(subset, subset.url, actual)
         os.replace(temp_name, target)
     except BaseException:
         Path(temp_name).unlink(missing_ok=True)
@@ -150,7 +209,7 @@ def subset_path(name: str) -> Path:
     subset = SUBSETS[name]
     path = _data_dir_path(subset.filename)
     if path is not None:
-        _check_hash(subset, path, file_sha256(path))
+        _check_hash(subset, str(path), file_sha256(path))
         return path
     path = cache_dir() / subset.filename
     sidecar = path.with_name(path.name + ".sha256")
@@ -164,7 +223,7 @@ def subset_path(name: str) -> Path:
             )
         return path
     actual = _download(subset, path)
-    sidecar.write_text(actual + "\n")
+    _write_atomically(sidecar, actual + "\n")
     return path
 
 
