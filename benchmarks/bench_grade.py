@@ -1,10 +1,12 @@
-"""Time `healthbench grade` on the 500 sample rows against the fake grader, at zero and at fixed latency.
+"""Time `healthbench grade` on the 500 sample rows against the fake grader, at zero and at fixed latency,
+for the reference's grader (gpt-4.1 through Chat Completions) and gpt-5.4 at low effort through Chat
+Completions and through the Responses API (the fake refuses what OpenAI refuses, so a wrong request fails).
 
 Prints wall time, grader calls per second, CPU seconds per grader call (the grade process alone; the fake
 server runs in its own process), and, with latency, the share of the ideal throughput reached
 (concurrency / latency calls per second).
 
-    .venv/bin/python benchmarks/bench_grade.py [--data ../shared/data/healthbench_sample.jsonl]
+    .venv/bin/python benchmarks/bench_grade.py [--data ../shared/data/healthbench_sample.jsonl] [--graders ...]
 """
 
 from __future__ import annotations
@@ -33,7 +35,19 @@ def start_fake(latency: float) -> tuple[subprocess.Popen[str], str]:
     return server, server.stdout.readline().strip()
 
 
-def run_grade(data: Path, responses: Path, base_url: str, concurrency: int) -> tuple[float, float, int]:
+GRADERS = {
+    "gpt-4.1/chat": [],
+    "gpt-5.4-low/chat": ["--grader-model", "gpt-5.4-2026-03-05", "--grader-reasoning-effort", "low"],
+    "gpt-5.4-low/responses": [
+        *("--grader-model", "gpt-5.4-2026-03-05", "--grader-reasoning-effort", "low"),
+        *("--grader-api", "responses"),
+    ],
+}
+
+
+def run_grade(
+    data: Path, responses: Path, base_url: str, concurrency: int, grader: list[str]
+) -> tuple[float, float, int]:
     """Wall seconds, CPU seconds and grader calls of one `healthbench grade` process."""
     out = Path(tempfile.mkdtemp(prefix="bench-grade-"))
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -55,6 +69,7 @@ def run_grade(data: Path, responses: Path, base_url: str, concurrency: int) -> t
             "--concurrency",
             str(concurrency),
             "--no-progress",
+            *grader,
         ],
         check=True,
         stdout=subprocess.DEVNULL,
@@ -72,6 +87,7 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "healthbench_sample.jsonl")
     parser.add_argument("--latency", type=float, default=0.2)
     parser.add_argument("--concurrency", type=int, default=100)
+    parser.add_argument("--graders", nargs="+", choices=list(GRADERS), default=list(GRADERS))
     args = parser.parse_args()
     responses = Path(tempfile.mkdtemp(prefix="bench-grade-")) / "responses.jsonl"
     with args.data.open(encoding="utf-8", newline="\n") as rows:
@@ -80,21 +96,27 @@ def main() -> None:
         "".join(json.dumps({"prompt_id": i, "response": "Please see a doctor if it gets worse."}) + "\n" for i in ids)
     )
     print(f"{len(ids)} tasks from {args.data}")
-    for latency in (0.0, args.latency):
-        server, base_url = start_fake(latency)
-        try:
-            wall, cpu, calls = run_grade(args.data, responses, base_url, args.concurrency)
-        finally:
-            server.terminate()
-            server.wait()
-        line = (
-            f"latency {latency * 1000:5.0f} ms  concurrency {args.concurrency}: wall {wall:6.2f} s, "
-            f"{calls / wall:7.0f} calls/s, {cpu / calls * 1000:.3f} ms CPU per call (whole command)"
-        )
-        if latency:
-            bound = args.concurrency / latency
-            line += f", {calls / wall / bound:.1%} of the {bound:.0f} calls/s bound"
-        print(line, flush=True)
+    for grader in args.graders:
+        for latency in (0.0, args.latency):
+            bench_one(args, responses, grader, latency)
+
+
+def bench_one(args: argparse.Namespace, responses: Path, grader: str, latency: float) -> None:
+    """One `grade` run against a fresh fake, and its line of figures."""
+    server, base_url = start_fake(latency)
+    try:
+        wall, cpu, calls = run_grade(args.data, responses, base_url, args.concurrency, GRADERS[grader])
+    finally:
+        server.terminate()
+        server.wait()
+    line = (
+        f"{grader:22s} latency {latency * 1000:4.0f} ms  concurrency {args.concurrency}: wall {wall:6.2f} s, "
+        f"{calls / wall:7.0f} calls/s, {cpu / calls * 1000:.3f} ms CPU per call (whole command)"
+    )
+    if latency:
+        bound = args.concurrency / latency
+        line += f", {calls / wall / bound:.1%} of the {bound:.0f} calls/s bound"
+    print(line, flush=True)
 
 
 if __name__ == "__main__":
