@@ -1,5 +1,7 @@
 """HealthBench: OpenAI's physician-rubric health benchmark, graded exactly as the reference does."""
 
+from typing import Any
+
 from .batch import BatchClient
 from .batchapi import BatchSettings
 from .client import ChatClient, Completer, RequestFailed, RetryPolicy
@@ -39,6 +41,8 @@ __all__ = [
     "Grader",
     "GraderConfig",
     "GradingError",
+    "HealthBenchEnv",
+    "HealthBenchTaskset",
     "IdealCompletions",
     "InvalidResponse",
     "Message",
@@ -52,6 +56,7 @@ __all__ = [
     "aggregate",
     "clipped_mean",
     "grader_prompt",
+    "load_environment",
     "load_meta_rows",
     "load_meta_subset",
     "load_rows",
@@ -64,3 +69,24 @@ __all__ = [
     "task_metrics",
     "transcript_with_reply",
 ]
+
+# verifiers finds a taskset by importing the package its id names and taking the Taskset and Env its `__all__`
+# exports (`vf-eval healthbench`); they come from `verifiers_env` only when asked for, so nothing else here
+# needs verifiers installed.
+_VERIFIERS_EXPORTS = ("HealthBenchEnv", "HealthBenchTaskset")
+
+
+def load_environment(**settings: Any) -> Any:
+    """The HealthBench verifiers environment (needs `healthbench[verifiers]`); see
+    `healthbench.verifiers_env.load_environment` for the settings."""
+    from .verifiers_env import load_environment as load
+
+    return load(**settings)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _VERIFIERS_EXPORTS:
+        from . import verifiers_env
+
+        return getattr(verifiers_env, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
