@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from healthbench.client import ChatClient
+from healthbench.client import ChatClient, describe_pace
 from healthbench.pacing import Gate, Pace, Pacer
 from healthbench.ratesignals import QuotaExhausted, read_refusal, request_cost
 from healthbench.testing import FakeOpenAI
@@ -232,3 +232,13 @@ def test_the_client_stops_at_once_when_the_quota_runs_out() -> None:
     assert [isinstance(reply, str) for reply in replies] == [True] * 3 + [False] * 3
     assert all(isinstance(reply, QuotaExhausted) and "no quota left" in str(reply) for reply in replies[3:])
     assert counts == {"ok": 3, "quota_exhausted": 1}  # never retried, and nothing sent after it
+
+
+def test_the_progress_line_shows_each_gate_once_under_the_names_that_share_it() -> None:
+    policy = ChatClient("http://127.0.0.1:9/v1", "sk-shared")
+    grader = ChatClient("http://127.0.0.1:9/v1", "sk-shared", rpm=600)
+    other = ChatClient("http://127.0.0.1:9/v1", "sk-other")
+    assert policy.gate is grader.gate and policy.gate.pacer.limits == (600, None)
+    assert describe_pace({"policy": policy, "grader": grader, "judge": other, "none": None}) == (
+        "policy+grader 0 req/s; judge 0 req/s"
+    )

@@ -45,10 +45,13 @@ _BULK = aiohttp.ClientTimeout(total=None, sock_connect=60, sock_read=300)
 class RequestFailed(Exception):
     """A request that did not succeed within the retry bound, or failed in a way not worth retrying."""
 
-    def __init__(self, cause: str, attempts: int) -> None:
+    def __init__(self, cause: str, attempts: int, *, status: int | None = None, body: bytes = b"") -> None:
         super().__init__(f"{cause} (after {attempts} attempt{'s' if attempts != 1 else ''})")
         self.cause = cause
         self.attempts = attempts
+        # The HTTP status and whole body of a refused request, so callers can read the provider's error code.
+        self.status = status
+        self.body = body
 
 
 class Deferred(Exception):
@@ -251,7 +254,7 @@ class ChatClient:
             try:
                 return await attempt()
             except RequestFailed as exc:
-                raise RequestFailed(exc.cause, number) from None
+                raise RequestFailed(exc.cause, number, status=exc.status, body=exc.body) from None
             except _StatusError as exc:
                 cause, retry_after = exc.cause, exc.retry_after
             except InvalidResponse as exc:
@@ -299,7 +302,7 @@ def _status_error(status: int, body: bytes, headers: Mapping[str, str]) -> Excep
     cause = f"HTTP {status}: {body[:200].decode('utf-8', 'replace')}"
     if is_retryable(status):
         return _StatusError(cause, retry_after_seconds(headers))
-    return RequestFailed(cause, 1)
+    return RequestFailed(cause, 1, status=status, body=body)
 
 
 class Endpoint(Protocol):
@@ -315,6 +318,10 @@ class Endpoint(Protocol):
     def timeout(self) -> float: ...
     @property
     def max_attempts(self) -> int: ...
+    @property
+    def rpm(self) -> float | None: ...
+    @property
+    def tpm(self) -> float | None: ...
 
 
 def client_for(endpoint: Endpoint, budget: Budget | None = None, api: Api = CHAT) -> ChatClient:
@@ -327,4 +334,6 @@ def client_for(endpoint: Endpoint, budget: Budget | None = None, api: Api = CHAT
         retry=RetryPolicy(max_attempts=endpoint.max_attempts),
         budget=budget,
         api=api,
+        rpm=endpoint.rpm,
+        tpm=endpoint.tpm,
     )

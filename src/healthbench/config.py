@@ -44,6 +44,9 @@ class GraderConfig(BaseModel):
     concurrency: int = Field(default=DEFAULT_CONCURRENCY, ge=1)
     max_attempts: int = Field(default=12, ge=1)
     timeout: float = Field(default=120.0, gt=0)
+    # The account's rate limits for the grader, when the user knows them (else learned from the server).
+    rpm: float | None = Field(default=None, gt=0)
+    tpm: float | None = Field(default=None, gt=0)
     api: ApiName = "chat"
     reasoning: bool | None = None
     reasoning_effort: Effort | None = None

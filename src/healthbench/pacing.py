@@ -25,6 +25,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from .ratesignals import QuotaExhausted, Refusal, duration_seconds, header_number, read_refusal
 
@@ -36,6 +37,54 @@ _MAX_HOLD = 120.0
 _BOUND_FOR = 1.0  # a limit that delayed a start this recently still binds
 _SPAN = 5.0  # seconds of starts the reported pace is measured over
 _USER, _HEADERS, _MESSAGE = 3, 2, 1  # precedence of a limit's sources
+
+
+# What `--dry-run` assumes when no limit is given: OpenAI's usage tier 1 for gpt-4.1, a new paying account's.
+DEFAULT_RPM, DEFAULT_TPM = 500.0, 30_000.0
+
+
+@dataclass(frozen=True)
+class Load:
+    """One client's share of a run, for the wall-time estimate: its key (endpoint and key, as a digest), its
+    calls, their tokens as a TPM limit counts them (prompts plus output caps), and the limits given for it."""
+
+    key: str
+    calls: int
+    tokens: int
+    rpm: float | None = None
+    tpm: float | None = None
+
+
+def wall_time(loads: Mapping[str, Load]) -> dict[str, Any]:
+    """`--dry-run`'s wall time: the loads on one key add up under its limits (the first given of them), and
+    keys run side by side, so the slowest sets the time."""
+    groups: dict[str, list[str]] = {}
+    for name, load in loads.items():
+        groups.setdefault(load.key, []).append(name)
+    keys: dict[str, dict[str, Any]] = {}
+    for names in groups.values():
+        members = [loads[name] for name in names]
+        rpm = next((m.rpm for m in members if m.rpm is not None), None)
+        tpm = next((m.tpm for m in members if m.tpm is not None), None)
+        calls, tokens = sum(m.calls for m in members), sum(m.tokens for m in members)
+        keys["+".join(names)] = paced_seconds(calls, tokens, rpm, tpm)
+    return {"seconds": max((key["seconds"] for key in keys.values()), default=0.0)} | keys
+
+
+def paced_seconds(calls: int, tokens: int, rpm: float | None, tpm: float | None) -> dict[str, Any]:
+    """The least wall time of `calls` requests costing `tokens` in all (prompts plus output caps) under the
+    given limits, or the defaults where none is given; which limit binds, and the limits assumed."""
+    given = rpm is not None or tpm is not None
+    rpm, tpm = (rpm, tpm) if given else (DEFAULT_RPM, DEFAULT_TPM)
+    by_requests = calls / rpm * 60 if rpm else 0.0
+    by_tokens = tokens / tpm * 60 if tpm else 0.0
+    return {
+        "seconds": round(max(by_requests, by_tokens), 1),
+        "binding": "TPM" if by_tokens > by_requests else "RPM",
+        "rpm": rpm,
+        "tpm": tpm,
+        "limits": "given" if given else "default: OpenAI usage tier 1 for gpt-4.1",
+    }
 
 
 @dataclass(frozen=True)

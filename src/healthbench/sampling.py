@@ -38,6 +38,9 @@ class PolicyConfig(BaseModel):
     concurrency: int = Field(default=32, ge=1)
     max_attempts: int = Field(default=12, ge=1)
     timeout: float = Field(default=600.0, gt=0)
+    # The account's rate limits for the model, when the user knows them (else learned from the server).
+    rpm: float | None = Field(default=None, gt=0)
+    tpm: float | None = Field(default=None, gt=0)
 
     @classmethod
     def from_env(cls, *, base_url: str | None = None, **values: Any) -> PolicyConfig:

@@ -16,15 +16,17 @@ from tqdm import tqdm
 
 from .batch import BatchClient
 from .batchapi import BatchSettings
-from .client import ChatClient, Completer
+from .client import ChatClient, Completer, describe_pace
 from .config import GraderConfig
 from .grading import Grader
 from .pricing import CostMeter
+from .ratesignals import QuotaExhausted
 from .report import write_report
 from .runner import RUN, USAGE, Job, RunOutcome, run_jobs, write_json_atomic
 from .sampling import Policy, PolicyConfig
 from .scoring import LengthAdjustment
 from .store import STORE, Store
+from .wire import Usage
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,10 @@ def execute(
     failures. With `length_adjustment`, the headline is the length-adjusted score."""
 
     def start(grader: Grader, policy: Policy | None, store: Store, costs: CostMeter) -> Awaitable[RunOutcome]:
+        def progress_line(policy_usage: Usage, grader_usage: Usage) -> str:
+            pace = describe_pace({"policy": policy.client if policy else None, "grader": grader.client})
+            return ", ".join(part for part in (costs.progress(policy_usage, grader_usage), pace) if part)
+
         return run_jobs(
             jobs,
             grader,
@@ -62,7 +68,7 @@ def execute(
             policy=policy,
             seed=seed,
             progress=progress,
-            describe_cost=costs.progress,
+            describe_cost=progress_line,
             sample_first=batch is not None,
             length_adjustment=length_adjustment,
         )
@@ -138,7 +144,15 @@ def run_session(
                     await sampler.client.aclose()
 
         started = time.time()
-        outcome = asyncio.run(run())
+        try:
+            outcome = asyncio.run(run())
+        except QuotaExhausted as exc:
+            click.echo(
+                f"healthbench: stopped, {exc}. Everything answered is kept in {out / STORE}: add credit (or use "
+                "another key), then run the same command again to go on from there.",
+                err=True,
+            )
+            sys.exit(1)
         cache_hits = store.hits
         paid_policy, paid_grader = store.spent()
         batches_made, batch_requests = store.batch_totals()

@@ -4,6 +4,7 @@ replies) and `meta-eval` (the grader against physicians' labels)."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from collections.abc import Awaitable, Sequence
 from pathlib import Path
@@ -16,7 +17,9 @@ from ..config import GraderConfig
 from ..data import MetaRow, load_meta_rows
 from ..grading import Grader
 from ..metaeval import MODEL_F1, PHYSICIAN_F1, grade_meta_rows
+from ..pacing import Load, wall_time
 from ..pricing import CostMeter, Unit, estimate, estimate_report, load_prices
+from ..ratesignals import DEFAULT_OUTPUT_CAP
 from ..report import write_meta_report
 from ..runner import Job, RunOutcome, load_responses, select_rows
 from ..sampling import Policy, PolicyConfig
@@ -24,6 +27,7 @@ from ..scoring import LengthAdjustment
 from ..session import BatchChoice, execute, run_session
 from ..store import Store
 from ..subsets import PROFESSIONAL
+from ..wire import Usage
 from .options import data_options, grading, length_adjustment, length_options, load_tasks, official, run_options
 from .options import user_errors as _user_errors
 
@@ -50,6 +54,7 @@ def _adjusted(
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help='JSONL of {"prompt_id": ..., "response": ...}.',
 )
+@click.option("--strict", is_flag=True, help="Refuse replies that name a task outside the data.")
 @run_options
 @length_options
 @click.option("--report", is_flag=True, help="Also write report.html (healthbench report DIR does it later).")
@@ -59,6 +64,7 @@ def grade(
     data: Path | None,
     subset: str | None,
     responses: Path,
+    strict: bool,
     report: bool,
     out: Path,
     seed: int,
@@ -69,11 +75,20 @@ def grade(
     batch: BatchChoice | None,
     **length: Any,
 ) -> None:
-    """Grade fixed replies; results.jsonl grows as samples finish, then metrics.json is written."""
+    """Grade fixed replies to the tasks both the data and the replies name; results.jsonl grows as samples
+    finish, then metrics.json is written."""
     adjustment, recorded = _adjusted(subset, grader, length)
     rows, _ = load_tasks(data, subset)
-    replies = load_responses(responses, {row.prompt_id for row in rows})
+    replies = load_responses(responses, {row.prompt_id for row in rows}, strict=strict)
     jobs = [Job(row, 0, replies[row.prompt_id]) for row in rows if row.prompt_id in replies]
+    ignored, missing = len(replies) - len(jobs), len(rows) - len(jobs)
+    if ignored or missing:
+        click.echo(
+            f"grading the {len(jobs)} tasks both the data and {responses.name} name: {ignored} of "
+            f"{len(replies)} replies were not graded (tasks outside the data, ignored); {missing} of the "
+            f"data's {len(rows)} tasks have no reply (not graded)",
+            err=True,
+        )
     if dry_run:
         print_estimate([_unit(job) for job in jobs], grader, prices)
         return
@@ -108,6 +123,16 @@ def grade(
 @click.option("--reasoning/--no-reasoning", default=None, help="Treat as a reasoning model [default: by name].")
 @click.option("--reasoning-effort", type=click.Choice(["minimal", "low", "medium", "high"]))
 @click.option("--policy-concurrency", type=click.IntRange(min=1), default=32, show_default=True)
+@click.option(
+    "--rpm",
+    type=click.FloatRange(min=0, min_open=True),
+    help="The model key's requests-per-minute limit [default: learned].",
+)
+@click.option(
+    "--tpm",
+    type=click.FloatRange(min=0, min_open=True),
+    help="The model key's tokens-per-minute limit [default: learned].",
+)
 @click.option("--policy-batch", is_flag=True, help="With --batch, sample the model's replies in batches too.")
 @run_options
 @length_options
@@ -126,6 +151,8 @@ def evaluate(
     reasoning: bool | None,
     reasoning_effort: str | None,
     policy_concurrency: int,
+    rpm: float | None,
+    tpm: float | None,
     policy_batch: bool,
     out: Path,
     seed: int,
@@ -153,6 +180,8 @@ def evaluate(
         reasoning=reasoning,
         reasoning_effort=reasoning_effort,
         concurrency=policy_concurrency,
+        rpm=rpm,
+        tpm=tpm,
         max_attempts=grader.max_attempts,  # the one --max-attempts flag bounds both sides
     )
     jobs = [Job(row, repeat) for repeat in range(n_repeats) for row in rows]
@@ -198,7 +227,17 @@ def print_estimate(
     """The `--dry-run` answer, as JSON: nothing is sent and nothing is written."""
     guess = estimate(units, system_message=policy.system_message if policy else None, grader=grader.shape)
     report = estimate_report(guess, load_prices(prices), grader.model, policy.model if policy else None)
+    loads = {"grader": _load(grader, guess.grader)} | ({"policy": _load(policy, guess.policy)} if policy else {})
+    report["wall_time"] = wall_time(loads)
     click.echo(json.dumps(counts | {"samples": len(units)} | report, indent=2))
+
+
+def _load(config: GraderConfig | PolicyConfig, usage: Usage) -> Load:
+    """A side's calls and TPM tokens (prompts plus output caps) on its key, with its given limits."""
+    secret = config.api_key.get_secret_value() if config.api_key else ""
+    key = hashlib.sha256(f"{config.base_url}\n{secret}".encode()).hexdigest()
+    cap = config.shape.max_output_tokens or DEFAULT_OUTPUT_CAP
+    return Load(key, usage.calls, usage.prompt_tokens + usage.calls * cap, config.rpm, config.tpm)
 
 
 @click.command()

@@ -90,6 +90,17 @@ grader_options = options(
         show_default=True,
         help="Attempts per call before the sample fails.",
     ),
+    click.option(
+        "--grader-rpm",
+        type=click.FloatRange(min=0, min_open=True),
+        help="The grader key's requests-per-minute limit [default: learned from the server's answers].",
+    ),
+    click.option(
+        "--grader-tpm",
+        type=click.FloatRange(min=0, min_open=True),
+        help="The grader key's tokens-per-minute limit (prompt plus max_tokens, as OpenAI counts) [default: "
+        "learned from the server's answers].",
+    ),
 )
 
 batch_options = options(
@@ -189,6 +200,8 @@ def grader_config(subset: str | None = None, **flags: Any) -> GraderConfig:
         system_message=flags["grader_system_message"],
         concurrency=flags["concurrency"],
         max_attempts=flags["max_attempts"],
+        rpm=flags["grader_rpm"],
+        tpm=flags["grader_tpm"],
     )
 
 
@@ -202,6 +215,8 @@ _GRADER_FLAGS = (
     "grader_system_message",
     "concurrency",
     "max_attempts",
+    "grader_rpm",
+    "grader_tpm",
 )
 
 

@@ -1,0 +1,67 @@
+"""Rate limits and quota through the commands: a run that meets an empty account stops, and resumes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner, Result
+
+from healthbench.cli import main
+from healthbench.testing import FakeOpenAI
+from healthbench.testing.limits import RateLimits
+from tests.conftest import make_row, write_jsonl
+
+KEY = "sk-ratelimit-test"
+
+
+def rows(n: int) -> list[dict[str, Any]]:
+    return [make_row(f"q{i:03d}", prompt=(("user", f"Question {i}: my knee hurts."),)) for i in range(n)]
+
+
+def run_eval(data: Path, out: Path, base_url: str, *extra: str) -> Result:
+    args = [
+        "eval", "--model", "fake-model", "--base-url", base_url, "--data", str(data), "--out", str(out),
+        "--grader-base-url", base_url, "--no-progress", *extra,
+    ]  # fmt: skip
+    return CliRunner().invoke(main, args, env={"OPENAI_API_KEY": KEY, "HEALTHBENCH_GRADER_API_KEY": KEY})
+
+
+def test_a_run_without_quota_stops_and_the_same_command_later_finishes_it(tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "rows.jsonl", rows(20))  # 20 policy calls and 40 grader calls
+    with FakeOpenAI(limits=RateLimits(quota=25)) as server:
+        assert server.base_url
+        stopped = run_eval(data, tmp_path / "out", server.base_url)
+        refused = server.responses_by_kind["quota_exhausted"]
+    assert stopped.exit_code == 1
+    assert "the account has no quota left" in stopped.output
+    assert "run the same command again" in stopped.output
+    assert not (tmp_path / "out" / "metrics.json").exists()
+    assert refused <= 32  # at most what was in flight when the first refusal came back: no retries
+    with FakeOpenAI() as server:
+        assert server.base_url
+        resumed = run_eval(data, tmp_path / "out", server.base_url)
+        asked_again = server.requests_total
+        assert resumed.exit_code == 0, resumed.output
+        clean = run_eval(data, tmp_path / "clean", server.base_url)
+        assert clean.exit_code == 0, clean.output
+    # Every answer the first session received was kept; a request still out when it stopped may be asked again.
+    assert 60 - 25 <= asked_again <= 60 - 25 + 4
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert metrics == json.loads((tmp_path / "clean" / "metrics.json").read_text())
+
+
+def test_dry_run_estimates_the_wall_time_at_the_given_or_default_limits(tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "rows.jsonl", rows(20))  # 60 calls on one key: the grader's is the model's
+    given = run_eval(data, tmp_path / "out", "http://127.0.0.1:9/v1", "--dry-run", "--grader-rpm", "30")
+    assert given.exit_code == 0, given.output
+    wall = json.loads(given.output)["wall_time"]
+    assert wall["seconds"] == 120.0 and wall["grader+policy"]["binding"] == "RPM"
+    assumed = run_eval(data, tmp_path / "out", "http://127.0.0.1:9/v1", "--dry-run")
+    report = json.loads(assumed.output)
+    side = report["wall_time"]["grader+policy"]
+    assert side["limits"].startswith("default") and side["binding"] == "TPM"
+    tokens = sum(report[s]["prompt_tokens"] for s in ("grader", "policy")) + 40 * 2048 + 20 * 4096
+    assert side["seconds"] == round(tokens / 30_000 * 60, 1)
+    assert not (tmp_path / "out").exists()
