@@ -4,6 +4,7 @@ refuses (a temperature, `max_tokens`), with metrics and grader prompts equal to 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections import Counter
 from pathlib import Path
@@ -13,16 +14,19 @@ import pytest
 from click.testing import CliRunner, Result
 
 from healthbench.cli import main
+from healthbench.client import ChatClient, RetryPolicy
 from healthbench.config import GraderConfig
-from healthbench.grading import REFERENCE_SHAPE, Grader
+from healthbench.data import Message, RubricItem
+from healthbench.grading import REFERENCE_SHAPE, Grader, GradingError, transcript_with_reply
 from healthbench.pricing import REASONING_TOKENS
-from healthbench.testing import FakeOpenAI
+from healthbench.testing import FakeOpenAI, prompt_verdict
 from healthbench.wire import RESPONSES, InvalidResponse, Shape, chat_content, responses_content
 from tests.conftest import write_jsonl
 from tests.reference import KEY, check_against_reference, made_up_rows
 from tests.test_metaeval import made_up_meta_rows, meta_eval, reference_meta_eval
 
 MODEL = "gpt-5.4-2026-03-05"
+FAST = RetryPolicy(max_attempts=12, initial_backoff=0.001, max_backoff=0.01)
 WAYS = {
     "chat": ["--grader-reasoning-effort", "low"],
     "responses": ["--grader-reasoning-effort", "low", "--grader-api", "responses"],
@@ -227,3 +231,69 @@ def test_dry_run_prices_a_reasoning_grader_with_its_thinking(tmp_path: Path, fak
     live = (tokens["prompt_tokens"] * 2.5 + tokens["completion_tokens"] * 15.0) / 1e6
     assert tokens["cost_usd"] == pytest.approx(live) and tokens["batch_cost_usd"] == pytest.approx(live / 2)
     assert fake.requests_total == 0
+
+
+FAULTS = ("429", "500", "503", "drop", "badjson", "prose", "null", "empty", "string_verdict")
+
+
+def test_every_fault_kind_through_the_responses_api_is_retried_to_the_same_verdicts() -> None:
+    config = GraderConfig(model=MODEL, reasoning_effort="low", api="responses")
+    with FakeOpenAI(fault_rate=0.25, faults=FAULTS, seed=5) as server:
+        assert server.base_url
+        client = ChatClient(server.base_url, "sk-test", concurrency=8, retry=FAST, api=RESPONSES)
+        grader = Grader(client, MODEL, shape=config.shape, system_message=False)
+        prompts = [f"# Conversation\nuser: q{i}\n\n# Rubric item\n[1] item {i}" for i in range(300)]
+
+        async def work() -> list[Any]:
+            try:
+                return await asyncio.gather(*(grader.verdict(prompt) for prompt in prompts))
+            finally:
+                await client.aclose()
+
+        results = asyncio.run(work())
+        assert set(server.responses_by_kind) >= set(FAULTS) and server.responses_by_kind["ok"] == len(prompts)
+        assert set(server.paths) == {"/v1/responses"}
+    for prompt, (verdict, usage) in zip(prompts, results, strict=True):
+        assert verdict.criteria_met is prompt_verdict(prompt)
+        assert usage.reasoning_tokens >= 16
+
+
+def test_an_ungradable_item_through_the_responses_api_fails_its_task_by_name() -> None:
+    with FakeOpenAI(fail_always=lambda body: "never" in json.dumps(body)) as server:
+        assert server.base_url
+        client = ChatClient(
+            server.base_url, None, retry=RetryPolicy(max_attempts=3, initial_backoff=0.001), api=RESPONSES
+        )
+        grader = Grader(client, MODEL, shape=GraderConfig(model=MODEL, api="responses").shape, system_message=False)
+        rubric = [
+            RubricItem(criterion="Is graded", points=5, tags=[]),
+            RubricItem(criterion="never", points=2, tags=[]),
+        ]
+        transcript = transcript_with_reply([Message(role="user", content="Hi")], "Hello")
+
+        async def work() -> Any:
+            try:
+                return await grader.grade("task-9", transcript, rubric)
+            finally:
+                await client.aclose()
+
+        with pytest.raises(GradingError) as caught:
+            asyncio.run(work())
+    assert caught.value.prompt_id == "task-9" and caught.value.criterion == "never"
+    assert "not JSON" in caught.value.cause and "after 3 attempts" in caught.value.cause
+
+
+def test_batch_responses_lines_that_fail_or_come_back_unusable_are_sent_again(tmp_path: Path) -> None:
+    rows = made_up_rows()
+    data = write_jsonl(tmp_path / "rows.jsonl", rows)
+    replies = {r["prompt_id"]: f"Reply to {r['prompt_id']}." for r in rows}
+    responses = write_jsonl(tmp_path / "replies.jsonl", [{"prompt_id": k, "response": v} for k, v in replies.items()])
+    with FakeOpenAI(batch_fail_rate=0.2, batch_malformed_rate=0.2, seed=2) as fake:
+        assert fake.base_url
+        result = grade(tmp_path, data, responses, fake.base_url, *WAYS["batch-responses"])
+        assert result.exit_code == 0, result.output
+        items = sum(len(r["rubrics"]) for r in rows)
+        assert fake.batches_created > 1 and fake.batch_lines_submitted > items
+        assert not fake.bodies  # nothing live
+        assert {batch.request["endpoint"] for batch in fake.batch_api.batches.values()} == {"/v1/responses"}
+    check_against_reference(tmp_path / "out", rows, replies)
