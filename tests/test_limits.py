@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
+import healthbench
 from healthbench.testing import FakeOpenAI
 from healthbench.testing.limits import QUOTA_MESSAGE, Decision, Limiter, RateLimits, request_tokens
 
@@ -120,3 +125,22 @@ def test_the_server_sends_rate_limit_refusals_with_openai_code() -> None:
     assert error["code"] == "rate_limit_exceeded" and error["type"] == "requests"
     assert "on requests per min (RPM): Limit 60, Used 60, Requested 1." in error["message"]
     assert counts == {"ok": 1, "rate_limited": 2}
+
+
+def test_the_command_line_serves_the_limiter_it_is_given() -> None:
+    src = str(Path(healthbench.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    args = ["--port", "0", "--rpm", "600", "--no-rate-headers", "--quota", "1", "--latency", "0.01"]
+    with subprocess.Popen(
+        [sys.executable, "-m", "healthbench.testing", *args], stdout=subprocess.PIPE, text=True, env=env
+    ) as proc:
+        try:
+            assert proc.stdout is not None
+            base_url = proc.stdout.readline().strip()
+            replies = asyncio.run(_post_all(base_url + "/chat/completions", [body()] * 2))
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+    assert [status for status, _, _ in replies] == [200, 429]
+    assert not any(name.lower().startswith("x-ratelimit") for name in replies[0][1])
+    assert replies[1][2]["error"]["code"] == "insufficient_quota"

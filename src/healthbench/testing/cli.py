@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 from collections.abc import Sequence
 
+from healthbench.testing.limits import RateLimits
 from healthbench.testing.server import FAULT_KINDS, FakeOpenAI
 
 __all__ = ["main"]
@@ -20,6 +21,20 @@ async def _serve_forever(server: FakeOpenAI) -> None:
         await server._stop_site()
 
 
+def _limits(args: argparse.Namespace) -> RateLimits | None:
+    if args.rpm is None and args.tpm is None and args.quota is None:
+        return None
+    return RateLimits(
+        rpm=args.rpm,
+        tpm=args.tpm,
+        window=args.limit_window,
+        count_refused=not args.refused_free,
+        headers=not args.no_rate_headers,
+        numbers=not args.no_limit_numbers,
+        quota=args.quota,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Serve a FakeOpenAI in the foreground until interrupted, printing its base URL on stdout."""
     parser = argparse.ArgumentParser(
@@ -31,6 +46,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--fault-rate", type=float, default=0.0)
     parser.add_argument("--faults", default="", help=f"comma-separated subset of {','.join(FAULT_KINDS)}")
     parser.add_argument("--rate-limit", type=float, default=None, help="requests per second")
+    parser.add_argument("--latency-jitter", type=float, default=0.0, help="seconds either side of --latency")
+    parser.add_argument("--rpm", type=float, help="requests per minute, as OpenAI limits them (not with --rate-limit)")
+    parser.add_argument("--tpm", type=float, help="tokens per minute: prompt plus output cap, counted on arrival")
+    parser.add_argument("--limit-window", type=float, default=1.0, help="seconds of a minute's limit usable at once")
+    parser.add_argument("--refused-free", action="store_true", help="refused requests do not count against limits")
+    parser.add_argument("--no-rate-headers", action="store_true", help="send no x-ratelimit-* or Retry-After")
+    parser.add_argument("--no-limit-numbers", action="store_true", help="429 messages name no limit or wait")
+    parser.add_argument("--quota", type=int, help="answered requests before insufficient_quota")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--batch-delay", type=float, default=0.0, help="seconds until a batch completes")
     parser.add_argument("--batch-fail-rate", type=float, default=0.0, help="share of batch lines that fail")
@@ -46,7 +69,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             faults=[f for f in args.faults.split(",") if f],
             seed=args.seed,
             rate_limit=args.rate_limit,
+            limits=_limits(args),
             latency=args.latency,
+            latency_jitter=args.latency_jitter,
             host=args.host,
             port=args.port,
             record=False,

@@ -133,6 +133,7 @@ class Limiter:
             limits = RateLimits.per_second(limits)
         self.limits = limits
         self.answered = 0
+        self.answered_tokens = 0  # as the token limit counts them: prompts plus output caps
         self._requests = _Bucket(limits.rpm, limits.window, now) if limits and limits.rpm else None
         self._tokens = _Bucket(limits.tpm, limits.window, now) if limits and limits.tpm else None
 
@@ -165,6 +166,7 @@ class Limiter:
                 headers |= bucket.headers(name)
         if short is None:
             self.answered += 1
+            self.answered_tokens += cost
             return Decision(None, headers)
         name, bucket, spent = short
         wait = bucket.wait(spent)

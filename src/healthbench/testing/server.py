@@ -82,6 +82,7 @@ class FakeOpenAI:
         rate_limit: float | None = None,
         limits: RateLimits | None = None,
         latency: float = 0.0,
+        latency_jitter: float = 0.0,
         host: str = "127.0.0.1",
         port: int = 0,
         record: bool = True,
@@ -103,8 +104,8 @@ class FakeOpenAI:
             raise ValueError("fault_rate > 0 needs at least one fault kind")
         if rate_limit is not None and rate_limit <= 0:
             raise ValueError("rate_limit must be positive")
-        if latency < 0:
-            raise ValueError("latency must be non-negative")
+        if latency < 0 or not 0 <= latency_jitter <= latency:
+            raise ValueError("latency must be non-negative, and latency_jitter between 0 and latency")
         if batch_delay < 0:
             raise ValueError("batch_delay must be non-negative")
         if not (0.0 <= batch_fail_rate <= 1.0 and 0.0 <= batch_malformed_rate <= 1.0):
@@ -119,6 +120,8 @@ class FakeOpenAI:
         self.rate_limit = rate_limit
         self.limits = limits
         self.latency = latency
+        # Each answer takes latency +/- latency_jitter, drawn from an RNG of its own so faults stay as seeded.
+        self.latency_jitter = latency_jitter
         self.host = host
         self.port = port
         # A long benchmark run would otherwise keep every prompt alive, and the garbage collector's
@@ -154,12 +157,18 @@ class FakeOpenAI:
         self.auth_headers: list[str | None] = []
         self._in_flight = 0
         self._rng = random.Random(self.seed)
+        self._latency_rng = random.Random(self.seed)
         self._limiter = Limiter(self.limits or self.rate_limit, time.monotonic())
         self.batches_created = 0
         self.batch_lines_submitted = 0
         self.batch_bodies: list[str] = []
         self.files_uploaded = 0
         self.batch_api.reset()
+
+    @property
+    def limiter(self) -> Limiter:
+        """The rate limiter, with its counts of what it admitted (``answered``, ``answered_tokens``)."""
+        return self._limiter
 
     async def _handle(self, request: web.Request) -> web.Response:
         self.requests_total += 1
@@ -199,7 +208,7 @@ class FakeOpenAI:
             kind = "ok"
         self.responses_by_kind[kind] += 1
         if self.latency > 0:
-            await asyncio.sleep(self.latency)
+            await asyncio.sleep(self.latency + self._latency_rng.uniform(-self.latency_jitter, self.latency_jitter))
         response = self._respond(kind, request, endpoint, body, prompt)
         response.headers.update(rate_headers)
         return response
