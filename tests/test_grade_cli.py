@@ -123,7 +123,7 @@ def test_bad_responses_file_is_named(tmp_path: Path, fake: FakeOpenAI) -> None:
         tmp_path / "responses.jsonl", [{"prompt_id": "a", "response": "x"}, {"prompt_id": "zz", "response": "y"}]
     )
     assert fake.base_url
-    result = grade(tmp_path, data, responses, "out", fake.base_url)
+    result = grade(tmp_path, data, responses, "out", fake.base_url, "--strict")
     assert result.exit_code == 1
     assert f"{responses}:2: field prompt_id: 'zz' is not a task of the data" in result.output
     write_jsonl(responses, [{"prompt_id": "a"}])

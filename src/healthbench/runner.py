@@ -44,12 +44,17 @@ class _ResponseLine(BaseModel):
     response: StrictStr
 
 
-def load_responses(path: str | Path, known_ids: set[str]) -> dict[str, str]:
-    """Read `{"prompt_id", "response"}` JSONL; every problem names the file, line and field."""
+def load_responses(path: str | Path, known_ids: set[str], *, strict: bool = True) -> dict[str, str]:
+    """Read `{"prompt_id", "response"}` JSONL; every problem names the file, line and field.
+
+    Every reply is returned, and the caller grades those that name a task in `known_ids`: replies for the
+    full set graded on a subset of it is the common case. `strict` refuses a reply naming any other task;
+    either way, replies of which none names a known task are refused.
+    """
     responses: dict[str, str] = {}
     lines: dict[str, int] = {}
     for number, entry in read_jsonl(path, _ResponseLine):
-        if entry.prompt_id not in known_ids:
+        if strict and entry.prompt_id not in known_ids:
             raise DataError(f"{path}:{number}: field prompt_id: {entry.prompt_id!r} is not a task of the data")
         if entry.prompt_id in lines:
             first = lines[entry.prompt_id]
@@ -58,6 +63,12 @@ def load_responses(path: str | Path, known_ids: set[str]) -> dict[str, str]:
         responses[entry.prompt_id] = entry.response
     if not responses:
         raise DataError(f"{path}: no responses")
+    if known_ids.isdisjoint(responses):
+        named = next(iter(lines))
+        raise DataError(
+            f"{path}: none of its {len(responses)} replies names one of the data's {len(known_ids)} tasks "
+            f"(line {lines[named]}: field prompt_id: {named!r} is not a task of the data)"
+        )
     return responses
 
 
