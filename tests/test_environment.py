@@ -23,7 +23,8 @@ os.environ["OPENREWARD_DISABLE_UPDATE_CHECK"] = "1"  # before the SDK's client o
 
 import pytest
 import uvicorn
-from aiohttp import web
+from aiohttp import ClientResponseError, web
+from fastapi import HTTPException
 from openreward import AsyncOpenReward
 from openreward.api.errors import ToolCallError, ToolFailed
 
@@ -134,6 +135,15 @@ def test_splits_and_small_listing_in_file_order(rows: list[Row]) -> None:
         env_cls({"split": "hard", "prompt_id": rows[0].prompt_id}, {})
     with pytest.raises(RuntimeError, match="no rows bound"):
         HealthBench.list_splits()
+
+
+def test_task_index_is_refused_outside_0_to_n_minus_1(rows: list[Row]) -> None:
+    env_cls = HealthBench.bound(Deployment({"test": rows, "hard": rows[5:8]}, GraderConfig()))
+    assert asyncio.run(env_cls.get_task("hard", 2)) == {"split": "hard", "prompt_id": rows[7].prompt_id}
+    for split, index in (("hard", -1), ("hard", 3), ("test", -len(rows)), ("test", len(rows))):
+        with pytest.raises(HTTPException) as caught:
+            asyncio.run(env_cls.get_task(split, index))
+        assert caught.value.status_code == 400 and f"task index {index} is out of range" in caught.value.detail
 
 
 def test_load_splits_names_and_conflicts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -264,7 +274,7 @@ def base_url(rows: list[Row], sample: list[Row], fake: FakeOpenAI) -> Iterator[s
     # One server for every HTTP test: sse-starlette 2.x binds a process-wide event to the first loop that
     # streams a tool call, so a second server loop in this process could not answer `/call`.
     config = GraderConfig(base_url=fake.base_url or "", max_attempts=1, concurrency=8)
-    splits = {"test": rows, "sample": sample} if sample else {"test": rows}
+    splits = {"test": rows, "hard": rows[5:8]} | ({"sample": sample} if sample else {})
     with serving(build_server(splits, config).app) as url:
         yield url
 
@@ -308,6 +318,38 @@ def test_http_prompts_hidden_tools_reward_and_latch(base_url: str, rows: list[Ro
         assert seen["output"].reward == pytest.approx(reference_score(row, "Please rest and hydrate."), abs=1e-9)
         assert seen["second"].reason == "episode_finished"
     assert seen["prompt"][0].startswith(MULTI_TURN_INSTRUCTION + "\n\nuser: Turn 0 of task 2")
+
+
+def test_http_an_index_outside_the_split_is_refused(base_url: str, rows: list[Row], sample: list[Row]) -> None:
+    # The SDK's default lookup indexes a Python list: -1 would be served, and graded, as the last task.
+    splits = {"test": rows, "hard": rows[5:8]} | ({"sample": sample} if sample else {})
+
+    async def attempts(split: str, served: list[Row]) -> None:
+        client = AsyncOpenReward(api_key="local")
+        env = client.environments.get("healthbench", base_url=base_url)
+        size = len(served)
+        try:
+            for index in (-1, -size, size, size + 1000):
+                expected = (
+                    f"task index {index} is out of range: split {split!r} has {size} tasks, indexed 0 to {size - 1}"
+                )
+                with pytest.raises(ClientResponseError) as session:
+                    async with env.session(split=split, index=index, secrets={"OPENAI_API_KEY": KEY}):
+                        pass
+                with pytest.raises(ClientResponseError) as lookup:
+                    await env.get_task(split, index)
+                for refused in (session.value, lookup.value):
+                    assert (refused.status, refused.message) == (400, expected)
+            # Both ends of the range are still tasks.
+            assert (await env.get_task(split, 0)).task_spec == {"split": split, "prompt_id": served[0].prompt_id}
+            async with env.session(split=split, index=size - 1, secrets={"OPENAI_API_KEY": KEY}) as last:
+                [block] = await last.get_prompt()
+                assert block.text.endswith(served[-1].prompt[-1].content)
+        finally:
+            await client.environments.aclose()
+
+    for split, served in splits.items():
+        asyncio.run(attempts(split, served))
 
 
 def test_http_ungradable_reply_fails_the_call(base_url: str) -> None:

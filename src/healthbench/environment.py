@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
+from fastapi import HTTPException
 from pydantic import BaseModel, SecretStr
 
 from .client import Budget
@@ -274,6 +275,23 @@ class HealthBench(Environment):  # type: ignore[misc]
     async def list_tasks(cls, split: str) -> list[dict[str, str]]:
         """`{"split", "prompt_id"}` per row, in file order."""
         return cls._served().specs(split)
+
+    @classmethod
+    async def get_task(cls, split: str, index: int) -> dict[str, str]:
+        """The spec of task `index` of `split` (a session by split and index, or a task lookup).
+
+        The SDK's default indexes a Python list, so -1 would grade the last task; an index outside
+        0 to n-1 is refused instead, with a 400 naming the split's range (the SDK's own answer to an
+        IndexError is only "Invalid index").
+        """
+        specs = cls._served().specs(split)
+        if not 0 <= index < len(specs):
+            raise HTTPException(
+                status_code=400,
+                detail=f"task index {index} is out of range: split {split!r} has {len(specs)} tasks, "
+                f"indexed 0 to {len(specs) - 1}",
+            )
+        return specs[index]
 
     def __init__(self, task_spec: Mapping[str, Any], secrets: Mapping[str, Any]) -> None:
         super().__init__(task_spec, secrets)
