@@ -8,12 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 pytest.importorskip("inspect_ai")
 
 from inspect_ai import eval as inspect_eval
 from inspect_ai.log import EvalLog
 
+from healthbench.cli import main
 from healthbench.scoring import aggregate
 from healthbench.testing import GRADER_MARKER, FakeOpenAI
 from tests.conftest import write_jsonl
@@ -96,7 +98,7 @@ def test_made_up_rows_score_as_healthbench_grade_does(tmp_path: Path, fake: Fake
     data = write_jsonl(tmp_path / "rows.jsonl", rows)
     log = run(tmp_path, fake, {"data": str(data)})
     assert fake.base_url
-    policy = [b for b in fake.bodies if GRADER_MARKER not in b["messages"][-1]["content"]]
+    policy = [b for b in fake.bodies if GRADER_MARKER not in b["messages"][-1]["content"]]  # chat bodies only here
     multi = next(b for b in policy if b["messages"][-1]["content"] == "Two.")
     # The role-tagged conversation, as the row gives it.
     assert [(m["role"], m["content"]) for m in multi["messages"]] == [
@@ -179,3 +181,67 @@ def test_a_grader_that_never_answers_gives_sample_errors_not_zeros(tmp_path: Pat
         assert f"task {sample.id}: rubric item" in sample.error.message
         assert "could not be graded" in sample.error.message and "after 2 attempts" in sample.error.message
         assert not sample.scores
+
+
+def professional_row(task_id: str, use_case: str, specialty: str) -> dict[str, Any]:
+    """A row in HealthBench Professional's published schema (made up, never real data)."""
+    return {
+        "id": task_id,
+        "conversation": [
+            {"role": "user", "content": f"Draft a {use_case} note for a made-up patient ({task_id})."},
+            {"role": "assistant", "content": "Which diagnosis should it cover?"},
+            {"role": "user", "content": "Community-acquired pneumonia."},
+        ],
+        "rubric_items": [
+            {"criterion_text": "States the antibiotic course", "points": 7},
+            {"criterion_text": "Names the follow-up interval", "points": 3},
+            {"criterion_text": "Invents a lab value", "points": -4},
+        ],
+        "use_case": use_case,
+        "type": "good_faith",
+        "difficulty": "hard",
+        "specialty": specialty,
+        "physician_response": "Discharge summary: ...",
+    }
+
+
+def test_professional_in_its_official_configuration(
+    tmp_path: Path, fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    offline = tmp_path / "data"
+    offline.mkdir()
+    pro = [
+        professional_row(f"t{i}", ("consult", "writing", "research")[i % 3], ("Cardiology", "Oncology")[i % 2])
+        for i in range(6)
+    ]
+    write_jsonl(offline / "healthbench_professional_eval.jsonl", pro)
+    monkeypatch.setenv("HEALTHBENCH_DATA_DIR", str(offline))
+    monkeypatch.setenv("HEALTHBENCH_ALLOW_SHA256_MISMATCH", "1")  # six rows, not the official 525
+    log = run(tmp_path, fake, {"subset": "professional"})
+    assert log.status == "success", log.error
+    graders = [b for b in fake.bodies if "input" in b]
+    assert len(graders) == 6 * 3
+    for body in graders:  # gpt-5.4 at low effort through the Responses API: no temperature, no output cap
+        assert body["model"] == "gpt-5.4-2026-03-05" and body["reasoning"] == {"effort": "low"}
+        assert "temperature" not in body and "max_tokens" not in body and "max_output_tokens" not in body
+    assert log.samples
+    replies = [{"prompt_id": str(s.id), "response": s.output.completion} for s in log.samples]
+    responses = write_jsonl(tmp_path / "responses.jsonl", replies)
+    assert fake.base_url
+    out = ["--out", str(tmp_path / "grade"), "--grader-base-url", fake.base_url, "--no-progress"]
+    result = CliRunner().invoke(main, ["grade", "--subset", "professional", "--responses", str(responses), *out])
+    assert result.exit_code == 0, result.output
+    lines = (tmp_path / "grade" / "results.jsonl").read_text().split("\n")[:-1]
+    results = {r["prompt_id"]: r for r in map(json.loads, lines)}
+    metrics = json.loads((tmp_path / "grade" / "metrics.json").read_text())
+    for sample in log.samples:
+        assert sample.scores is not None
+        expected = results[str(sample.id)]
+        assert sample.scores["healthbench"].value == pytest.approx(expected["length_adjusted_score"], abs=1e-9)
+    mine = log_metrics(log)
+    assert mine["clipped_mean"] == pytest.approx(metrics["score"], abs=1e-9)
+    assert mine["bootstrap_std"] == pytest.approx(metrics["score:bootstrap_std"], abs=1e-9)
+    assert mine["overall_score"] == pytest.approx(metrics["overall_score"], abs=1e-9)
+    for name in ("use_case:consult", "use_case:research", "type:good_faith", "difficulty:hard", "specialty:Oncology"):
+        assert mine[name] == pytest.approx(metrics[name], abs=1e-9), name
+        assert mine[f"{name}:bootstrap_std"] == pytest.approx(metrics[f"{name}:bootstrap_std"], abs=1e-9)
