@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from .grading import baseline, evaluate, grade, meta_eval
+from .leaderboard import leaderboard
 from .runs import batches, compare, download, report, serve
 
 
@@ -15,5 +16,5 @@ def main() -> None:
     """HealthBench: grade health conversations against physician rubrics, as OpenAI's reference does."""
 
 
-for command in (download, grade, evaluate, baseline, meta_eval, report, batches, compare, serve):
+for command in (download, grade, evaluate, baseline, meta_eval, report, batches, compare, leaderboard, serve):
     main.add_command(command)
