@@ -165,11 +165,11 @@ def load_entry(folder: Path) -> Entry:
     names = [n for n in metrics if n.startswith(families) and not n.endswith((":n_samples", ":bootstrap_std"))]
     request = run.get("grader_request")
     adjusted = LENGTH_ADJUSTED in metrics
-    graded = run.get(GRADED.get(command, "model")) or run.get("model") or run.get("responses")
+    graded = (GRADED.get(command, "model"), "model", "responses", "completions")
     return Entry(
         run=str(folder),
         command=command,
-        model=str(graded or run.get("completions") or "unknown"),
+        model=str(next((run[key] for key in graded if run.get(key)), "unknown")),
         grader_model=str(run.get("grader_model") or "unknown"),
         grader_request=request if isinstance(request, dict) else None,
         data=str(run.get("data") or "unknown"),
