@@ -21,6 +21,7 @@ from healthbench.subsets import PROFESSIONAL_FILENAME
 from healthbench.testing import FakeOpenAI
 from tests.conftest import make_row, write_jsonl
 from tests.reference import KEY
+from tests.test_eval import run_eval
 from tests.test_metaeval import made_up_meta_rows, meta_eval
 from tests.test_professional_runs import pro_row
 
@@ -237,3 +238,15 @@ def test_failed_and_meta_eval_runs_are_refused(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert f"{tmp_path / 'meta'}: a meta-eval run measures a grader against physicians, not a model" in result.output
     assert not (tmp_path / "x.html").exists()
+
+
+def test_an_eval_run_is_listed_under_its_model(runs: dict[str, Path], tmp_path: Path, fake: FakeOpenAI) -> None:
+    assert fake.base_url
+    data = write_jsonl(tmp_path / "rows.jsonl", rows())
+    assert run_eval(data, tmp_path / "eval", fake.base_url).exit_code == 0
+    result = leaderboard(tmp_path / "eval", runs["rest"], "--out", tmp_path / "x.html", "--json")
+    assert result.exit_code == 0, result.output
+    listed = {run["command"]: run for run in json.loads(result.stdout)["runs"]}
+    assert listed["eval"]["model"] == "fake-model" and listed["grade"]["model"].endswith("rest.replies.jsonl")
+    assert listed["eval"]["score"] == metrics_of(tmp_path / "eval")["score"]
+    assert [mark["kind"] for mark in listed["eval"]["marks"]] == ["data"]  # another copy of the rows
