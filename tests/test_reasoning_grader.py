@@ -184,7 +184,13 @@ def test_answers_of_both_apis_are_read_with_their_usage() -> None:
     content, usage = RESPONSES.read(response, batch=True)
     assert (content, usage.prompt_tokens, usage.completion_tokens, usage.reasoning_tokens) == ("ab", 7, 9, 5)
     assert usage.batch
-    for broken in ({"output": []}, {"output": [{"type": "reasoning"}]}, {"status": "failed", "output": []}, {}):
+    broken_answers: list[dict[str, Any]] = [
+        {"output": []},
+        {"output": [{"type": "reasoning"}]},
+        {"status": "failed", "output": []},
+        {},
+    ]
+    for broken in broken_answers:
         with pytest.raises(InvalidResponse, match=r"output|failed"):
             responses_content(broken)
 
