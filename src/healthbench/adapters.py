@@ -52,7 +52,6 @@ def grader_config(
     max_output_tokens: int | None = None,
     concurrency: int | None = None,
     max_attempts: int | None = None,
-    timeout: float | None = None,
 ) -> GraderConfig:
     """Grader settings as every grading command takes them: explicit values, then the grader's environment
     (never `OPENAI_BASE_URL`), then the subset's official settings (Professional), then the reference's."""
@@ -66,7 +65,6 @@ def grader_config(
         max_output_tokens=max_output_tokens,
         concurrency=concurrency,
         max_attempts=max_attempts,
-        timeout=timeout,
     )
 
 

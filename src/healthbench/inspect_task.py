@@ -32,9 +32,10 @@ from .adapters import (
     reference_metrics,
     slices_for,
 )
-from .config import GraderConfig
 from .data import Message, Row
 from .scoring import LengthAdjustment
+
+ROW_KEY = "healthbench_row"
 
 __all__ = [
     "bootstrap_std",
@@ -57,10 +58,12 @@ def _chat_message(message: Message) -> ChatMessage:
 
 
 def _sample(row: Row) -> Sample:
+    # The row rides on its sample, so the scorer's options stay a few settings (Inspect records them in the
+    # log's header) and `inspect score` can grade a log again.
     return Sample(
         input=[_chat_message(message) for message in row.prompt],
         id=row.prompt_id,
-        metadata={"example_tags": list(row.example_tags)},
+        metadata={ROW_KEY: row.model_dump(mode="json", include={"prompt", "prompt_id", "example_tags", "rubrics"})},
     )
 
 
@@ -143,12 +146,16 @@ def _score(sample: GradedSample) -> Score:
 
 @scorer(metrics=[], name="healthbench")
 def healthbench_scorer(
-    rows: Mapping[str, Row], config: GraderConfig, adjustment: LengthAdjustment | None = None
+    grader: dict[str, Any] | None = None, subset: str | None = None, length_adjustment: dict[str, float] | None = None
 ) -> Scorer:
-    """Grade the model's last reply against its task's rubric with this project's grader."""
+    """Grade the model's last reply against its sample's rubric with this project's grader: `grader` holds the
+    `adapters.grader_config` settings given (the rest from HEALTHBENCH_GRADER_*, then `subset`'s official
+    ones); `length_adjustment` is `LengthAdjustment.as_dict()`'s form."""
+    config = grader_config(subset, **(grader or {}))
+    adjustment = None if length_adjustment is None else LengthAdjustment.from_dict(length_adjustment)
 
     async def score(state: TaskState, target: Target) -> Score:
-        row = rows[str(state.sample_id)]
+        row = Row.model_validate(state.metadata[ROW_KEY])
         async with GRADERS.lease(config) as grader:
             graded = await grade_reply(
                 grader,
@@ -174,6 +181,7 @@ def _task(
     seed: int,
 ) -> Task:
     rows = load_tasks(subset, data, limit)
+    grader = {name: value for name, value in grader.items() if value is not None}
     config = grader_config(subset, **grader)
     adjustment = length_adjustment(subset, center, penalty)
     settings = None if adjustment is None else adjustment.as_dict()
@@ -181,7 +189,7 @@ def _task(
     return Task(
         dataset=MemoryDataset([_sample(row) for row in rows], name=subset or data or "full"),
         solver=generate(),
-        scorer=healthbench_scorer({row.prompt_id: row for row in rows}, config, adjustment),
+        scorer=healthbench_scorer(grader, subset, settings),
         metrics=[
             clipped_mean(seed, settings),
             bootstrap_std(seed, settings),
