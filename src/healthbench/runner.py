@@ -26,7 +26,7 @@ from .client import Deferred, RequestFailed
 from .data import DataError, Message, Row, read_jsonl
 from .grading import GradedReply, Grader, GradingError, transcript_with_reply
 from .sampling import Policy
-from .scoring import LENGTH_ADJUSTED, LengthAdjustment, aggregate, task_metrics
+from .scoring import LENGTH_ADJUSTED, WORST_AT_K, LengthAdjustment, aggregate, task_metrics, worst_at_k
 from .store import Store
 from .wire import Usage
 
@@ -108,14 +108,35 @@ def aggregate_records(
     With `length_adjustment`, each record's adjusted score is computed afresh from its `score` and
     `response` (so a run can be rescored with other settings), the metrics gain
     `overall_score_length_adjusted`, and `score` becomes that; every other metric is what it is without.
+    With n >= 2 samples of every task from the evaluated model, the metrics gain `worst_at_k:K` for
+    K = 1..n, of the headline task score (length-adjusted when `score` is).
     """
     ordered = sorted(records, key=lambda r: (r.get("repeat", 0), r["prompt_id"]))
     if length_adjustment is None:
-        return aggregate([r["metrics"] for r in ordered], seed=seed)
-    # Appended last to each task's metrics, with the sample count of overall_score (which every task has),
-    # it draws no resamples of its own: every other metric keeps its values bit for bit.
-    per_task = [r["metrics"] | {LENGTH_ADJUSTED: _length_adjusted(r, length_adjustment)} for r in ordered]
-    return aggregate(per_task, seed=seed, headline=LENGTH_ADJUSTED)
+        per_task = [r["metrics"] for r in ordered]
+        metrics = aggregate(per_task, seed=seed)
+    else:
+        # Appended last to each task's metrics, with the sample count of overall_score (which every task
+        # has), it draws no resamples of its own: every other metric keeps its values bit for bit.
+        per_task = [r["metrics"] | {LENGTH_ADJUSTED: _length_adjusted(r, length_adjustment)} for r in ordered]
+        metrics = aggregate(per_task, seed=seed, headline=LENGTH_ADJUSTED)
+    headline = "overall_score" if length_adjustment is None else LENGTH_ADJUSTED
+    return metrics | _worst_at_k(ordered, [m[headline] for m in per_task])
+
+
+def _worst_at_k(ordered: Sequence[Mapping[str, Any]], headlines: Sequence[float]) -> dict[str, float | int]:
+    """`worst_at_k:K` of the headline task scores, when the samples are the evaluated model's (records carry
+    `policy_model`) and every task has the same number n >= 2 of them (`eval --n-repeats`); nothing
+    otherwise. A baseline's repeats are different physicians' completions, not the same model asked again."""
+    if not all("policy_model" in record for record in ordered):
+        return {}
+    by_task: dict[str, list[float]] = {}
+    for record, value in zip(ordered, headlines, strict=True):
+        by_task.setdefault(record["prompt_id"], []).append(value)
+    counts = {len(scores) for scores in by_task.values()}
+    if len(counts) != 1 or counts == {1}:
+        return {}
+    return {f"{WORST_AT_K}:{k}": value for k, value in worst_at_k(list(by_task.values())).items()}
 
 
 def _length_adjusted(record: Mapping[str, Any], adjustment: LengthAdjustment) -> float:

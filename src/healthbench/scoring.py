@@ -4,7 +4,8 @@ A task's score is the points of the items judged met (negative items included) o
 available. It is not clipped: a reply that meets many undesirable criteria scores below zero, and that is
 the reward. Aggregates clip the mean of task scores to [0, 1], never the task scores themselves.
 A length adjustment (SPEC section 7) shifts each task score by the reply's length, unclipped too; its
-aggregate is the clipped mean of the adjusted scores, like any other metric.
+aggregate is the clipped mean of the adjusted scores, like any other metric. Worst-at-k, over repeated
+samples of each task, is the mean of the lowest of K of a task's scores.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ if TYPE_CHECKING:
 
 N_BOOTSTRAP = 1000
 LENGTH_ADJUSTED = "overall_score_length_adjusted"
+# metrics.json names worst-at-k of K samples `worst_at_k:K`.
+WORST_AT_K = "worst_at_k"
 
 
 def score(points: Sequence[int], met: Sequence[bool]) -> float | None:
@@ -103,6 +106,30 @@ def aggregate(
         out[f"{name}:n_samples"] = n
         out[f"{name}:bootstrap_std"] = float(np.std(means))
     return out
+
+
+def mean_worst_of_k(scores: Sequence[float], k: int) -> float:
+    """The mean, over all `k`-element subsets of `scores`, of the subset's lowest score.
+
+    With the scores sorted ascending as s_1..s_n, s_i is the minimum of exactly C(n-i, k-1) of the C(n, k)
+    subsets (those that take it and k-1 of the n-i scores above it), so the mean is
+    sum_i s_i * C(n-i, k-1) / C(n, k): exact, without enumerating subsets.
+    """
+    n = len(scores)
+    if not 1 <= k <= n:
+        raise ValueError(f"worst-of-k needs 1 <= k <= {n} scores, got k={k}")
+    total = math.comb(n, k)
+    return sum(s * math.comb(n - i, k - 1) for i, s in enumerate(sorted(scores), start=1)) / total
+
+
+def worst_at_k(per_task: Sequence[Sequence[float]]) -> dict[int, float]:
+    """Worst-at-k (SPEC section 4) for K = 1..n, each task having the same number n of sample scores: the
+    mean over tasks of each task's mean worst-of-K, clipped to [0, 1]. K = 1 is the pooled mean."""
+    counts = {len(scores) for scores in per_task}
+    if len(counts) != 1 or 0 in counts:
+        raise ValueError(f"worst-at-k needs the same number of samples for every task, got counts {sorted(counts)}")
+    (n,) = counts
+    return {k: clipped_mean([mean_worst_of_k(scores, k) for scores in per_task]) for k in range(1, n + 1)}
 
 
 @dataclass(frozen=True)

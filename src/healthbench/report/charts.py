@@ -2,7 +2,8 @@
 
 Slices are the example-tag families a run's tasks carry (theme for HealthBench; use case, type, difficulty
 and specialty for HealthBench Professional), then the rubric-tag families axis and consensus criterion
-when the rubric items carry them. Every bar is a metric of metrics.json as it stands.
+when the rubric items carry them. Every bar is a metric of metrics.json as it stands. A run with repeats
+also gets its worst-at-k curve, drawn from the `worst_at_k:K` metrics.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ..scoring import LENGTH_ADJUSTED
+from ..scoring import LENGTH_ADJUSTED, WORST_AT_K
 from .common import label
 
 Z95 = 1.96
@@ -19,6 +20,9 @@ Z95 = 1.96
 CHAR_W, LABEL_MAX, PLOT_W, VALUE_W, ROW_H = 6.6, 380.0, 520.0, 170.0, 22.0
 
 RUBRIC_FAMILIES = ("axis:", "level:", "cluster:")
+
+# Worst-at-k plot geometry: the plot area's size and its margins for the axis labels.
+CURVE_W, CURVE_H, CURVE_LEFT, CURVE_TOP, CURVE_BOTTOM = 520.0, 200.0, 48.0, 16.0, 40.0
 
 
 @dataclass(frozen=True)
@@ -138,3 +142,44 @@ def metric_rows(metrics: Mapping[str, float | int], prefixes: Sequence[str]) -> 
             )
         )
     return rows
+
+
+@dataclass(frozen=True)
+class Curve:
+    """The worst-at-k curve as an SVG line chart; `points` are (x, y, K, value shown)."""
+
+    points: list[tuple[float, float, int, str]]
+    path: str
+    x_ticks: list[tuple[float, str]]
+    y_ticks: list[tuple[float, str]]
+    left: float
+    top: float
+    plot_w: float
+    plot_h: float
+    width: float
+    height: float
+
+
+def worst_curve(metrics: Mapping[str, float | int]) -> Curve | None:
+    """The `worst_at_k:K` metrics as a curve over K = 1..n on a [0, 1] scale; None when the run has none."""
+    values: dict[int, float] = {}
+    for name, value in metrics.items():
+        prefix, _, k = name.partition(":")
+        if prefix == WORST_AT_K and k.isdigit():
+            values[int(k)] = float(value)
+    if not values:
+        return None
+    n = max(values)
+    # One K alone would sit at the left edge; the scale spans at least 1..2 so it has width.
+    step = CURVE_W / max(n - 1, 1)
+    points = [
+        (CURVE_LEFT + (k - 1) * step, CURVE_TOP + CURVE_H * (1 - min(max(v, 0.0), 1.0)), k, f"{v:.3f}")
+        for k, v in sorted(values.items())
+    ]
+    path = "M" + " L".join(f"{x:.1f} {y:.1f}" for x, y, _, _ in points)
+    # Every K is labelled up to 20 of them; past that, about ten evenly spaced.
+    every = 1 if n <= 20 else -(-n // 10)
+    x_ticks = [(CURVE_LEFT + (k - 1) * step, str(k)) for k in sorted(values) if k == 1 or k == n or k % every == 0]
+    y_ticks = [(CURVE_TOP + CURVE_H * (1 - t), f"{t:g}") for t in (0, 0.25, 0.5, 0.75, 1)]
+    width, height = CURVE_LEFT + CURVE_W + 40, CURVE_TOP + CURVE_H + CURVE_BOTTOM
+    return Curve(points, path, x_ticks, y_ticks, CURVE_LEFT, CURVE_TOP, CURVE_W, CURVE_H, width, height)

@@ -15,7 +15,7 @@ from ..compare import example_prefixes, load_results
 from ..data import DataError
 from ..runner import METRICS, RESULTS, RUN, USAGE, aggregate_records, write_json_atomic
 from ..scoring import LENGTH_ADJUSTED, PROFESSIONAL_LENGTH_ADJUSTMENT, LengthAdjustment
-from .charts import charts, interval, metric_rows
+from .charts import charts, interval, metric_rows, worst_curve
 from .common import read_json, settings, write_html
 from .tasks import task
 
@@ -171,6 +171,7 @@ def render_report(
         spending=_spending(spent or {}),
         notes=notes,
         charts=charts(metrics, prefixes),
+        curve=worst_curve(metrics),
         metric_rows=metric_rows(metrics, prefixes),
         settings=settings(run),
         tasks=tasks,
