@@ -14,7 +14,7 @@ import json
 import os
 import random
 import tempfile
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,7 +25,7 @@ from tqdm import tqdm
 from .client import Deferred, RequestFailed
 from .data import DataError, Message, Row, read_jsonl
 from .grading import GradedReply, Grader, GradingError, transcript_with_reply
-from .sampling import Policy
+from .sampling import REFUSED_REPLY, Policy, PolicyMisuse, Refusal, RefusalGuard, misuse, prompt_refusal
 from .scoring import LENGTH_ADJUSTED, WORST_AT_K, LengthAdjustment, aggregate, task_metrics, worst_at_k
 from .store import Store
 from .wire import Usage
@@ -185,6 +185,14 @@ class RunOutcome:
     policy_usage: Usage = field(default_factory=Usage)
     grader_usage: Usage = field(default_factory=Usage)
     done: int = 0
+    refused: int = 0
+
+    @property
+    def summary_note(self) -> str:
+        """What the summary line adds after the score: the samples graded with the refusal placeholder."""
+        if not self.refused:
+            return ""
+        return f" ({self.refused} refused by the model and graded as the reply {REFUSED_REPLY!r})"
 
 
 class ResultSink:
@@ -260,23 +268,37 @@ async def run_jobs(
     outcome = RunOutcome(metrics=None)
     system_message = policy.config.system_message if policy else None
     sink = ResultSink(out_dir, len(jobs), outcome, unit="sample", progress=progress, describe_cost=describe_cost)
+    asked = [job for job in jobs if job.reply is None]
+    stored = sum(1 for job in asked if store.sample(job.row.prompt_id, job.repeat) is not None)
+    guard = RefusalGuard(len(asked), answered=stored)
 
-    async def reply_for(job: Job) -> tuple[str, Usage]:
+    async def reply_for(job: Job) -> tuple[str, Usage, Refusal | None]:
         if job.reply is not None:
-            return job.reply, Usage()
+            return job.reply, Usage(), None
         recorded = store.sample(job.row.prompt_id, job.repeat)
         if recorded is not None:
-            return recorded[0], Usage()
+            return recorded[0], Usage(), None
         if policy is None:
             raise SampleError(job.row.prompt_id, "no reply given and no model to ask")
         try:
             reply, usage = await policy.sample(job.row.prompt, ident=f"{job.row.prompt_id}#{job.repeat}")
         except RequestFailed as exc:
-            raise SampleError(job.row.prompt_id, str(exc)) from None
+            if policy.config.policy_errors == "fail":
+                raise SampleError(job.row.prompt_id, str(exc)) from None
+            if (stop := misuse(exc, policy.config.base_url)) is not None:
+                raise stop from None
+            refusal = prompt_refusal(exc)
+            if refusal is None:
+                raise SampleError(job.row.prompt_id, str(exc)) from None
+            # Not stored: a later session asks again (a refused request costs nothing), and the record
+            # keeps the provider's error only if it is seen again.
+            guard.refuse(refusal)
+            return REFUSED_REPLY, Usage(), refusal
         store.put_sample(job.row.prompt_id, job.repeat, reply, usage)
-        return reply, usage
+        guard.answer()
+        return reply, usage, None
 
-    sampled: dict[int, tuple[str, Usage] | SampleError | Deferred] = {}
+    sampled: dict[int, tuple[str, Usage, Refusal | None] | SampleError | Deferred] = {}
 
     async def prefetch(index: int, job: Job) -> None:
         try:
@@ -289,7 +311,7 @@ async def run_jobs(
             got = sampled.pop(index, None)
             if isinstance(got, Exception):
                 raise got
-            reply, policy_usage = got if got is not None else await reply_for(job)
+            reply, policy_usage, refusal = got if got is not None else await reply_for(job)
             outcome.policy_usage.add(policy_usage)
             transcript = transcript_with_reply(job.row.prompt, reply, system_message)
             ident = f"{job.row.prompt_id}#{job.repeat}"
@@ -312,15 +334,31 @@ async def run_jobs(
             record["length_adjusted_score"] = length_adjustment.adjust(metrics["overall_score"], reply)
         if policy is not None:
             record |= {"policy_model": policy.config.model, "policy_usage": policy_usage.as_dict()}
+        if refusal is not None:
+            record["policy_error"] = refusal.as_dict()
+            outcome.refused += 1
         sink.add(record)
 
     try:
         if sample_first:
-            await asyncio.gather(*(prefetch(index, job) for index, job in enumerate(jobs)))
-        await asyncio.gather(*(one(index, job) for index, job in enumerate(jobs)))
+            await _all_or_none([prefetch(index, job) for index, job in enumerate(jobs)])
+        await _all_or_none([one(index, job) for index, job in enumerate(jobs)])
     finally:
         sink.close()
     if not outcome.failures and not outcome.deferred:
         outcome.metrics = aggregate_records(sink.records, seed=seed, length_adjustment=length_adjustment)
         write_json_atomic(out_dir / METRICS, outcome.metrics)
     return outcome
+
+
+async def _all_or_none(coroutines: Sequence[Coroutine[Any, Any, None]]) -> None:
+    """Run the coroutines together; on `PolicyMisuse` cancel the rest at once, so a run that cannot have a
+    score stops in seconds instead of sending every request first."""
+    tasks = [asyncio.ensure_future(coroutine) for coroutine in coroutines]
+    try:
+        await asyncio.gather(*tasks)
+    except PolicyMisuse:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise

@@ -211,7 +211,8 @@ def run_session(
         made = batches["this_session"]
         batched_note = f" in {made['batches']} batches"
     click.echo(
-        f"{headline(outcome.metrics)}; {calls} calls this session{batched_note} ({cache_hits} verdicts reused), "
+        f"{headline(outcome.metrics)}{outcome.summary_note}; {calls} calls this session{batched_note} "
+        f"({cache_hits} verdicts reused), "
         f"cost {costs.describe(session)}; metrics in {out / 'metrics.json'}{report}"
     )
     return outcome

@@ -22,7 +22,7 @@ from ..pricing import CostMeter, Unit, estimate, estimate_report, load_prices
 from ..ratesignals import DEFAULT_OUTPUT_CAP
 from ..report import write_meta_report
 from ..runner import Job, RunOutcome, load_responses, select_rows
-from ..sampling import Policy, PolicyConfig
+from ..sampling import Policy, PolicyConfig, PolicyMisuse
 from ..scoring import LengthAdjustment
 from ..session import BatchChoice, execute, run_session
 from ..store import Store
@@ -134,6 +134,14 @@ def grade(
     help="The model key's tokens-per-minute limit [default: learned].",
 )
 @click.option("--policy-batch", is_flag=True, help="With --batch, sample the model's replies in batches too.")
+@click.option(
+    "--policy-errors",
+    type=click.Choice(["grade", "fail"]),
+    default="grade",
+    show_default=True,
+    help="A prompt the model's provider refuses (invalid_prompt, a content filter, a context too long): grade "
+    "the reference's reply 'No response (bad request).' for it, or fail the sample (no score).",
+)
 @run_options
 @length_options
 @_user_errors
@@ -154,6 +162,7 @@ def evaluate(
     rpm: float | None,
     tpm: float | None,
     policy_batch: bool,
+    policy_errors: str,
     out: Path,
     seed: int,
     prices: Path | None,
@@ -183,6 +192,7 @@ def evaluate(
         rpm=rpm,
         tpm=tpm,
         max_attempts=grader.max_attempts,  # the one --max-attempts flag bounds both sides
+        policy_errors=policy_errors,
     )
     jobs = [Job(row, repeat) for repeat in range(n_repeats) for row in rows]
     if dry_run:
@@ -193,20 +203,24 @@ def evaluate(
         | policy_config.identity()
         | grader.identity()
     )
-    extra = {"data": _data_name(data, subset), "base_url": policy_config.base_url} | recorded
-    execute(
-        jobs,
-        out,
-        grader,
-        identity,
-        policy=policy_config,
-        batch=batch,
-        seed=seed,
-        prices=prices,
-        progress=progress,
-        extra=extra,
-        length_adjustment=adjustment,
-    )
+    extra = {"data": _data_name(data, subset), "base_url": policy_config.base_url, "policy_errors": policy_errors}
+    extra |= recorded
+    try:
+        execute(
+            jobs,
+            out,
+            grader,
+            identity,
+            policy=policy_config,
+            batch=batch,
+            seed=seed,
+            prices=prices,
+            progress=progress,
+            extra=extra,
+            length_adjustment=adjustment,
+        )
+    except PolicyMisuse as exc:
+        raise click.ClickException(f"stopped: {exc}") from None
 
 
 def _data_name(data: Path | None, subset: str | None) -> str:

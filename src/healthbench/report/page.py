@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ..compare import example_prefixes, load_results
 from ..data import DataError
 from ..runner import METRICS, RESULTS, RUN, USAGE, aggregate_records, write_json_atomic
+from ..sampling import REFUSED_REPLY
 from ..scoring import LENGTH_ADJUSTED, PROFESSIONAL_LENGTH_ADJUSTMENT, LengthAdjustment
 from .charts import charts, interval, metric_rows, worst_curve
 from .common import read_json, settings, write_html
@@ -154,6 +155,7 @@ def render_report(
     policy_models = sorted({str(r["policy_model"]) for r in results if r.get("policy_model")})
     usage = [(who, _usage(run, results, key)) for who, key in (("grader", "usage"), ("policy", "policy_usage"))]
     cost = run.get("cost_usd")
+    refused = sum(1 for record in results if record.get("policy_error"))
     return _template().render(
         headline=headline,
         caption=caption,
@@ -172,6 +174,8 @@ def render_report(
         notes=notes,
         charts=charts(metrics, prefixes),
         curve=worst_curve(metrics),
+        refused=refused,
+        refused_reply=REFUSED_REPLY,
         metric_rows=metric_rows(metrics, prefixes),
         settings=settings(run),
         tasks=tasks,

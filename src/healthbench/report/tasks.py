@@ -27,7 +27,8 @@ class Task:
     """One drill-down row; the fields older runs did not write are empty.
 
     `score` is the task's headline score (length-adjusted when the run's headline is), `raw_score` the
-    unadjusted one, `adjusted` the length-adjusted one or None, and `chars` the reply's length.
+    unadjusted one, `adjusted` the length-adjusted one or None, and `chars` the reply's length. `refusal`
+    is the provider's error when the model refused the prompt (the reply graded is then a placeholder).
     """
 
     index: int
@@ -44,6 +45,7 @@ class Task:
     met: list[Item]
     unmet: list[Item]
     penalties: int
+    refusal: str
 
 
 def _item(item: Mapping[str, Any]) -> Item:
@@ -107,4 +109,12 @@ def task(
         met=[item for item in items if item.met],
         unmet=[item for item in items if not item.met],
         penalties=sum(1 for item in items if item.kind == "penalty"),
+        refusal=_refusal(record.get("policy_error")),
     )
+
+
+def _refusal(error: Any) -> str:
+    if not isinstance(error, Mapping):
+        return ""
+    code = f" {error['code']}" if error.get("code") else ""
+    return f"HTTP {error.get('status', '?')}{code}: {error.get('message', '')}"

@@ -57,7 +57,8 @@ class FakeOpenAI:
     """A fake OpenAI server, Chat Completions and the Responses API; see the module docstring.
 
     ``responses_by_kind`` counts answers by kind: ``"ok"``, each fault name in ``FAULT_KINDS``,
-    ``"fail_always"``, ``"rate_limited"``, ``"quota_exhausted"`` and ``"bad_request"``
+    ``"fail_always"``, ``"refused"`` (a 400 carrying what ``refuse`` returned), ``"rate_limited"``,
+    ``"quota_exhausted"`` and ``"bad_request"``
     (``limits`` models OpenAI's limiter: see ``healthbench.testing.limits``). Counters are only mutated on the
     server's event loop; read them (or call ``reset()``) while no requests are in flight. The
     ``respond`` and ``fail_always`` hooks run on that loop too, so they must be quick and not block.
@@ -79,6 +80,7 @@ class FakeOpenAI:
         faults: Sequence[str] = (),
         seed: int = 0,
         fail_always: Callable[[Body], bool] | None = None,
+        refuse: Callable[[Body], Body | None] | None = None,
         rate_limit: float | None = None,
         limits: RateLimits | None = None,
         latency: float = 0.0,
@@ -117,6 +119,7 @@ class FakeOpenAI:
         self.faults = tuple(faults)
         self.seed = seed
         self.fail_always = fail_always
+        self.refuse = refuse
         self.rate_limit = rate_limit
         self.limits = limits
         self.latency = latency
@@ -194,6 +197,11 @@ class FakeOpenAI:
         if not isinstance(prompt, Prompt):
             self.responses_by_kind["bad_request"] += 1
             return json_error(400, prompt)
+
+        # A scripted 400 (a prompt the provider's filter flags, say): its error object, from the body.
+        if self.refuse is not None and (refused := self.refuse(body)) is not None:
+            self.responses_by_kind["refused"] += 1
+            return json_error(400, refused)
 
         refusal, rate_headers = self._limiter.admit(body, time.monotonic())
         if refusal is not None:
