@@ -13,6 +13,7 @@ as separate samples, equal to what `healthbench grade` writes to metrics.json fo
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -87,7 +88,7 @@ def clipped_mean(seed: int = 0, length_adjustment: dict[str, float] | None = Non
     """The headline: the mean of the (unclipped, length-adjusted when asked) task scores, clipped to [0, 1]."""
 
     def compute(scores: list[SampleScore]) -> Value:
-        return float(_metrics(scores, seed, length_adjustment)["score"])
+        return float(_metrics(scores, seed, length_adjustment)["score"]) if scores else math.nan
 
     return compute
 
@@ -97,7 +98,7 @@ def bootstrap_std(seed: int = 0, length_adjustment: dict[str, float] | None = No
     """The population std of 1,000 seeded bootstrap resample means, each clipped to [0, 1]."""
 
     def compute(scores: list[SampleScore]) -> Value:
-        return float(_metrics(scores, seed, length_adjustment)["score:bootstrap_std"])
+        return float(_metrics(scores, seed, length_adjustment)["score:bootstrap_std"]) if scores else math.nan
 
     return compute
 
@@ -108,13 +109,13 @@ def slice_scores(prefixes: list[str], seed: int = 0, length_adjustment: dict[str
     under the reference's key names, and the unadjusted `overall_score` when scores are length-adjusted."""
 
     def compute(scores: list[SampleScore]) -> Value:
-        metrics = _metrics(scores, seed, length_adjustment)
-        wanted = [
+        metrics = _metrics(scores, seed, length_adjustment) if scores else {}
+        wanted = sorted(
             name
             for name in metrics
             if name.startswith(tuple(prefixes)) and not name.endswith((":n_samples", ":bootstrap_std"))
-        ]
-        if length_adjustment is not None:
+        )
+        if length_adjustment is not None and metrics:
             wanted.insert(0, "overall_score")
         out: dict[str, float] = {}
         for name in wanted:
