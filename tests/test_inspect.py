@@ -16,6 +16,7 @@ from inspect_ai import eval as inspect_eval
 from inspect_ai.log import EvalLog
 
 from healthbench.cli import main
+from healthbench.inspect_task import healthbench
 from healthbench.scoring import aggregate
 from healthbench.testing import GRADER_MARKER, FakeOpenAI
 from tests.conftest import write_jsonl
@@ -249,3 +250,28 @@ def test_professional_in_its_official_configuration(
     for name in ("use_case:consult", "use_case:research", "type:good_faith", "difficulty:hard", "specialty:Oncology"):
         assert mine[name] == pytest.approx(metrics[name], abs=1e-9), name
         assert mine[f"{name}:bootstrap_std"] == pytest.approx(metrics[f"{name}:bootstrap_std"], abs=1e-9)
+
+
+def test_grader_arguments_reach_the_grader(tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "rows.jsonl", made_up_rows()[:2])
+    task = healthbench(
+        data=str(data),
+        grader_model="o3",
+        grader_api="responses",
+        grader_reasoning_effort="high",
+        grader_max_output_tokens=4000,
+        grader_base_url="http://127.0.0.1:9/v1",
+    )
+    assert task.metadata is not None
+    grader = task.metadata["grader"]
+    assert grader["grader_model"] == "o3" and grader["grader_base_url"] == "http://127.0.0.1:9/v1"
+    assert grader["grader_request"] == {
+        "api": "responses",
+        "reasoning": True,
+        "reasoning_effort": "high",
+        "temperature": None,
+        "max_output_tokens": 4000,
+        "system_message": False,
+    }
+    with pytest.raises(ValueError, match="both length_adjustment_center and"):
+        healthbench(data=str(data), length_adjustment_center=2000)

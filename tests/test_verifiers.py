@@ -199,3 +199,13 @@ def test_professional_grades_with_its_official_settings() -> None:
     assert {name: getattr(grader, name) for name in PROFESSIONAL_GRADER} == PROFESSIONAL_GRADER
     assert task.adjustment() == PROFESSIONAL_LENGTH_ADJUSTMENT
     assert HealthBenchTaskConfig(subset="hard").adjustment() is None
+
+
+def test_grader_settings_reach_the_grader() -> None:
+    task = HealthBenchTaskConfig(
+        grader_model="o3", grader_api="responses", grader_reasoning_effort="high", grader_max_attempts=3
+    )
+    grader = task.grader()
+    assert (grader.model, grader.api, grader.reasoning_effort, grader.max_attempts) == ("o3", "responses", "high", 3)
+    with pytest.raises(ValueError, match="both length_adjustment_center and"):
+        task.model_copy(update={"length_adjustment_center": 10}).adjustment()
