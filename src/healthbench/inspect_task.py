@@ -23,6 +23,7 @@ from inspect_ai.model import ChatMessage, ChatMessageAssistant, ChatMessageSyste
 from inspect_ai.scorer import Metric, SampleScore, Score, Scorer, Target, Value, metric, scorer
 from inspect_ai.solver import TaskState, generate
 
+from . import scoring
 from .adapters import (
     GRADERS,
     GradedSample,
@@ -78,17 +79,35 @@ def _records(scores: Sequence[SampleScore]) -> list[dict[str, Any]]:
     return records
 
 
+# The last aggregate and what it was computed from: Inspect asks each metric in turn for the same scores, and
+# the bootstrap over thousands of samples takes a second, during which the event loop (and grading) waits.
+_last: tuple[Any, dict[str, Any]] | None = None
+
+
 def _metrics(scores: Sequence[SampleScore], seed: int, adjustment: Mapping[str, float] | None) -> dict[str, Any]:
-    settings = None if adjustment is None else LengthAdjustment.from_dict(adjustment)
-    return reference_metrics(_records(scores), seed=seed, adjustment=settings)
+    global _last
+    records = _records(scores)
+    key = (
+        seed,
+        None if adjustment is None else tuple(sorted(adjustment.items())),
+        tuple(
+            (r["prompt_id"], r["repeat"], r["score"], r["response"], tuple(sorted(r["metrics"].items())))
+            for r in records
+        ),
+    )
+    if _last is None or _last[0] != key:
+        settings = None if adjustment is None else LengthAdjustment.from_dict(adjustment)
+        _last = (key, reference_metrics(records, seed=seed, adjustment=settings))
+    return _last[1]
 
 
 @metric(scores="unreduced")
-def clipped_mean(seed: int = 0, length_adjustment: dict[str, float] | None = None) -> Metric:
+def clipped_mean() -> Metric:
     """The headline: the mean of the (unclipped, length-adjusted when asked) task scores, clipped to [0, 1]."""
 
     def compute(scores: list[SampleScore]) -> Value:
-        return float(_metrics(scores, seed, length_adjustment)["score"]) if scores else math.nan
+        # The score values are the task scores the headline averages: no need for the whole aggregate.
+        return scoring.clipped_mean([score.score.as_float() for score in scores]) if scores else math.nan
 
     return compute
 
@@ -157,9 +176,9 @@ def healthbench_scorer(
 
     async def score(state: TaskState, target: Target) -> Score:
         row = Row.model_validate(state.metadata[ROW_KEY])
-        async with GRADERS.lease(config) as grader:
+        async with GRADERS.lease(config) as shared:
             graded = await grade_reply(
-                grader,
+                shared,
                 row,
                 state.output.completion,
                 repeat=state.epoch - 1,
@@ -192,7 +211,7 @@ def _task(
         solver=generate(),
         scorer=healthbench_scorer(grader, subset, settings),
         metrics=[
-            clipped_mean(seed, settings),
+            clipped_mean(),
             bootstrap_std(seed, settings),
             slice_scores(prefixes, seed, settings),
         ],
