@@ -4,7 +4,9 @@ OpenAI limits requests and tokens per minute, perhaps over shorter windows; it c
 arrival as its prompt plus its output cap, and it counts refused requests too, so a client that sends into
 a spent limit spends the budget it is waiting for. `Pacer` therefore keeps starts under both limits before
 the server has to refuse anything: each limit is paced as a rate (with a small catch-up allowance, so a late
-wake-up loses nothing) and, where the server reports what remains, as a mirror of its bucket.
+wake-up loses nothing) and, where the server reports what remains, as a mirror of its bucket. The mirror alone
+decides (so a run may use the bucket's burst allowance) until the server refuses a request it said would fit;
+from then on both must agree.
 
 Limits come from the user, else from the `x-ratelimit-*` headers, else from the numbers in a 429's message;
 a 429 also cuts the pace by a tenth (at most once a second, recovering by 2% a second) and holds every new
@@ -34,6 +36,7 @@ _CUT, _FLOOR, _RECOVERY = 0.9, 0.25, 0.02  # a 429's cut, the lowest factor, the
 _WINDOW = 1.0  # one overload answers many requests at once: one cut per window
 _PROBE = 5.0  # a first request that takes longer than this does not hold the others back
 _MAX_HOLD = 120.0
+_EPSILON = 1e-6
 _BOUND_FOR = 1.0  # a limit that delayed a start this recently still binds
 _SPAN = 5.0  # seconds of starts the reported pace is measured over
 _USER, _HEADERS, _MESSAGE = 3, 2, 1  # precedence of a limit's sources
@@ -128,10 +131,15 @@ class _Limit:
         self.level = None if level is None else level - cost
         self.level_at = now
 
-    def wait(self, now: float, cost: float, rate: float | None) -> float:
-        """Seconds until a start of `cost` fits both this limit's pace and its mirrored budget."""
-        wait = self.due - BURST - now if rate else 0.0
+    def wait(self, now: float, cost: float, rate: float | None, trusted: bool) -> float:
+        """Seconds until a start of `cost` fits this limit's pace and its mirrored budget; or, with a `trusted`
+        mirror of a known limit, its budget alone (the server's own account, burst allowance and all)."""
         level = self.refilled(now)
+        if trusted and level is not None and self.per_minute:
+            # A margin of BURST's refill, as the server counts a request a little after it starts here.
+            rate = self.per_minute / 60
+            return (min(cost + rate * BURST, self.ceiling) - level) / rate
+        wait = self.due - BURST - now if rate else 0.0
         need = min(cost, self.ceiling)
         if level is not None and level < need:
             refill = (need - level) / (self.per_minute / 60) if self.per_minute else self.reset_at - now
@@ -148,6 +156,9 @@ class Pacer:
         self.tokens.learn(tpm, _USER)
         self.quota_exhausted = False
         self.refused = 0
+        # The server's reported budget is followed until it refuses a request the mirror said would fit: then
+        # its reports are read some other way than this model reads them, and only the pace is trusted.
+        self._trusted = True
         self._probing = rpm is None and tpm is None
         self._probe_at: float | None = None
         self._hold_until = -math.inf
@@ -194,13 +205,15 @@ class Pacer:
         paced_by = "RPM" if self.requests.per_minute is not None else "429"
         waits = [
             (self._hold_until - now, "429"),
-            (self.requests.wait(now, 1, self._rate(self.requests, now)), paced_by),
-            (self.tokens.wait(now, tokens, self._rate(self.tokens, now)), "TPM"),
+            (self.requests.wait(now, 1, self._rate(self.requests, now), self._trusted), paced_by),
+            (self.tokens.wait(now, tokens, self._rate(self.tokens, now), self._trusted), "TPM"),
         ]
         if self._probing and self._probe_at is not None:
             waits.append((self._probe_at + _PROBE - now, ""))
         wait, reason = max(waits, key=lambda pair: pair[0])  # on a tie, the first: a hold names its 429
-        if wait > 0 and reason:
+        if wait <= _EPSILON:
+            return 0.0  # what rounding leaves of a refill is no wait: it could never be slept out
+        if reason:
             self._bound = (reason, now)
         return wait
 
@@ -273,6 +286,7 @@ class Pacer:
         self._answered(now)
         self.refused += 1
         self._in_row += 1
+        self._trusted = False
         self._refusals.append(now)
         self._observe(now, ticket, headers)
         limit = self.tokens if refusal.dimension == "tokens" else self.requests

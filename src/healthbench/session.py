@@ -28,6 +28,9 @@ from .scoring import LengthAdjustment
 from .store import STORE, Store
 from .wire import Usage
 
+# Seconds the answers in flight when the quota ran out may take to arrive: the command stops within 30 s.
+_LANDING = 20.0
+
 
 @dataclass(frozen=True)
 class BatchChoice:
@@ -138,6 +141,9 @@ def run_session(
                     for batcher in batchers:
                         batcher.release()
                 return outcome
+            except QuotaExhausted:
+                await _land_in_flight()
+                raise
             finally:
                 await grader.client.aclose()
                 if sampler is not None:
@@ -216,6 +222,17 @@ def run_session(
         f"cost {costs.describe(session)}; metrics in {out / 'metrics.json'}{report}"
     )
     return outcome
+
+
+async def _land_in_flight() -> None:
+    """With the quota gone nothing new starts; what is already out is paid for, so let it land in the store
+    (each of the other samples then stops as the first did, and is not reported again)."""
+    others = asyncio.all_tasks() - {asyncio.current_task()}
+    if others:
+        done, _ = await asyncio.wait(others, timeout=_LANDING)
+        for task in done:
+            if not task.cancelled():
+                task.exception()
 
 
 def _notify(message: str) -> None:
