@@ -17,6 +17,7 @@ from inspect_ai.log import EvalLog
 
 from healthbench.cli import main
 from healthbench.inspect_task import healthbench
+from healthbench.runner import aggregate_records
 from healthbench.scoring import aggregate
 from healthbench.testing import GRADER_MARKER, FakeOpenAI
 from tests.conftest import write_jsonl
@@ -88,7 +89,7 @@ def check_against_grade(tmp: Path, data: Path, log: EvalLog, fake: FakeOpenAI) -
     assert mine["bootstrap_std"] == pytest.approx(metrics["score:bootstrap_std"], abs=1e-9)
     slices = {name: value for name, value in metrics.items() if name.startswith(("theme:", "axis:"))}
     slices = {name: value for name, value in slices.items() if not name.endswith(":n_samples")}
-    assert set(mine) - {"clipped_mean", "bootstrap_std"} == set(slices)
+    assert set(mine) - {"clipped_mean", "bootstrap_std"} == set(slices)  # no worst-at-k of one sample a task
     for name, value in slices.items():
         assert mine[name] == pytest.approx(value, abs=1e-9), name
     return metrics
@@ -139,6 +140,10 @@ def test_repeats_are_pooled_as_separate_samples(tmp_path: Path, fake: FakeOpenAI
     mine = log_metrics(log)
     assert mine["clipped_mean"] == pytest.approx(expected["score"], abs=1e-9)
     assert mine["bootstrap_std"] == pytest.approx(expected["score:bootstrap_std"], abs=1e-9)
+    worst = aggregate_records(records, seed=3)  # as healthbench eval --n-repeats 2 writes metrics.json
+    assert {r["policy_model"] for r in records} == {"openai-api/fake/policy"}
+    assert mine["worst_at_k:1"] == pytest.approx(worst["worst_at_k:1"], abs=1e-9)
+    assert mine["worst_at_k:2"] == pytest.approx(worst["worst_at_k:2"], abs=1e-9)
 
 
 def test_length_adjusted_scores_are_unclipped_and_the_headline_adjusted(tmp_path: Path, fake: FakeOpenAI) -> None:

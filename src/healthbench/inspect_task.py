@@ -35,7 +35,7 @@ from .adapters import (
     slices_for,
 )
 from .data import Message, Row
-from .scoring import LengthAdjustment
+from .scoring import WORST_AT_K, LengthAdjustment
 
 ROW_KEY = "healthbench_row"
 
@@ -125,7 +125,8 @@ def bootstrap_std(seed: int = 0, length_adjustment: dict[str, float] | None = No
 @metric(scores="unreduced")
 def slice_scores(prefixes: list[str], seed: int = 0, length_adjustment: dict[str, float] | None = None) -> Metric:
     """The clipped mean and bootstrap std of each tag starting with one of `prefixes` (`theme:`, `axis:`, ...),
-    under the reference's key names, and the unadjusted `overall_score` when scores are length-adjusted."""
+    under the reference's key names, the unadjusted `overall_score` when scores are length-adjusted, and
+    `worst_at_k:K` (the paper's reliability figure) when every task was sampled n >= 2 times."""
 
     def compute(scores: list[SampleScore]) -> Value:
         metrics = _metrics(scores, seed, length_adjustment) if scores else {}
@@ -140,6 +141,7 @@ def slice_scores(prefixes: list[str], seed: int = 0, length_adjustment: dict[str
         for name in wanted:
             out[name] = float(metrics[name])
             out[f"{name}:bootstrap_std"] = float(metrics[f"{name}:bootstrap_std"])
+        out.update({name: float(value) for name, value in metrics.items() if name.startswith(f"{WORST_AT_K}:")})
         return out
 
     return compute
@@ -154,13 +156,13 @@ def _system_message(state: TaskState, row: Row) -> str | None:
     return None
 
 
-def _score(sample: GradedSample) -> Score:
+def _score(sample: GradedSample, policy_model: str) -> Score:
     met = sum(item.criteria_met for item in sample.items)
     return Score(
         value=sample.score,
         answer=sample.response,
         explanation=f"{met} of {len(sample.items)} rubric items met; task score {sample.raw_score:.4f}",
-        metadata=sample.record(),
+        metadata=sample.record() | {"policy_model": policy_model},
     )
 
 
@@ -185,7 +187,7 @@ def healthbench_scorer(
                 system_message=_system_message(state, row),
                 adjustment=adjustment,
             )
-        return _score(graded)
+        return _score(graded, str(state.model))
 
     return score
 
