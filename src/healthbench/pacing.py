@@ -234,26 +234,26 @@ class Pacer:
         return self._ticket
 
     def _observe(self, now: float, ticket: int, headers: Mapping[str, str]) -> None:
-        """Learn from `x-ratelimit-*` headers; replay the starts since `ticket` onto the reported remaining."""
-        later: list[tuple[float, float]] = []
-        origin: tuple[float, float] | None = None
-        for entry, at, tokens in reversed(self._starts):
+        """Learn from `x-ratelimit-*` headers; take the starts since `ticket` off the reported remaining."""
+        later: list[float] = []  # the tokens of each start after `ticket`
+        own: float | None = None  # the tokens of `ticket` itself; None if it is too old to place
+        for entry, _, tokens in reversed(self._starts):
             if entry <= ticket:
-                origin = (at, tokens) if entry == ticket else None
+                own = tokens if entry == ticket else None
                 break
-            later.append((at, tokens))
+            later.append(tokens)
         for limit, suffix in ((self.requests, "requests"), (self.tokens, "tokens")):
             limit.learn(header_number(headers.get(f"x-ratelimit-limit-{suffix}")), _HEADERS)
             remaining = header_number(headers.get(f"x-ratelimit-remaining-{suffix}"))
-            if remaining is None or origin is None or ticket < limit.seen:
+            if remaining is None or own is None or ticket < limit.seen:
                 continue
             reset = duration_seconds(headers.get(f"x-ratelimit-reset-{suffix}", "")) or 0.0
-            own = 1.0 if limit is self.requests else origin[1]
+            mine, spent = (1.0, float(len(later))) if limit is self.requests else (own, sum(later))
             # The server counted this request before it reported what remains: the bucket holds at least both.
-            limit.seen, limit.ceiling, limit.reset_at = ticket, max(limit.ceiling, remaining + own), now + reset
-            limit.level, limit.level_at = remaining, origin[0]
-            for at, tokens in reversed(later):
-                limit.spend(at, 1.0 if limit is self.requests else tokens)
+            limit.seen, limit.ceiling, limit.reset_at = ticket, max(limit.ceiling, remaining + mine), now + reset
+            # When the server counted it is not known (after it started, by a loaded server's delay; perhaps as
+            # late as it answered): the report is taken as of now, less every later start, with no refill since.
+            limit.level, limit.level_at = remaining - spent, now
             if remaining <= 0 and limit.per_minute is None:
                 self._hold(now, reset)
 
