@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,10 +59,6 @@ def execute(
     failures. With `length_adjustment`, the headline is the length-adjusted score."""
 
     def start(grader: Grader, policy: Policy | None, store: Store, costs: CostMeter) -> Awaitable[RunOutcome]:
-        def progress_line(policy_usage: Usage, grader_usage: Usage) -> str:
-            pace = describe_pace({"policy": policy.client if policy else None, "grader": grader.client})
-            return ", ".join(part for part in (costs.progress(policy_usage, grader_usage), pace) if part)
-
         return run_jobs(
             jobs,
             grader,
@@ -71,7 +67,7 @@ def execute(
             policy=policy,
             seed=seed,
             progress=progress,
-            describe_cost=progress_line,
+            describe_cost=progress_line(costs, {"policy": policy.client if policy else None, "grader": grader.client}),
             sample_first=batch is not None,
             length_adjustment=length_adjustment,
         )
@@ -222,6 +218,15 @@ def run_session(
         f"cost {costs.describe(session)}; metrics in {out / 'metrics.json'}{report}"
     )
     return outcome
+
+
+def progress_line(costs: CostMeter, clients: Mapping[str, Completer | None]) -> Callable[[Usage, Usage], str]:
+    """What the progress bar shows after the counts: calls per second, cost so far, and each live key's pace."""
+
+    def line(policy: Usage, grader: Usage) -> str:
+        return ", ".join(part for part in (costs.progress(policy, grader), describe_pace(clients)) if part)
+
+    return line
 
 
 async def _land_in_flight() -> None:

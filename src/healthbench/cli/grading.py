@@ -24,7 +24,7 @@ from ..report import write_meta_report
 from ..runner import Job, RunOutcome, load_responses, select_rows
 from ..sampling import Policy, PolicyConfig, PolicyMisuse
 from ..scoring import LengthAdjustment
-from ..session import BatchChoice, execute, run_session
+from ..session import BatchChoice, execute, progress_line, run_session
 from ..store import Store
 from ..subsets import PROFESSIONAL
 from ..wire import Usage
@@ -375,7 +375,8 @@ def meta_eval(
     identity = {"command": "meta-eval", "data_sha256": data_sha, "limit": limit} | grader.identity()
 
     def start(built: Grader, _policy: Policy | None, _store: Store, costs: CostMeter) -> Awaitable[RunOutcome]:
-        return grade_meta_rows(rows, built, out, seed=seed, progress=progress, describe_cost=costs.progress)
+        line = progress_line(costs, {"grader": built.client})
+        return grade_meta_rows(rows, built, out, seed=seed, progress=progress, describe_cost=line)
 
     run_session(
         start,
