@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from aiohttp import web
 
 from healthbench.client import ChatClient, describe_pace
 from healthbench.pacing import BURST, Gate, Pace, Pacer
@@ -262,3 +263,32 @@ def test_the_progress_line_shows_each_gate_once_under_the_names_that_share_it() 
     assert describe_pace({"policy": policy, "grader": grader, "judge": other, "none": None}) == (
         "policy+grader 0 req/s; judge 0 req/s"
     )
+
+
+def test_an_api_call_refused_for_quota_is_not_retried() -> None:
+    calls = 0
+
+    async def no_credit(request: web.Request) -> web.Response:
+        nonlocal calls
+        calls += 1
+        error = {"message": "You exceeded your current quota", "code": "insufficient_quota"}
+        return web.json_response({"error": error}, status=429)
+
+    async def main() -> None:
+        app = web.Application()
+        app.router.add_post("/v1/files", no_credit)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        client = ChatClient(f"http://127.0.0.1:{port}/v1", "sk-files")
+        try:
+            with pytest.raises(QuotaExhausted, match="no quota left"):
+                await client.api("POST", "/files", json_body={})
+        finally:
+            await client.aclose()
+            await runner.cleanup()
+
+    asyncio.run(main())
+    assert calls == 1

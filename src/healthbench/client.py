@@ -27,7 +27,7 @@ import aiohttp
 from pydantic import SecretStr
 
 from .pacing import Gate, Pacer
-from .ratesignals import DEFAULT_OUTPUT_CAP, QuotaExhausted, request_cost, retry_after_seconds
+from .ratesignals import DEFAULT_OUTPUT_CAP, QuotaExhausted, read_refusal, request_cost, retry_after_seconds
 from .wire import CHAT, Api, InvalidResponse, Usage
 
 T = TypeVar("T")
@@ -242,6 +242,8 @@ class ChatClient:
                 response_headers = response.headers
             if 200 <= status < 300:
                 return body
+            if status == 429 and read_refusal(body, response_headers).quota:
+                raise QuotaExhausted(f"{self.base_url}: the account has no quota left (insufficient_quota)")
             raise _status_error(status, body, response_headers)
 
         return await self._with_retries(attempt)
