@@ -261,7 +261,7 @@ def test_the_progress_line_shows_each_gate_once_under_the_names_that_share_it() 
     other = ChatClient("http://127.0.0.1:9/v1", "sk-other")
     assert policy.gate is grader.gate and policy.gate.pacer.limits == (600, None)
     assert describe_pace({"policy": policy, "grader": grader, "judge": other, "none": None}) == (
-        "policy+grader 0 req/s; judge 0 req/s"
+        "policy+grader: 0 req/s; judge: 0 req/s"
     )
 
 

@@ -72,4 +72,4 @@ def test_dry_run_estimates_the_wall_time_at_the_given_or_default_limits(tmp_path
 
 def test_the_progress_bar_shows_the_cost_and_each_key_pace() -> None:
     line = progress_line(CostMeter(None, "gpt-4.1", None), {"grader": ChatClient("http://127.0.0.1:9/v1", "sk-bar")})
-    assert line(Usage(), Usage()).endswith(", $0.00, grader 0 req/s")
+    assert line(Usage(), Usage()).endswith(", $0.00, grader: 0 req/s")

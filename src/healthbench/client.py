@@ -276,7 +276,7 @@ class ChatClient:
 
 
 def describe_pace(clients: Mapping[str, Completer | None]) -> str:
-    """The pace of each live client, for the progress bar: "grader 82 req/s, TPM-bound"; clients that share a
+    """The pace of each live client, for the progress bar: "grader: 82 req/s, TPM-bound"; clients that share a
     gate (one key at one endpoint) are shown once, under all their names."""
     names: dict[int, list[str]] = {}
     gates: dict[int, Gate] = {}
@@ -284,7 +284,7 @@ def describe_pace(clients: Mapping[str, Completer | None]) -> str:
         if isinstance(client, ChatClient):
             names.setdefault(id(client.gate), []).append(name)
             gates[id(client.gate)] = client.gate
-    return "; ".join(f"{'+'.join(names[key])} {gate.status()}" for key, gate in gates.items())
+    return "; ".join(f"{'+'.join(names[key])}: {gate.status()}" for key, gate in gates.items())
 
 
 class _StatusError(Exception):

@@ -155,7 +155,6 @@ class Pacer:
         self.requests.learn(rpm, _USER)
         self.tokens.learn(tpm, _USER)
         self.quota_exhausted = False
-        self.refused = 0
         # The server's reported budget is followed until it refuses a request the mirror said would fit: then
         # its reports are read some other way than this model reads them, and only the pace is trusted.
         self._trusted = True
@@ -284,7 +283,6 @@ class Pacer:
             self.quota_exhausted = True
             return
         self._answered(now)
-        self.refused += 1
         self._in_row += 1
         self._trusted = False
         self._refusals.append(now)
