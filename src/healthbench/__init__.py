@@ -5,8 +5,18 @@ from typing import Any
 from .batch import BatchClient
 from .batchapi import BatchSettings
 from .client import ChatClient, Completer, RequestFailed, RetryPolicy
-from .config import GraderConfig
-from .data import DataError, IdealCompletions, Message, MetaRow, Row, RubricItem, load_meta_rows, load_rows
+from .config import PROFESSIONAL_GRADER, GraderConfig
+from .data import (
+    DataError,
+    IdealCompletions,
+    Message,
+    MetaRow,
+    Row,
+    RubricItem,
+    load_meta_rows,
+    load_professional_rows,
+    load_rows,
+)
 from .grading import (
     DEFAULT_GRADER_MODEL,
     TEMPLATE,
@@ -22,15 +32,21 @@ from .grading import (
     rubric_item_text,
     transcript_with_reply,
 )
-from .scoring import aggregate, clipped_mean, score, task_metrics
-from .subsets import SUBSETS, load_meta_subset, load_subset, subset_path
-from .wire import InvalidResponse, Usage
+from .scoring import PROFESSIONAL_LENGTH_ADJUSTMENT, LengthAdjustment, aggregate, clipped_mean, score, task_metrics
+from .subsets import SUBSETS, TASK_SUBSETS, load_meta_subset, load_subset, subset_path
+from .wire import CHAT, RESPONSES, Api, InvalidResponse, Shape, Usage, is_reasoning_model
 
 __all__ = [
+    "CHAT",
     "DEFAULT_GRADER_MODEL",
+    "PROFESSIONAL_GRADER",
+    "PROFESSIONAL_LENGTH_ADJUSTMENT",
+    "RESPONSES",
     "SUBSETS",
+    "TASK_SUBSETS",
     "TEMPLATE",
     "TEMPLATE_SHA256",
+    "Api",
     "BatchClient",
     "BatchSettings",
     "ChatClient",
@@ -45,20 +61,24 @@ __all__ = [
     "HealthBenchTaskset",
     "IdealCompletions",
     "InvalidResponse",
+    "LengthAdjustment",
     "Message",
     "MetaRow",
     "RequestFailed",
     "RetryPolicy",
     "Row",
     "RubricItem",
+    "Shape",
     "Usage",
     "Verdict",
     "aggregate",
     "clipped_mean",
     "grader_prompt",
+    "is_reasoning_model",
     "load_environment",
     "load_meta_rows",
     "load_meta_subset",
+    "load_professional_rows",
     "load_rows",
     "load_subset",
     "parse_verdict",
