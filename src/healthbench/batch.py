@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import time
 from collections.abc import Callable, Mapping
@@ -32,9 +33,11 @@ from .batchapi import (
     BatchLedger,
     BatchSettings,
     Outcome,
+    find_batch,
     input_line,
     line_tokens,
-    read_output_line,
+    read_outcomes,
+    split_lines,
     status_line,
 )
 from .client import ChatClient, Deferred, RequestFailed
@@ -43,8 +46,6 @@ from .wire import InvalidResponse, Usage
 
 T = TypeVar("T")
 
-# How many pages of the batch list to search for a batch whose id was lost in a crash.
-_LIST_PAGES = 20
 # Checks on the batches that may fail in a row (each after the client's own retries) before the requests
 # waiting on them fail: a wait of hours should outlast a short outage.
 _CHECK_FAILURES = 10
@@ -272,25 +273,11 @@ class BatchClient:
     def _watching(self) -> bool:
         return any(batch.status not in TERMINAL for batch in self._open.values())
 
-    def _chunks(self, requests: list[_Request]) -> list[list[_Request]]:
-        cap = self._token_cap
-        chunks: list[list[_Request]] = [[]]
-        size = tokens = 0
-        for request in requests:
-            if chunks[-1] and (
-                len(chunks[-1]) >= self.settings.max_requests
-                or size + len(request.line) > self.settings.max_bytes
-                or (cap is not None and tokens + line_tokens(request.line) > cap)
-            ):
-                chunks.append([])
-                size = tokens = 0
-            chunks[-1].append(request)
-            size += len(request.line)
-            tokens += line_tokens(request.line)
-        return chunks
-
     async def _submit_queue(self) -> None:
-        for chunk in self._chunks(list(self._queue.values())):
+        queued = list(self._queue.values())
+        rest = iter(queued)
+        for size in split_lines([r.line for r in queued], self.settings, self._token_cap):
+            chunk = list(itertools.islice(rest, size))
             if not self._room():
                 break  # the rest waits until this client's batch is done
             for request in chunk:
@@ -343,19 +330,12 @@ class BatchClient:
     async def _find(self, batch: _Batch) -> None:
         """The id of a batch created from `batch`'s file by a process that died before recording it; or, if
         there is none, the batch created now."""
-        after: str | None = None
-        for _ in range(_LIST_PAGES):
-            query = "/batches?limit=100" + (f"&after={after}" if after else "")
-            page = json.loads(await self.chat.api("GET", query))
-            for found in page.get("data", []):
-                if found.get("input_file_id") == batch.input_file_id:
-                    batch.batch_id = found["id"]
-                    self.ledger.record_batch_id(batch.input_file_id, found["id"])
-                    return
-            if not page.get("has_more") or not page.get("data"):
-                break
-            after = page["data"][-1]["id"]
-        await self._create(batch)
+        found = await find_batch(self.chat, batch.input_file_id)
+        if found is None:
+            await self._create(batch)
+            return
+        batch.batch_id = found
+        self.ledger.record_batch_id(batch.input_file_id, found)
 
     async def _poll(self) -> None:
         for batch in list(self._open.values()):
@@ -375,16 +355,7 @@ class BatchClient:
             batch.status = status
 
     async def _collect(self, batch: _Batch, state: Mapping[str, Any]) -> None:
-        outcomes: dict[str, Outcome] = {}
-        for key in ("output_file_id", "error_file_id"):
-            file_id = state.get(key)
-            if not file_id:
-                continue
-            content = await self.chat.api("GET", f"/files/{file_id}/content")
-            for text in content.splitlines():
-                if text.strip():
-                    record = json.loads(text)
-                    outcomes[str(record.get("custom_id"))] = read_output_line(self.chat.wire, record)
+        outcomes = await read_outcomes(self.chat, state)
         status = state.get("status")
         missing = f"no result in batch {batch.batch_id} ({status})"
         if status == "failed":

@@ -22,6 +22,8 @@ from .wire import Api, InvalidResponse, Usage
 MAX_REQUESTS = 50_000
 MAX_BYTES = 200 * 1000 * 1000
 TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
+# How many pages of the batch list to search for a batch whose id was lost in a crash.
+_LIST_PAGES = 20
 
 
 class BatchLedger(Protocol):
@@ -132,3 +134,52 @@ def read_output_line(api: Api, record: Mapping[str, Any]) -> Outcome:
     error = record.get("error") or {}
     message = f"{error.get('code', 'error')}: {error.get('message', '')}" if isinstance(error, dict) else str(error)
     return Outcome(None, Usage(batch=True), f"batch error {message}")
+
+
+def split_lines(lines: list[bytes], settings: BatchSettings, token_cap: int | None) -> list[int]:
+    """How many of `lines`, in order, go in each batch: within the request and byte limits of a batch, and
+    within `token_cap` estimated tokens when one is set (a line past every limit still goes, alone)."""
+    sizes = [0]
+    size = tokens = 0
+    for line in lines:
+        if sizes[-1] and (
+            sizes[-1] >= settings.max_requests
+            or size + len(line) > settings.max_bytes
+            or (token_cap is not None and tokens + line_tokens(line) > token_cap)
+        ):
+            sizes.append(0)
+            size = tokens = 0
+        sizes[-1] += 1
+        size += len(line)
+        tokens += line_tokens(line)
+    return sizes if sizes[-1] else []
+
+
+async def find_batch(chat: ChatClient, input_file_id: str) -> str | None:
+    """The id of the batch created from an uploaded file, found in the batch list (newest first), if any."""
+    after: str | None = None
+    for _ in range(_LIST_PAGES):
+        query = "/batches?limit=100" + (f"&after={after}" if after else "")
+        page = json.loads(await chat.api("GET", query))
+        for found in page.get("data", []):
+            if found.get("input_file_id") == input_file_id:
+                return str(found["id"])
+        if not page.get("has_more") or not page.get("data"):
+            return None
+        after = page["data"][-1]["id"]
+    return None
+
+
+async def read_outcomes(chat: ChatClient, state: Mapping[str, Any]) -> dict[str, Outcome]:
+    """The outcome of every line in a finished batch's output and error files, by custom_id."""
+    outcomes: dict[str, Outcome] = {}
+    for key in ("output_file_id", "error_file_id"):
+        file_id = state.get(key)
+        if not file_id:
+            continue
+        content = await chat.api("GET", f"/files/{file_id}/content")
+        for text in content.splitlines():
+            if text.strip():
+                record = json.loads(text)
+                outcomes[str(record.get("custom_id"))] = read_output_line(chat.wire, record)
+    return outcomes
