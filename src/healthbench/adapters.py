@@ -10,21 +10,18 @@ nothing here turns it into a score.
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .config import PROFESSIONAL_GRADER, GraderConfig
+from .config import GraderConfig, GraderPool, length_adjustment_for
 from .data import DataError, Row, load_rows
 from .grading import GradedItem, Grader, transcript_with_reply
 from .runner import aggregate_records, select_rows
-from .scoring import PROFESSIONAL_LENGTH_ADJUSTMENT, LengthAdjustment, task_metrics
-from .subsets import load_subset
+from .scoring import LengthAdjustment, task_metrics
+from .subsets import PROFESSIONAL, load_subset
 
-PROFESSIONAL = "professional"
 # The slices the metrics are reported by: themes and axes for HealthBench, the four row slices for Professional.
 HEALTHBENCH_SLICES = ("theme:", "axis:")
 PROFESSIONAL_SLICES = ("use_case:", "type:", "difficulty:", "specialty:")
@@ -55,10 +52,10 @@ def grader_config(
 ) -> GraderConfig:
     """Grader settings as every grading command takes them: explicit values, then the grader's environment
     (never `OPENAI_BASE_URL`), then the subset's official settings (Professional), then the reference's."""
-    return GraderConfig.from_env(
+    return GraderConfig.for_subset(
+        subset,
         model=model,
         base_url=base_url,
-        defaults=PROFESSIONAL_GRADER if subset == PROFESSIONAL else None,
         api=api,
         reasoning_effort=reasoning_effort,
         reasoning=reasoning,
@@ -72,14 +69,7 @@ def length_adjustment(
     subset: str | None, center: float | None = None, penalty_per_500_chars: float | None = None
 ) -> LengthAdjustment | None:
     """Both settings or neither; with neither, Professional's official adjustment and none for the others."""
-    if (center is None) != (penalty_per_500_chars is None):
-        raise ValueError(
-            "length adjustment: give both length_adjustment_center and length_adjustment_penalty_per_500_chars, "
-            "or neither"
-        )
-    if center is not None and penalty_per_500_chars is not None:
-        return LengthAdjustment(center, penalty_per_500_chars)
-    return PROFESSIONAL_LENGTH_ADJUSTMENT if subset == PROFESSIONAL else None
+    return length_adjustment_for(subset, center, penalty_per_500_chars)
 
 
 def slices_for(subset: str | None) -> tuple[str, ...]:
@@ -87,40 +77,10 @@ def slices_for(subset: str | None) -> tuple[str, ...]:
     return PROFESSIONAL_SLICES if subset == PROFESSIONAL else HEALTHBENCH_SLICES
 
 
-@dataclass
-class _Shared:
-    grader: Grader
-    users: int = 0
-
-
-class SharedGraders:
-    """One grader per distinct settings for the whole process, so every sample draws on its one concurrency
-    budget and its client's rate pacing. Its HTTP session is closed whenever no sample is grading (the client
-    opens a new one on next use, in whatever event loop is running then), so nothing outlives an eval's loop.
-    """
-
-    def __init__(self) -> None:
-        # Keyed by a digest of the settings and the key, so the raw key is held only by the client.
-        self._graders: dict[str, _Shared] = {}
-
-    @asynccontextmanager
-    async def lease(self, config: GraderConfig) -> AsyncIterator[Grader]:
-        """The grader for `config`, for the duration of the block."""
-        secret = config.api_key.get_secret_value() if config.api_key is not None else ""
-        slot = hashlib.sha256(f"{config.model_dump_json()}\n{secret}".encode()).hexdigest()
-        shared = self._graders.get(slot)
-        if shared is None:
-            shared = self._graders[slot] = _Shared(config.build())
-        shared.users += 1
-        try:
-            yield shared.grader
-        finally:
-            shared.users -= 1
-            if shared.users == 0:
-                await shared.grader.client.aclose()
-
-
-GRADERS = SharedGraders()
+# One grader per distinct settings for the whole process, so every sample draws on its one concurrency budget
+# and its client's rate pacing; its HTTP session closes whenever no sample is grading, so nothing outlives an
+# eval's event loop.
+GRADERS = GraderPool()
 
 
 @dataclass(frozen=True)

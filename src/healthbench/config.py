@@ -11,14 +11,19 @@ A grader that is not a reasoning model is asked as the reference asks gpt-4.1 (t
 
 from __future__ import annotations
 
+import hashlib
 import os
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from .client import OPENAI_BASE_URL, Budget, ChatClient, Completer, client_for
 from .grading import DEFAULT_GRADER_MODEL, GRADER_MAX_TOKENS, GRADER_TEMPERATURE, TEMPLATE_SHA256, Grader, VerdictCache
+from .scoring import PROFESSIONAL_LENGTH_ADJUSTMENT, LengthAdjustment
+from .subsets import PROFESSIONAL
 from .wire import APIS, ApiName, Effort, Shape, is_reasoning_model
 
 DEFAULT_CONCURRENCY = 64
@@ -82,6 +87,11 @@ class GraderConfig(BaseModel):
             base_url=base_url or env.get("HEALTHBENCH_GRADER_BASE_URL") or OPENAI_BASE_URL,
             api_key=SecretStr(key) if key else None,
         )
+
+    @classmethod
+    def for_subset(cls, subset: str | None, **values: Any) -> GraderConfig:
+        """`from_env` with the subset's official settings as the defaults (Professional's; the others have none)."""
+        return cls.from_env(defaults=PROFESSIONAL_GRADER if subset == PROFESSIONAL else None, **values)
 
     @model_validator(mode="after")
     def _settings_fit_the_model(self) -> GraderConfig:
@@ -153,3 +163,55 @@ class GraderConfig(BaseModel):
 
 
 _REFERENCE_SETTINGS = GraderConfig().request_settings()
+
+
+def length_adjustment_for(
+    subset: str | None, center: float | None, penalty_per_500_chars: float | None
+) -> LengthAdjustment | None:
+    """The settings given (both or neither); with neither, the subset's official adjustment (Professional's),
+    and none for the other subsets, which have no confirmed one."""
+    if (center is None) != (penalty_per_500_chars is None):
+        raise ValueError(
+            "length adjustment: give both length_adjustment_center and length_adjustment_penalty_per_500_chars "
+            "(--length-adjustment-center and --length-adjustment-penalty-per-500-chars), or neither"
+        )
+    if center is not None and penalty_per_500_chars is not None:
+        return LengthAdjustment(center, penalty_per_500_chars)
+    return PROFESSIONAL_LENGTH_ADJUSTMENT if subset == PROFESSIONAL else None
+
+
+@dataclass
+class _Lease:
+    grader: Grader
+    users: int = 0
+
+
+class GraderPool:
+    """One grader per distinct settings and key, shared by its callers while any of them is grading.
+
+    Callers of one key share connections and the client's rate pacing; the last one to finish closes the
+    client, so a key seen once leaves nothing behind. With `concurrency`, every grader draws on one budget of
+    that size; without, each on its own settings' budget.
+    """
+
+    def __init__(self, concurrency: int | None = None) -> None:
+        self._budget = Budget(concurrency) if concurrency is not None else None
+        # Keyed by a digest, so the raw key is held only where it is used: the client's headers.
+        self._leases: dict[str, _Lease] = {}
+
+    @asynccontextmanager
+    async def lease(self, config: GraderConfig) -> AsyncIterator[Grader]:
+        """The grader of `config` (its key included), for the duration of the block."""
+        secret = config.api_key.get_secret_value() if config.api_key is not None else ""
+        slot = hashlib.sha256(f"{config.model_dump_json()}\n{secret}".encode()).hexdigest()
+        lease = self._leases.get(slot)
+        if lease is None:
+            lease = self._leases[slot] = _Lease(config.build(budget=self._budget))
+        lease.users += 1
+        try:
+            yield lease.grader
+        finally:
+            lease.users -= 1
+            if lease.users == 0:
+                del self._leases[slot]
+                await lease.grader.client.aclose()

@@ -13,26 +13,21 @@ one budget.
 from __future__ import annotations
 
 import gc
-import hashlib
 import importlib.util
 import sys
 import threading
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
 from fastapi import HTTPException
 from pydantic import BaseModel, SecretStr
 
-from .client import Budget
-from .config import GraderConfig
+from .config import GraderConfig, GraderPool
 from .data import Message, Row, collection_paused, load_rows
 from .grading import (
     TEMPLATE_SHA256,
     GradedReply,
-    Grader,
     GradingError,
     render_conversation,
     transcript_with_reply,
@@ -109,42 +104,6 @@ def load_splits(data: Path | None = None, subsets: Sequence[str] = ()) -> dict[s
     return splits
 
 
-@dataclass
-class _Lease:
-    grader: Grader
-    users: int = 0
-
-
-class _GraderPool:
-    """One grader per distinct settings and key, shared by those sessions while any of them is grading.
-
-    Sessions of one key share connections and the client's rate pacing; the last one to finish closes the
-    client, so a key seen once leaves nothing behind. Every grader draws on the one budget.
-    """
-
-    def __init__(self, concurrency: int) -> None:
-        self._budget = Budget(concurrency)
-        # Keyed by a digest, so the raw key is held only where it is used: the client's headers.
-        self._leases: dict[str, _Lease] = {}
-
-    @asynccontextmanager
-    async def lease(self, config: GraderConfig, api_key: str | None) -> AsyncIterator[Grader]:
-        """The grader of `config` for `api_key` (None: send no key), for the duration of the block."""
-        slot = hashlib.sha256(f"{config.model_dump_json()}\n{api_key or ''}".encode()).hexdigest()
-        lease = self._leases.get(slot)
-        if lease is None:
-            config = config.model_copy(update={"api_key": SecretStr(api_key) if api_key else None})
-            lease = self._leases[slot] = _Lease(config.build(budget=self._budget))
-        lease.users += 1
-        try:
-            yield lease.grader
-        finally:
-            lease.users -= 1
-            if lease.users == 0:
-                del self._leases[slot]
-                await lease.grader.client.aclose()
-
-
 class Deployment:
     """What one server serves: rows by split, their task specs, and the grading all sessions share.
 
@@ -174,7 +133,7 @@ class Deployment:
                 self._rows[name, row.prompt_id] = row
             # Built once: the SDK asks for the listing again on every request.
             self._specs[name] = [{"split": name, "prompt_id": row.prompt_id} for row in rows]
-        self._graders = _GraderPool(max(config.concurrency for config in self.graders.values()))
+        self._graders = GraderPool(max(config.concurrency for config in self.graders.values()))
 
     def specs(self, split: str) -> list[dict[str, str]]:
         """The task specs of a split, in file order: small, the row stays on the server."""
@@ -197,7 +156,8 @@ class Deployment:
         config = self.graders[split]
         if not api_key and config.api_key is not None:
             api_key = config.api_key.get_secret_value()
-        async with self._graders.lease(config, api_key) as grader:
+        keyed = config.model_copy(update={"api_key": SecretStr(api_key) if api_key else None})
+        async with self._graders.lease(keyed) as grader:
             try:
                 return await grader.grade(row.prompt_id, transcript_with_reply(row.prompt, response), row.rubrics)
             except GradingError as exc:

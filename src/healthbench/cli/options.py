@@ -12,7 +12,7 @@ import click
 from pydantic import ValidationError
 
 from ..batchapi import BatchSettings
-from ..config import DEFAULT_CONCURRENCY, PROFESSIONAL_GRADER, GraderConfig
+from ..config import DEFAULT_CONCURRENCY, PROFESSIONAL_GRADER, GraderConfig, length_adjustment_for
 from ..data import DataError, Row, load_rows
 from ..scoring import PROFESSIONAL_LENGTH_ADJUSTMENT, LengthAdjustment
 from ..session import BatchChoice
@@ -189,10 +189,10 @@ def user_errors(func: F) -> F:
 def grader_config(subset: str | None = None, **flags: Any) -> GraderConfig:
     """The grader settings from the `grader_options` flags: a flag, else the grader's environment variables,
     else the subset's official settings (Professional's), else the reference's."""
-    return GraderConfig.from_env(
+    return GraderConfig.for_subset(
+        subset,
         model=flags["grader_model"],
         base_url=flags["grader_base_url"],
-        defaults=PROFESSIONAL_GRADER if subset == PROFESSIONAL else None,
         api=flags["grader_api"],
         reasoning=flags["grader_reasoning"],
         reasoning_effort=flags["grader_reasoning_effort"],
@@ -248,17 +248,14 @@ def length_adjustment(
     subset: str | None, center: float | None, penalty: float | None, off: bool
 ) -> LengthAdjustment | None:
     """The length adjustment the flags ask for: both numbers or neither; Professional's by default."""
-    if (center is None) != (penalty is None):
-        raise click.UsageError(
-            "give both --length-adjustment-center and --length-adjustment-penalty-per-500-chars, or neither"
-        )
     if off:
-        if center is not None:
+        if center is not None or penalty is not None:
             raise click.UsageError("--no-length-adjustment cannot be given with length adjustment settings")
         return None
-    if center is not None and penalty is not None:
-        return LengthAdjustment(center, penalty)
-    return PROFESSIONAL_LENGTH_ADJUSTMENT if subset == PROFESSIONAL else None
+    try:
+        return length_adjustment_for(subset, center, penalty)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 def official(subset: str | None, grader: GraderConfig, adjustment: LengthAdjustment | None) -> dict[str, Any]:
