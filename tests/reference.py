@@ -13,7 +13,9 @@ from healthbench.testing import FakeOpenAI, prompt_verdict
 from tests.conftest import make_row
 
 KEY = "sk-test-never-printed-0123456789"
-TEMPLATE = (Path(__file__).parents[1] / "src" / "healthbench" / "grader_template.txt").read_text(encoding="utf-8")
+TEMPLATE = (Path(__file__).parents[1] / "src" / "healthbench" / "grading" / "grader_template.txt").read_text(
+    encoding="utf-8"
+)
 
 
 def reference_metrics(

@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from healthbench.baselines import baseline_jobs, group_name
 from healthbench.cli import main
-from healthbench.data import DataError, Row
+from healthbench.data.schema import Row
+from healthbench.errors import DataError
+from healthbench.runs.baselines import baseline_jobs, group_name
 from healthbench.testing import FakeOpenAI
 from tests.conftest import make_row, write_jsonl
 from tests.reference import KEY, expected_means, reference_metrics, sent_prompts

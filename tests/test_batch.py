@@ -17,20 +17,15 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from healthbench.batch import BatchClient
-from healthbench.batchapi import BatchSettings
+from healthbench.api.batch.client import BatchClient
+from healthbench.api.batch.records import BatchSettings
+from healthbench.api.client import ApiClient, RetryPolicy
 from healthbench.cli import main
-from healthbench.client import ChatClient, RequestFailed, RetryPolicy
-from healthbench.data import Row
-from healthbench.grading import (
-    Grader,
-    GradingError,
-    grader_prompt,
-    render_conversation,
-    rubric_item_text,
-    transcript_with_reply,
-)
-from healthbench.store import STORE, Store
+from healthbench.data.schema import Row
+from healthbench.errors import GradingError, RequestFailed
+from healthbench.grading.grader import Grader
+from healthbench.grading.prompt import grader_prompt, render_conversation, rubric_item_text, transcript_with_reply
+from healthbench.runs.store import STORE, Store
 from healthbench.testing import FakeOpenAI
 from tests.conftest import make_row, write_jsonl
 from tests.reference import KEY, check_against_reference, made_up_rows
@@ -69,7 +64,7 @@ def failed_lines(server: FakeOpenAI) -> int:
 
 def live_bodies(rows: list[dict[str, Any]], replies: dict[str, str]) -> set[str]:
     """The exact request bodies live grading sends for these replies."""
-    grader = Grader(ChatClient("http://127.0.0.1:9/v1"))
+    grader = Grader(ApiClient("http://127.0.0.1:9/v1"))
     bodies = set()
     for raw in rows:
         row = Row.model_validate(raw)
@@ -182,7 +177,7 @@ def test_requests_are_split_by_the_batch_limits(tmp_path: Path, fake: FakeOpenAI
     store = Store(tmp_path / STORE)
 
     async def grade(settings: BatchSettings) -> int:
-        batcher = BatchClient(ChatClient(fake.base_url or ""), store, "grader", settings)
+        batcher = BatchClient(ApiClient(fake.base_url or ""), store, "grader", settings)
         graded = await Grader(batcher).grade("many", transcript_with_reply(row.prompt, "Rest."), row.rubrics)
         await batcher.aclose()
         return len(graded.items)
@@ -367,7 +362,7 @@ def test_a_provider_outage_while_waiting_is_outlasted_within_a_bound(
     said: list[str] = []
 
     async def grade(ledger: Store) -> int:
-        chat = ChatClient(fake.base_url or "", KEY, retry=quick)
+        chat = ApiClient(fake.base_url or "", KEY, retry=quick)
         batcher = BatchClient(chat, ledger, "grader", BatchSettings(poll_interval=0.01, settle=0.01), said.append)
         try:
             graded = await Grader(batcher).grade("p1", transcript_with_reply(row.prompt, "Rest."), row.rubrics)
@@ -424,7 +419,7 @@ def test_a_request_nobody_waits_for_gets_no_follow_up(tmp_path: Path, fake: Fake
     async def scenario() -> None:
         submitted = asyncio.Event()
         ledger = Store(tmp_path / STORE)
-        chat = ChatClient(fake.base_url or "", KEY, retry=RetryPolicy(max_attempts=2))
+        chat = ApiClient(fake.base_url or "", KEY, retry=RetryPolicy(max_attempts=2))
         batcher = BatchClient(
             chat, ledger, "grader", BatchSettings(poll_interval=0.01, settle=0.01), lambda _line: submitted.set()
         )
@@ -481,7 +476,7 @@ def test_under_a_token_cap_batches_go_one_at_a_time(tmp_path: Path, fake: FakeOp
         submitted = asyncio.Event()
         ledger = Store(tmp_path / STORE)
         settings = BatchSettings(poll_interval=0.01, settle=0.01, max_tokens=cap)
-        chat = ChatClient(fake.base_url or "", KEY)
+        chat = ApiClient(fake.base_url or "", KEY)
         batcher = BatchClient(chat, ledger, "grader", settings, lambda _line: submitted.set())
         first = asyncio.ensure_future(batcher.complete(body(1), str))
         await submitted.wait()

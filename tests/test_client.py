@@ -8,17 +8,17 @@ from typing import Any, TypeVar
 
 import pytest
 
-from healthbench.client import ChatClient, RequestFailed, RetryPolicy
-from healthbench.grading import Grader, parse_verdict
-from healthbench.ratesignals import duration_seconds, retry_after_seconds
+from healthbench.api.client import ApiClient, RetryPolicy
+from healthbench.api.ratesignals import duration_seconds, retry_after_seconds
+from healthbench.errors import InvalidResponse, RequestFailed
+from healthbench.grading.grader import Grader, parse_verdict
 from healthbench.testing import FakeOpenAI, prompt_verdict
-from healthbench.wire import InvalidResponse
 
 T = TypeVar("T")
 FAST = RetryPolicy(max_attempts=12, initial_backoff=0.001, max_backoff=0.01)
 
 
-def run(client: ChatClient, work: Callable[[], Awaitable[T]]) -> T:
+def run(client: ApiClient, work: Callable[[], Awaitable[T]]) -> T:
     async def main() -> T:
         try:
             return await work()
@@ -29,14 +29,14 @@ def run(client: ChatClient, work: Callable[[], Awaitable[T]]) -> T:
 
 
 def grader_prompt_body(i: int) -> dict[str, Any]:
-    return Grader(ChatClient()).request_body(f"# Conversation\nuser: q{i}\n\n# Rubric item\n[1] item {i}")
+    return Grader(ApiClient()).request_body(f"# Conversation\nuser: q{i}\n\n# Rubric item\n[1] item {i}")
 
 
 def test_every_fault_kind_is_retried_to_the_same_verdicts() -> None:
     faults = ("429", "500", "503", "drop", "badjson", "prose", "null", "empty", "string_verdict")
     with FakeOpenAI(fault_rate=0.25, faults=faults, seed=3) as server:
         assert server.base_url
-        client = ChatClient(server.base_url, "sk-test", concurrency=8, retry=FAST)
+        client = ApiClient(server.base_url, "sk-test", concurrency=8, retry=FAST)
         bodies = [grader_prompt_body(i) for i in range(200)]
 
         async def work() -> list[tuple[Any, Any]]:
@@ -54,7 +54,7 @@ def test_every_fault_kind_is_retried_to_the_same_verdicts() -> None:
 def test_the_bound_raises_with_the_last_cause() -> None:
     with FakeOpenAI(fail_always=lambda body: True) as server:
         assert server.base_url
-        client = ChatClient(server.base_url, concurrency=2, retry=RetryPolicy(max_attempts=3, initial_backoff=0.001))
+        client = ApiClient(server.base_url, concurrency=2, retry=RetryPolicy(max_attempts=3, initial_backoff=0.001))
         with pytest.raises(RequestFailed) as caught:
             run(client, lambda: client.complete(grader_prompt_body(0), parse_verdict))
         assert server.requests_total == 3
@@ -65,7 +65,7 @@ def test_the_bound_raises_with_the_last_cause() -> None:
 def test_client_errors_are_not_retried() -> None:
     with FakeOpenAI() as server:
         assert server.base_url
-        client = ChatClient(server.base_url, retry=FAST)
+        client = ApiClient(server.base_url, retry=FAST)
         with pytest.raises(RequestFailed, match="HTTP 400") as caught:
             run(client, lambda: client.complete({"model": "m", "messages": "nope"}, parse_verdict))
         assert server.requests_total == 1
@@ -73,7 +73,7 @@ def test_client_errors_are_not_retried() -> None:
 
 
 def test_connection_refused_is_retried_then_fails() -> None:
-    client = ChatClient("http://127.0.0.1:9/v1", retry=RetryPolicy(max_attempts=2, initial_backoff=0.001))
+    client = ApiClient("http://127.0.0.1:9/v1", retry=RetryPolicy(max_attempts=2, initial_backoff=0.001))
     with pytest.raises(RequestFailed, match="after 2 attempts"):
         run(client, lambda: client.complete(grader_prompt_body(0), parse_verdict))
 
@@ -81,7 +81,7 @@ def test_connection_refused_is_retried_then_fails() -> None:
 def test_concurrency_budget_is_shared_by_all_callers() -> None:
     with FakeOpenAI(latency=0.05) as server:
         assert server.base_url
-        client = ChatClient(server.base_url, concurrency=5, retry=FAST)
+        client = ApiClient(server.base_url, concurrency=5, retry=FAST)
 
         async def work() -> None:
             await asyncio.gather(*(client.complete(grader_prompt_body(i), parse_verdict) for i in range(40)))
@@ -94,11 +94,11 @@ def test_concurrency_budget_is_shared_by_all_callers() -> None:
 def test_key_goes_only_in_the_authorization_header() -> None:
     with FakeOpenAI() as server:
         assert server.base_url
-        client = ChatClient(server.base_url, "sk-secret-123", retry=FAST)
+        client = ApiClient(server.base_url, "sk-secret-123", retry=FAST)
         assert "sk-secret-123" not in repr(client)
         run(client, lambda: client.complete(grader_prompt_body(0), parse_verdict))
         assert server.auth_headers == ["Bearer sk-secret-123"]
-        anonymous = ChatClient(server.base_url, None, retry=FAST)
+        anonymous = ApiClient(server.base_url, None, retry=FAST)
         run(anonymous, lambda: anonymous.complete(grader_prompt_body(0), parse_verdict))
         assert server.auth_headers[-1] is None
 

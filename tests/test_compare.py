@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from healthbench.compare import compare_dirs, compare_runs, format_comparison, load_results
-from healthbench.scoring import PROFESSIONAL_LENGTH_ADJUSTMENT
+from healthbench.grading.scoring import PROFESSIONAL_LENGTH_ADJUSTMENT
+from healthbench.reporting.compare import compare_dirs, compare_runs, format_comparison, load_results
 
 
 def record(prompt_id: str, score: float, repeat: int | None = None, **tags: float) -> dict[str, Any]:

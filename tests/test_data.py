@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from healthbench.data import DataError, load_meta_rows, load_rows
+from healthbench.data.loading import load_meta_rows, load_rows
+from healthbench.errors import DataError
 from tests.conftest import make_row, write_jsonl
 
 

@@ -10,9 +10,10 @@ import pytest
 from click.testing import CliRunner
 
 from healthbench.cli import main
-from healthbench.data import Message
-from healthbench.grading import TEMPLATE
-from healthbench.pricing import Price, Unit, estimate, estimate_report
+from healthbench.data.schema import Message
+from healthbench.grading.prompt import TEMPLATE
+from healthbench.runs.estimate import Unit, estimate, estimate_report
+from healthbench.runs.pricing import Price
 from healthbench.testing import FakeOpenAI
 from tests.conftest import make_row, write_jsonl
 from tests.reference import KEY

@@ -28,10 +28,13 @@ from fastapi import HTTPException
 from openreward import AsyncOpenReward
 from openreward.api.errors import ToolCallError, ToolFailed
 
-from healthbench.config import GraderConfig
-from healthbench.data import Row, load_rows
-from healthbench.environment import MULTI_TURN_INSTRUCTION, Deployment, HealthBench, build_server, load_splits
-from healthbench.grading import TEMPLATE, GradingError
+from healthbench.data.loading import load_rows
+from healthbench.data.schema import Row
+from healthbench.errors import GradingError
+from healthbench.grading.prompt import TEMPLATE
+from healthbench.grading.settings import GraderConfig
+from healthbench.integrations.openreward.deployment import MULTI_TURN_INSTRUCTION, Deployment, load_splits
+from healthbench.integrations.openreward.environment import HealthBench, build_server
 from healthbench.testing import FakeOpenAI, prompt_verdict
 
 SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "healthbench_sample.jsonl"
@@ -395,8 +398,8 @@ def test_served_process_keeps_the_key_out_of_its_output(rows: list[Row], fake: F
         PYTHONUNBUFFERED="1", HEALTHBENCH_GRADER_BASE_URL=fake.base_url or "", OPENAI_BASE_URL="http://127.0.0.1:9"
     )
     code = (
-        "import sys; from pathlib import Path; from healthbench.config import GraderConfig; "
-        "from healthbench.environment import load_splits, serve; "
+        "import sys; from pathlib import Path; from healthbench.grading.settings import GraderConfig; "
+        "from healthbench.integrations.openreward.deployment import load_splits; from healthbench.integrations.openreward.environment import serve; "
         "serve(load_splits(Path(sys.argv[1])), host='127.0.0.1', port=0, grader=GraderConfig.from_env(max_attempts=1))"
     )
     process = subprocess.Popen(
@@ -435,10 +438,10 @@ def test_served_process_keeps_the_key_out_of_its_output(rows: list[Row], fake: F
 
 def test_the_deferred_sdk_import_is_transparent() -> None:
     code = (
-        "import sys, healthbench.environment; "
+        "import sys, healthbench.integrations.openreward.environment; "
         "assert 'anthropic' not in sys.modules and 'openreward.client' not in sys.modules; "
         "from openreward import AsyncOpenReward, Message; import openreward; "
-        "assert openreward.environments.Environment is healthbench.environment.Environment; print('ok')"
+        "assert openreward.environments.Environment is healthbench.integrations.openreward.environment.Environment; print('ok')"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.stdout.strip() == "ok", done.stderr

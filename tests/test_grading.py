@@ -7,30 +7,29 @@ from importlib import resources
 
 import pytest
 
-from healthbench.client import ChatClient
-from healthbench.data import Message, RubricItem
-from healthbench.grading import (
+from healthbench.api.client import ApiClient
+from healthbench.data.schema import Message, RubricItem
+from healthbench.errors import InvalidResponse
+from healthbench.grading.grader import Grader, parse_verdict
+from healthbench.grading.prompt import (
     TEMPLATE,
     TEMPLATE_SHA256,
-    Grader,
     grader_prompt,
-    parse_verdict,
     render_conversation,
     rubric_item_text,
     transcript_with_reply,
 )
-from healthbench.wire import InvalidResponse
 
 PINNED = "2adffd51fd259554ebcd036ad1072d4aa2b7ce3aec2bbffe36271f911632ed3c"
 
 
 def test_template_is_the_reference_byte_for_byte() -> None:
-    shipped = resources.files("healthbench").joinpath("grader_template.txt").read_bytes()
+    shipped = resources.files("healthbench.grading").joinpath("grader_template.txt").read_bytes()
     assert hashlib.sha256(shipped).hexdigest() == PINNED
     assert TEMPLATE_SHA256 == PINNED
     assert TEMPLATE.encode("utf-8") == shipped
     assert "Only return true is all of the criteria are met." in TEMPLATE  # the reference's typo, kept
-    notice = resources.files("healthbench").joinpath("LICENSE-simple-evals.txt").read_text()
+    notice = resources.files("healthbench.grading").joinpath("LICENSE-simple-evals.txt").read_text()
     assert "MIT License" in notice and "OpenAI" in notice
 
 
@@ -54,7 +53,7 @@ def test_prompt_substitutes_conversation_first() -> None:
 
 
 def test_request_body_matches_the_reference_sampler() -> None:
-    grader = Grader(ChatClient("http://127.0.0.1:9/v1"))
+    grader = Grader(ApiClient("http://127.0.0.1:9/v1"))
     assert grader.request_body("P") == {
         "model": "gpt-4.1-2025-04-14",
         "messages": [

@@ -16,9 +16,9 @@ from inspect_ai import eval as inspect_eval
 from inspect_ai.log import EvalLog
 
 from healthbench.cli import main
-from healthbench.inspect_task import healthbench
-from healthbench.runner import aggregate_records
-from healthbench.scoring import aggregate
+from healthbench.grading.aggregate import aggregate_records
+from healthbench.grading.scoring import aggregate
+from healthbench.integrations.inspect_task import healthbench
 from healthbench.testing import GRADER_MARKER, FakeOpenAI
 from tests.conftest import write_jsonl
 from tests.reference import KEY, made_up_rows

@@ -10,11 +10,14 @@ from typing import Any
 
 import pytest
 
-from healthbench.config import GraderConfig
-from healthbench.data import DataError, load_rows
-from healthbench.runner import METRICS, RESULTS, Job, aggregate_records, run_jobs
-from healthbench.scoring import LENGTH_ADJUSTED, PROFESSIONAL_LENGTH_ADJUSTMENT, LengthAdjustment
-from healthbench.store import Store
+from healthbench.data.loading import load_rows
+from healthbench.errors import DataError
+from healthbench.grading.aggregate import aggregate_records
+from healthbench.grading.scoring import LENGTH_ADJUSTED, PROFESSIONAL_LENGTH_ADJUSTMENT, LengthAdjustment
+from healthbench.grading.settings import GraderConfig
+from healthbench.runs.folder import METRICS, RESULTS
+from healthbench.runs.runner import Job, run_jobs
+from healthbench.runs.store import Store
 from healthbench.testing import FakeOpenAI
 from tests.conftest import make_row, write_jsonl
 

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from healthbench.cli import main
-from healthbench.metaeval import (
+from healthbench.grading.agreement import (
     group_figures,
     physician_agreement,
     pooled_physician_agreement,

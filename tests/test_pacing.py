@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from healthbench.client import ChatClient, describe_pace
-from healthbench.pacing import BURST, Gate, Pace, Pacer
-from healthbench.ratesignals import QuotaExhausted, read_refusal, request_cost
+from healthbench.api.client import ApiClient, describe_pace
+from healthbench.api.pacing import BURST, Gate, Pace, Pacer
+from healthbench.api.ratesignals import read_refusal, request_cost
+from healthbench.errors import QuotaExhausted
 from healthbench.testing import FakeOpenAI
 from healthbench.testing.limits import Limiter, RateLimits
 
@@ -208,7 +209,7 @@ def test_a_request_costs_its_prompt_and_its_cap() -> None:
     assert request_cost({"messages": [{"role": "user", "content": "abcd"}]}, default_cap=100) == 1 + 4 + 100
 
 
-def _complete_all(client: ChatClient, bodies: list[dict[str, Any]]) -> list[str | BaseException]:
+def _complete_all(client: ApiClient, bodies: list[dict[str, Any]]) -> list[str | BaseException]:
     async def one(body: dict[str, Any]) -> str | BaseException:
         try:
             reply, _ = await client.complete(body, str)
@@ -234,7 +235,7 @@ def test_the_client_learns_the_limit_from_the_first_429_and_keeps_under_it() -> 
     limits = RateLimits(rpm=6000, window=0.1, headers=False)
     with FakeOpenAI(limits=limits) as server:
         assert server.base_url
-        client = ChatClient(server.base_url, "sk-learn", concurrency=32)
+        client = ApiClient(server.base_url, "sk-learn", concurrency=32)
         replies = _complete_all(client, [_chat(i) for i in range(200)])
         counts = dict(server.responses_by_kind)
     assert all(isinstance(reply, str) for reply in replies)
@@ -247,7 +248,7 @@ def test_the_client_learns_the_limit_from_the_first_429_and_keeps_under_it() -> 
 def test_the_client_stops_at_once_when_the_quota_runs_out() -> None:
     with FakeOpenAI(limits=RateLimits(quota=3)) as server:
         assert server.base_url
-        client = ChatClient(server.base_url, "sk-quota", concurrency=1)
+        client = ApiClient(server.base_url, "sk-quota", concurrency=1)
         replies = _complete_all(client, [_chat(i) for i in range(6)])
         counts = dict(server.responses_by_kind)
     assert [isinstance(reply, str) for reply in replies] == [True] * 3 + [False] * 3
@@ -256,9 +257,9 @@ def test_the_client_stops_at_once_when_the_quota_runs_out() -> None:
 
 
 def test_the_progress_line_shows_each_gate_once_under_the_names_that_share_it() -> None:
-    policy = ChatClient("http://127.0.0.1:9/v1", "sk-shared")
-    grader = ChatClient("http://127.0.0.1:9/v1", "sk-shared", rpm=600)
-    other = ChatClient("http://127.0.0.1:9/v1", "sk-other")
+    policy = ApiClient("http://127.0.0.1:9/v1", "sk-shared")
+    grader = ApiClient("http://127.0.0.1:9/v1", "sk-shared", rpm=600)
+    other = ApiClient("http://127.0.0.1:9/v1", "sk-other")
     assert policy.gate is grader.gate and policy.gate.pacer.limits == (600, None)
     assert describe_pace({"policy": policy, "grader": grader, "judge": other, "none": None}) == (
         "policy+grader: 0 req/s; judge: 0 req/s"
@@ -282,7 +283,7 @@ def test_an_api_call_refused_for_quota_is_not_retried() -> None:
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
         port = runner.addresses[0][1]
-        client = ChatClient(f"http://127.0.0.1:{port}/v1", "sk-files")
+        client = ApiClient(f"http://127.0.0.1:{port}/v1", "sk-files")
         try:
             with pytest.raises(QuotaExhausted, match="no quota left"):
                 await client.api("POST", "/files", json_body={})

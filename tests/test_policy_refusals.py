@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from healthbench.cli import main
-from healthbench.client import RequestFailed
-from healthbench.sampling import REFUSAL_PROBE, REFUSED_REPLY, PolicyMisuse, RefusalGuard, misuse, prompt_refusal
+from healthbench.errors import PolicyMisuse, RequestFailed
+from healthbench.runs.policy import REFUSAL_PROBE, REFUSED_REPLY, RefusalGuard, misuse, prompt_refusal
 from healthbench.testing import FakeOpenAI
 from tests.conftest import make_row, write_jsonl
 from tests.reference import KEY

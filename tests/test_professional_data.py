@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 from huggingface_hub import constants as hf_constants
 
-from healthbench import hub as hub_module
-from healthbench import subsets
-from healthbench.data import DataError, load_professional_rows, load_rows
+from healthbench.data import hub as hub_module
+from healthbench.data import subsets
+from healthbench.data.loading import load_professional_rows, load_rows
+from healthbench.errors import DataError
 from tests.conftest import make_row, write_jsonl
 from tests.fakehub import FakeHub
 

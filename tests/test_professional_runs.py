@@ -21,8 +21,8 @@ from click.testing import CliRunner, Result
 from openreward import AsyncOpenReward
 
 from healthbench.cli import main
-from healthbench.grading import TEMPLATE
-from healthbench.subsets import PROFESSIONAL_FILENAME
+from healthbench.data.subsets import PROFESSIONAL_FILENAME
+from healthbench.grading.prompt import TEMPLATE
 from healthbench.testing import FakeOpenAI, prompt_verdict
 from tests.conftest import write_jsonl
 from tests.reference import KEY

@@ -13,14 +13,16 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
+from healthbench.api.client import ApiClient, RetryPolicy
+from healthbench.api.wire import RESPONSES, Shape, chat_content, responses_content
 from healthbench.cli import main
-from healthbench.client import ChatClient, RetryPolicy
-from healthbench.config import GraderConfig
-from healthbench.data import Message, RubricItem
-from healthbench.grading import REFERENCE_SHAPE, Grader, GradingError, transcript_with_reply
-from healthbench.pricing import REASONING_TOKENS
+from healthbench.data.schema import Message, RubricItem
+from healthbench.errors import GradingError, InvalidResponse
+from healthbench.grading.grader import REFERENCE_SHAPE, Grader
+from healthbench.grading.prompt import transcript_with_reply
+from healthbench.grading.settings import GraderConfig
+from healthbench.runs.estimate import REASONING_TOKENS
 from healthbench.testing import FakeOpenAI, prompt_verdict
-from healthbench.wire import RESPONSES, InvalidResponse, Shape, chat_content, responses_content
 from tests.conftest import write_jsonl
 from tests.reference import KEY, check_against_reference, made_up_rows
 from tests.test_metaeval import made_up_meta_rows, meta_eval, reference_meta_eval
@@ -246,7 +248,7 @@ def test_every_fault_kind_through_the_responses_api_is_retried_to_the_same_verdi
     config = GraderConfig(model=MODEL, reasoning_effort="low", api="responses")
     with FakeOpenAI(fault_rate=0.25, faults=FAULTS, seed=5) as server:
         assert server.base_url
-        client = ChatClient(server.base_url, "sk-test", concurrency=8, retry=FAST, api=RESPONSES)
+        client = ApiClient(server.base_url, "sk-test", concurrency=8, retry=FAST, api=RESPONSES)
         grader = Grader(client, MODEL, shape=config.shape, system_message=False)
         prompts = [f"# Conversation\nuser: q{i}\n\n# Rubric item\n[1] item {i}" for i in range(300)]
 
@@ -267,7 +269,7 @@ def test_every_fault_kind_through_the_responses_api_is_retried_to_the_same_verdi
 def test_an_ungradable_item_through_the_responses_api_fails_its_task_by_name() -> None:
     with FakeOpenAI(fail_always=lambda body: "never" in json.dumps(body)) as server:
         assert server.base_url
-        client = ChatClient(
+        client = ApiClient(
             server.base_url, None, retry=RetryPolicy(max_attempts=3, initial_backoff=0.001), api=RESPONSES
         )
         grader = Grader(client, MODEL, shape=GraderConfig(model=MODEL, api="responses").shape, system_message=False)

@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
-from healthbench.report import rebuild, render_report, write_report
-from healthbench.runner import aggregate_records
-from healthbench.scoring import (
+from healthbench.grading.aggregate import aggregate_records
+from healthbench.grading.scoring import (
     LENGTH_ADJUSTED,
     PROFESSIONAL_LENGTH_ADJUSTMENT,
     LengthAdjustment,
     aggregate,
     task_metrics,
 )
+from healthbench.reporting.report import rebuild, render_report, write_report
 
 XSS = "<script>alert(1)</script>"
 RUN = {

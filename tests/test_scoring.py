@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from healthbench.scoring import aggregate, clipped_mean, score, task_metrics
+from healthbench.grading.scoring import aggregate, clipped_mean, score, task_metrics
 
 
 def test_score_counts_negative_items_and_is_unclipped() -> None:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from healthbench import subsets
-from healthbench.data import DataError
-from healthbench.subsets import Subset
+from healthbench.data import subsets
+from healthbench.data.subsets import Subset
+from healthbench.errors import DataError
 from tests.conftest import make_row, write_jsonl
 
 

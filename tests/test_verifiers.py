@@ -24,10 +24,10 @@ from verifiers.v1.cli.eval.main import main as vf_eval  # type: ignore[import-un
 from verifiers.v1.utils.loaders import environment_class, taskset_class  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
 import healthbench
-from healthbench.config import PROFESSIONAL_GRADER
-from healthbench.scoring import PROFESSIONAL_LENGTH_ADJUSTMENT
+from healthbench.grading.scoring import PROFESSIONAL_LENGTH_ADJUSTMENT
+from healthbench.grading.settings import PROFESSIONAL_GRADER
+from healthbench.integrations.verifiers_env import HealthBenchEnv, HealthBenchTaskConfig, HealthBenchTaskset
 from healthbench.testing import GRADER_MARKER, FakeOpenAI
-from healthbench.verifiers_env import HealthBenchEnv, HealthBenchTaskConfig, HealthBenchTaskset
 from tests.conftest import write_jsonl
 from tests.reference import KEY, made_up_rows
 from tests.test_grade_cli import grade

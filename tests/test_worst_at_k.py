@@ -14,8 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from healthbench.cli import main
-from healthbench.runner import aggregate_records
-from healthbench.scoring import LengthAdjustment, mean_worst_of_k, worst_at_k
+from healthbench.grading.aggregate import aggregate_records
+from healthbench.grading.scoring import LengthAdjustment, mean_worst_of_k, worst_at_k
 from healthbench.testing import FakeOpenAI
 from tests.conftest import make_row, write_jsonl
 from tests.reference import KEY

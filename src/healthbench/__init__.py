@@ -2,39 +2,32 @@
 
 from typing import Any
 
-from .batch import BatchClient
-from .batchapi import BatchSettings
-from .client import ChatClient, Completer, RequestFailed, RetryPolicy
-from .config import PROFESSIONAL_GRADER, GraderConfig
-from .data import (
-    DataError,
-    IdealCompletions,
-    Message,
-    MetaRow,
-    Row,
-    RubricItem,
-    load_meta_rows,
-    load_professional_rows,
-    load_rows,
-)
-from .grading import (
-    DEFAULT_GRADER_MODEL,
+from healthbench.api.batch.client import BatchClient
+from healthbench.api.batch.records import BatchSettings
+from healthbench.api.client import ApiClient, Completer, RetryPolicy
+from healthbench.api.wire import CHAT, RESPONSES, Api, Shape, Usage, is_reasoning_model
+from healthbench.data.loading import load_meta_rows, load_professional_rows, load_rows
+from healthbench.data.schema import IdealCompletions, Message, MetaRow, Row, RubricItem
+from healthbench.data.subsets import SUBSETS, TASK_SUBSETS, load_meta_subset, load_subset, subset_path
+from healthbench.errors import DataError, GradingError, InvalidResponse, RequestFailed
+from healthbench.grading.grader import DEFAULT_GRADER_MODEL, GradedItem, GradedReply, Grader, Verdict, parse_verdict
+from healthbench.grading.prompt import (
     TEMPLATE,
     TEMPLATE_SHA256,
-    GradedItem,
-    GradedReply,
-    Grader,
-    GradingError,
-    Verdict,
     grader_prompt,
-    parse_verdict,
     render_conversation,
     rubric_item_text,
     transcript_with_reply,
 )
-from .scoring import PROFESSIONAL_LENGTH_ADJUSTMENT, LengthAdjustment, aggregate, clipped_mean, score, task_metrics
-from .subsets import SUBSETS, TASK_SUBSETS, load_meta_subset, load_subset, subset_path
-from .wire import CHAT, RESPONSES, Api, InvalidResponse, Shape, Usage, is_reasoning_model
+from healthbench.grading.scoring import (
+    PROFESSIONAL_LENGTH_ADJUSTMENT,
+    LengthAdjustment,
+    aggregate,
+    clipped_mean,
+    score,
+    task_metrics,
+)
+from healthbench.grading.settings import PROFESSIONAL_GRADER, GraderConfig
 
 __all__ = [
     "CHAT",
@@ -47,9 +40,9 @@ __all__ = [
     "TEMPLATE",
     "TEMPLATE_SHA256",
     "Api",
+    "ApiClient",
     "BatchClient",
     "BatchSettings",
-    "ChatClient",
     "Completer",
     "DataError",
     "GradedItem",
@@ -99,14 +92,14 @@ _VERIFIERS_EXPORTS = ("HealthBenchEnv", "HealthBenchTaskset")
 def load_environment(**settings: Any) -> Any:
     """The HealthBench verifiers environment (needs `healthbench[verifiers]`); see
     `healthbench.verifiers_env.load_environment` for the settings."""
-    from .verifiers_env import load_environment as load
+    from healthbench.integrations.verifiers_env import load_environment as load
 
     return load(**settings)
 
 
 def __getattr__(name: str) -> Any:
     if name in _VERIFIERS_EXPORTS:
-        from . import verifiers_env
+        from healthbench.integrations import verifiers_env
 
         return getattr(verifiers_env, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,5 +1,5 @@
 """`python -m healthbench` runs the command line."""
 
-from .cli import main
+from healthbench.cli import main
 
 main()

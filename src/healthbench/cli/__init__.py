@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import click
 
-from .grading import baseline, evaluate, grade, meta_eval
-from .leaderboard import leaderboard
-from .runs import batches, compare, download, report, serve
+from healthbench.cli.grading import baseline, evaluate, grade, meta_eval
+from healthbench.cli.leaderboard import leaderboard
+from healthbench.cli.runs import batches, compare, download, report, serve
 
 
 @click.group()

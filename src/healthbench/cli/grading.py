@@ -12,24 +12,37 @@ from typing import Any
 
 import click
 
-from ..baselines import GROUP_DESCRIPTIONS, baseline_jobs, physician_jobs
-from ..config import GraderConfig
-from ..data import MetaRow, load_meta_rows
-from ..grading import Grader
-from ..metaeval import MODEL_F1, PHYSICIAN_F1, grade_meta_rows
-from ..pacing import Load, wall_time
-from ..pricing import CostMeter, Unit, estimate, estimate_report, load_prices
-from ..ratesignals import DEFAULT_OUTPUT_CAP
-from ..report import write_meta_report
-from ..runner import Job, RunOutcome, load_responses, select_rows
-from ..sampling import Policy, PolicyConfig, PolicyMisuse
-from ..scoring import LengthAdjustment
-from ..session import BatchChoice, execute, progress_line, run_session
-from ..store import Store
-from ..subsets import PROFESSIONAL
-from ..wire import Usage
-from .options import data_options, grading, length_adjustment, length_options, load_tasks, official, run_options
-from .options import user_errors as _user_errors
+from healthbench.api.ratesignals import DEFAULT_OUTPUT_CAP
+from healthbench.api.wire import Usage
+from healthbench.cli.options import (
+    data_options,
+    grading,
+    length_adjustment,
+    length_options,
+    load_tasks,
+    official,
+    run_options,
+)
+from healthbench.cli.options import user_errors as _user_errors
+from healthbench.data.loading import load_meta_rows
+from healthbench.data.responses import load_responses
+from healthbench.data.schema import MetaRow
+from healthbench.data.select import select_rows
+from healthbench.data.subsets import PROFESSIONAL
+from healthbench.errors import PolicyMisuse
+from healthbench.grading.agreement import MODEL_F1, PHYSICIAN_F1
+from healthbench.grading.grader import Grader
+from healthbench.grading.scoring import LengthAdjustment
+from healthbench.grading.settings import GraderConfig
+from healthbench.reporting.report import write_meta_report
+from healthbench.runs.baselines import GROUP_DESCRIPTIONS, baseline_jobs, physician_jobs
+from healthbench.runs.estimate import Load, Unit, estimate, estimate_report, wall_time
+from healthbench.runs.metaeval import grade_meta_rows
+from healthbench.runs.policy import Policy, PolicyConfig
+from healthbench.runs.pricing import CostMeter, load_prices
+from healthbench.runs.runner import Job, RunOutcome
+from healthbench.runs.session import BatchChoice, execute, progress_line, run_session
+from healthbench.runs.store import Store
 
 
 def _adjusted(
@@ -330,7 +343,7 @@ def baseline(
 
 def _load_meta(data: Path | None, subset: str | None) -> tuple[list[MetaRow], str]:
     """The meta-eval rows (the official file unless --data) and the sha256 of their file."""
-    from ..subsets import file_sha256, load_meta_subset, subset_path  # deferred, as in load_tasks
+    from healthbench.data.subsets import file_sha256, load_meta_subset, subset_path
 
     if data is not None and subset is not None:
         raise click.UsageError("give at most one of --data PATH or --subset meta")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from .options import user_errors
+from healthbench.cli.options import user_errors
 
 
 @click.command()
@@ -26,7 +26,7 @@ from .options import user_errors
 def leaderboard(runs: tuple[Path, ...], out: Path, as_json: bool) -> None:
     """Rank finished runs by headline score, with 95% intervals, per theme and axis (per slice for
     Professional), marking runs graded or configured unlike the others; meta-eval runs are refused."""
-    from ..leaderboard import build, format_markdown, write_page
+    from healthbench.reporting.leaderboard import build, format_markdown, write_page
 
     board = build(runs)
     page = write_page(board, out)

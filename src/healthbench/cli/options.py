@@ -11,14 +11,15 @@ from typing import Any, TypeVar, cast
 import click
 from pydantic import ValidationError
 
-from ..batchapi import BatchSettings
-from ..config import DEFAULT_CONCURRENCY, PROFESSIONAL_GRADER, GraderConfig, length_adjustment_for
-from ..data import DataError, Row, load_rows
-from ..scoring import PROFESSIONAL_LENGTH_ADJUSTMENT, LengthAdjustment
-from ..session import BatchChoice
-from ..store import ConfigMismatch
-from ..subsets import PROFESSIONAL, TASK_SUBSETS
-from ..wire import EFFORTS
+from healthbench.api.batch.records import BatchSettings
+from healthbench.api.wire import EFFORTS
+from healthbench.data.loading import load_rows
+from healthbench.data.schema import Row
+from healthbench.data.subsets import PROFESSIONAL, TASK_SUBSETS
+from healthbench.errors import ConfigMismatch, DataError
+from healthbench.grading.scoring import PROFESSIONAL_LENGTH_ADJUSTMENT, LengthAdjustment
+from healthbench.grading.settings import DEFAULT_CONCURRENCY, PROFESSIONAL_GRADER, GraderConfig, length_adjustment_for
+from healthbench.runs.session import BatchChoice
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -159,12 +160,12 @@ run_options = options(
 
 def load_tasks(data: Path | None, subset: str | None) -> tuple[list[Row], str]:
     """The rows, and the sha256 of the file they came from (a run's identity includes its data)."""
-    from ..subsets import file_sha256, subset_path  # deferred: the download machinery is not needed for --data
+    from healthbench.data.subsets import file_sha256, subset_path
 
     if (data is None) == (subset is None):
         raise click.UsageError("give exactly one of --data PATH or --subset NAME")
     if data is None:
-        from ..subsets import load_subset
+        from healthbench.data.subsets import load_subset
 
         rows = load_subset(subset or "full")
         return rows, file_sha256(subset_path(subset or "full"))

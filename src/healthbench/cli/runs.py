@@ -10,18 +10,17 @@ from typing import Any
 
 import click
 
-from ..client import RequestFailed
-from ..config import GraderConfig
-from ..data import DataError
-from ..metaeval import write_meta_metrics
-from ..report import rebuild, write_meta_report
-from ..runner import RUN
-from ..sampling import PolicyConfig
-from ..scoring import LengthAdjustment
-from ..store import STORE, Store
-from ..subsets import DOWNLOADABLE, TASK_SUBSETS
-from .grading import meta_headline
-from .options import grader_config, grader_options, length_adjustment, length_options, user_errors
+from healthbench.cli.grading import meta_headline
+from healthbench.cli.options import grader_config, grader_options, length_adjustment, length_options, user_errors
+from healthbench.data.subsets import DOWNLOADABLE, TASK_SUBSETS
+from healthbench.errors import DataError, RequestFailed
+from healthbench.grading.scoring import LengthAdjustment
+from healthbench.grading.settings import GraderConfig
+from healthbench.reporting.report import rebuild, write_meta_report
+from healthbench.runs.folder import RUN
+from healthbench.runs.metaeval import write_meta_metrics
+from healthbench.runs.policy import PolicyConfig
+from healthbench.runs.store import STORE, Store
 
 
 @click.command()
@@ -29,7 +28,7 @@ from .options import grader_config, grader_options, length_adjustment, length_op
 @user_errors
 def download(names: tuple[str, ...]) -> None:
     """Download and check official files (all of them when no name is given)."""
-    from ..subsets import subset_path
+    from healthbench.data.subsets import subset_path
 
     for name in names or DOWNLOADABLE:
         click.echo(f"{name}: {subset_path(name)}")
@@ -54,7 +53,7 @@ def report(
 ) -> None:
     """Rebuild OUT/metrics.json and OUT/report.html from OUT/results.jsonl (of any run, meta-eval included);
     the length adjustment is the run's unless given."""
-    from ..compare import load_results
+    from healthbench.reporting.compare import load_results
 
     results = load_results(out)
     if not results:
@@ -97,7 +96,7 @@ def report(
 @user_errors
 def batches(out: Path, cancel: bool, grader_base_url: str | None, base_url: str | None) -> None:
     """List the batches of the run in OUT not yet collected, with their status; --cancel stops them."""
-    from ..batchapi import batch_report
+    from healthbench.api.batch.files import batch_report
 
     if not (out / STORE).exists():
         raise click.ClickException(f"{out}: no run here ({STORE} is missing)")
@@ -138,7 +137,7 @@ def batches(out: Path, cancel: bool, grader_base_url: str | None, base_url: str 
 def compare(run_a: Path, run_b: Path, seed: int, n_bootstrap: int, as_json: bool) -> None:
     """Paired per-task difference of the headline scores RUN_B - RUN_A, with a bootstrap interval, overall and
     per theme and axis (per slice for Professional)."""
-    from ..compare import compare_dirs, format_comparison
+    from healthbench.reporting.compare import compare_dirs, format_comparison
 
     result = compare_dirs(run_a, run_b, seed=seed, n_bootstrap=n_bootstrap)
     click.echo(json.dumps(result, indent=2) if as_json else format_comparison(result))
@@ -167,8 +166,8 @@ def serve(data: Path | None, subsets: tuple[str, ...], host: str, port: int, **f
 
     Grader flags apply to every split; what they leave unset is, for the professional split, its official
     setting (gpt-5.4 at low effort through the Responses API), whose reward is also length-adjusted."""
-    from ..environment import load_splits  # the OpenReward SDK is imported by this command only
-    from ..environment import serve as serve_environment
+    from healthbench.integrations.openreward.deployment import load_splits
+    from healthbench.integrations.openreward.environment import serve as serve_environment
 
     try:
         splits = load_splits(data, subsets)

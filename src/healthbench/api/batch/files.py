@@ -1,0 +1,147 @@
+"""The Batch API's objects as this project uses them: settings, the ledger that remembers batches across
+processes, the lines of input and output files, and a batch's status as a line of text.
+
+A batch line's `url` and a batch's `endpoint` are those of the client's API (`wire.Api.batch_url`): Chat
+Completions lines for a chat grader, `/v1/responses` lines for a Responses grader. A line's body is spliced in
+as the very bytes a live request sends.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from healthbench.api.batch.records import TERMINAL, BatchRecord, BatchSettings
+from healthbench.api.client import ApiClient, is_retryable
+from healthbench.api.wire import Api, Usage
+from healthbench.errors import InvalidResponse
+
+# How many pages of the batch list to search for a batch whose id was lost in a crash.
+_LIST_PAGES = 20
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One request's result in a batch: content, or why there is none."""
+
+    content: str | None
+    usage: Usage
+    cause: str = ""
+    retryable: bool = True
+
+
+def input_line(api: Api, custom_id: str, payload: bytes) -> bytes:
+    """One line of a batch input file; the body is spliced in as the very bytes a live request sends, never
+    re-serialised."""
+    head = json.dumps({"custom_id": custom_id, "method": "POST", "url": api.batch_url})
+    return head[:-1].encode() + b', "body": ' + payload + b"}\n"
+
+
+def line_tokens(line: bytes) -> int:
+    """The tokens a line is counted for in the queue, estimated: four bytes a token overstates a JSON line's
+    tokens, which is the safe side of a queue limit."""
+    return len(line) // 4
+
+
+def _elapsed(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+
+
+def status_line(batch_id: str | None, state: Mapping[str, Any], created: float) -> str:
+    """A batch's status, request counts and age, as shown while waiting and by `healthbench batches`."""
+    counts = state.get("request_counts") or {}
+    return (
+        f"batch {batch_id}: {state.get('status')}, {counts.get('completed', 0)}/{counts.get('total', 0)} done, "
+        f"{counts.get('failed', 0)} failed; {_elapsed(time.time() - created)} since submitted"
+    )
+
+
+async def batch_report(chats: Mapping[str, ApiClient], records: Iterable[BatchRecord], *, cancel: bool) -> list[str]:
+    """A line per recorded batch with its status from the API (`chats` by purpose); with `cancel`, each batch
+    still running is cancelled first. The ledger is left as it is: the next run collects what finished."""
+    lines = []
+    for record in records:
+        chat = chats[record.purpose]
+        if record.batch_id is None:
+            lines.append(f"{record.purpose}: file {record.input_file_id} uploaded, its batch not recorded yet")
+            continue
+        path = f"/batches/{record.batch_id}"
+        state = json.loads(await chat.api("GET", path))
+        if cancel and state.get("status") not in TERMINAL | {"cancelling"}:
+            state = json.loads(await chat.api("POST", path + "/cancel"))
+        lines.append(f"{record.purpose}: {status_line(record.batch_id, state, record.created)}")
+    return lines
+
+
+def read_output_line(api: Api, record: Mapping[str, Any]) -> Outcome:
+    """A line of a batch output or error file as an outcome; its body is read as `api` reads a live answer."""
+    response = record.get("response")
+    if isinstance(response, dict):
+        status = response.get("status_code")
+        body = response.get("body")
+        if status == 200 and isinstance(body, dict):
+            try:
+                content, usage = api.read(body, batch=True)
+            except InvalidResponse as exc:
+                return Outcome(None, Usage(batch=True), str(exc))
+            return Outcome(content, usage)
+        text = json.dumps(body)[:200]
+        code = status if isinstance(status, int) else 500
+        return Outcome(None, Usage(batch=True), f"HTTP {code} in batch: {text}", is_retryable(code))
+    error = record.get("error") or {}
+    message = f"{error.get('code', 'error')}: {error.get('message', '')}" if isinstance(error, dict) else str(error)
+    return Outcome(None, Usage(batch=True), f"batch error {message}")
+
+
+def split_lines(lines: list[bytes], settings: BatchSettings, token_cap: int | None) -> list[int]:
+    """How many of `lines`, in order, go in each batch: within the request and byte limits of a batch, and
+    within `token_cap` estimated tokens when one is set (a line past every limit still goes, alone)."""
+    sizes = [0]
+    size = tokens = 0
+    for line in lines:
+        if sizes[-1] and (
+            sizes[-1] >= settings.max_requests
+            or size + len(line) > settings.max_bytes
+            or (token_cap is not None and tokens + line_tokens(line) > token_cap)
+        ):
+            sizes.append(0)
+            size = tokens = 0
+        sizes[-1] += 1
+        size += len(line)
+        tokens += line_tokens(line)
+    return sizes if sizes[-1] else []
+
+
+async def find_batch(chat: ApiClient, input_file_id: str) -> str | None:
+    """The id of the batch created from an uploaded file, found in the batch list (newest first), if any."""
+    after: str | None = None
+    for _ in range(_LIST_PAGES):
+        query = "/batches?limit=100" + (f"&after={after}" if after else "")
+        page = json.loads(await chat.api("GET", query))
+        for found in page.get("data", []):
+            if found.get("input_file_id") == input_file_id:
+                return str(found["id"])
+        if not page.get("has_more") or not page.get("data"):
+            return None
+        after = page["data"][-1]["id"]
+    return None
+
+
+async def read_outcomes(chat: ApiClient, state: Mapping[str, Any]) -> dict[str, Outcome]:
+    """The outcome of every line in a finished batch's output and error files, by custom_id."""
+    outcomes: dict[str, Outcome] = {}
+    for key in ("output_file_id", "error_file_id"):
+        file_id = state.get(key)
+        if not file_id:
+            continue
+        content = await chat.api("GET", f"/files/{file_id}/content")
+        for text in content.splitlines():
+            if text.strip():
+                record = json.loads(text)
+                outcomes[str(record.get("custom_id"))] = read_output_line(chat.wire, record)
+    return outcomes

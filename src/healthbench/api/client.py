@@ -1,0 +1,326 @@
+"""The one network seam: a client of one OpenAI-compatible endpoint (Chat Completions or the Responses API),
+with a retry table.
+
+Every model call of the project goes through `ApiClient.complete`; `wire` says what the requests and answers
+look like. The client owns the process-wide
+concurrency budget (one semaphore shared by every task that uses it) and the retry policy: transport
+failures, retryable statuses and unusable answers are retried with exponential backoff and jitter, and
+Retry-After is honoured. Request starts go through the `pacing.Gate` of its key at its endpoint, which keeps
+them under the account's rate limits; a 429 is retried through that same gate, and one that says the account
+has no quota left raises `QuotaExhausted` at once. Past the bound, `RequestFailed` says what went wrong last;
+it never becomes a result. The API key goes into the Authorization header and nowhere else: not into errors,
+not into logs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import random
+import weakref
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+import aiohttp
+from pydantic import SecretStr
+
+from healthbench.api.pacing import Gate, Pacer
+from healthbench.api.ratesignals import DEFAULT_OUTPUT_CAP, read_refusal, request_cost, retry_after_seconds
+from healthbench.api.wire import CHAT, Api, Usage
+from healthbench.errors import InvalidResponse, QuotaExhausted, RequestFailed
+
+T = TypeVar("T")
+
+OPENAI_BASE_URL = "https://api.openai.com/v1"
+
+# Statuses worth asking again, as openai-python retries them; anything else 4xx is the caller's mistake.
+RETRY_STATUSES = frozenset({408, 409, 429})
+_MAX_RETRY_AFTER = 120.0
+_JSON = {"Content-Type": "application/json"}
+# Batch input and output files run to hundreds of megabytes: no total limit, only a stalled read.
+_BULK = aiohttp.ClientTimeout(total=None, sock_connect=60, sock_read=300)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how patiently to retry.
+
+    `max_attempts` counts the first try. With a quarter of requests failing, 12 attempts leave about one
+    chance in 60 million that a given call fails for good.
+    """
+
+    max_attempts: int = 12
+    initial_backoff: float = 0.5
+    max_backoff: float = 8.0
+    jitter: float = 0.25
+    rng: random.Random = field(default_factory=random.Random, compare=False)
+
+    def backoff(self, attempt: int, retry_after: float | None) -> float:
+        """Seconds to wait before attempt number `attempt + 1`."""
+        if retry_after is not None and 0 <= retry_after <= _MAX_RETRY_AFTER:
+            return retry_after
+        delay = min(self.max_backoff, self.initial_backoff * 2.0 ** (attempt - 1))
+        return delay * (1 - self.jitter * self.rng.random())
+
+
+class Completer(Protocol):
+    """What graders and policies call: one model request, its answer parsed, with what it cost.
+
+    `ApiClient` sends it live; `batch.BatchClient` sends it through the Batch API. `ident` tells apart
+    requests with equal bodies that must each get an answer of their own (repeats of a policy sample).
+    """
+
+    async def complete(
+        self, body: Mapping[str, Any] | bytes, parse: Callable[[str], T], *, ident: str | None = None
+    ) -> tuple[T, Usage]:
+        """Send one request and parse its content; raise `RequestFailed` past the retry bound."""
+
+    async def aclose(self) -> None:
+        """Release connections."""
+
+
+# Rate limits belong to a key at an endpoint, not to a client object: clients that share both (the policy and
+# the grader of one run, say; Chat and Responses calls of one key) must slow down together. OpenAI's limits are
+# per model as well, so two models on one key share a pace they need not: slower, never refused. Weak values:
+# a gate lives as long as its clients.
+_GATES: weakref.WeakValueDictionary[str, Gate] = weakref.WeakValueDictionary()
+
+
+def _gate_for(base_url: str, api_key: str | None) -> Gate:
+    slot = hashlib.sha256(f"{base_url}\n{api_key or ''}".encode()).hexdigest()
+    gate = _GATES.get(slot)
+    if gate is None:
+        gate = _GATES[slot] = Gate(Pacer())
+    return gate
+
+
+class Budget:
+    """A limit on requests in flight, shared by every client given it, bound to the loop that uses it."""
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.limit = limit
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._semaphore: asyncio.Semaphore | None = None
+
+    def semaphore(self) -> asyncio.Semaphore:
+        """The semaphore for the running loop (an asyncio.Semaphore serves one loop only)."""
+        loop = asyncio.get_running_loop()
+        if self._semaphore is None or self._loop is not loop:
+            self._semaphore, self._loop = asyncio.Semaphore(self.limit), loop
+        return self._semaphore
+
+
+class ApiClient:
+    """Requests to one API (`wire.CHAT` or `wire.RESPONSES`) of one OpenAI-compatible endpoint, under one
+    concurrency budget.
+
+    Loop-bound resources (the HTTP session, the budget's semaphore) are made on first use in the running loop, so
+    one client can be built anywhere and shared by every task of the process.
+    """
+
+    def __init__(
+        self,
+        base_url: str = OPENAI_BASE_URL,
+        api_key: str | None = None,
+        *,
+        concurrency: int = 64,
+        timeout: float = 120.0,
+        retry: RetryPolicy | None = None,
+        budget: Budget | None = None,
+        api: Api = CHAT,
+        rpm: float | None = None,
+        tpm: float | None = None,
+        default_output_cap: int = DEFAULT_OUTPUT_CAP,
+    ) -> None:
+        """`rpm` and `tpm` are the account's limits, as the user knows them (None: learned from the server);
+        a request with no output cap counts `default_output_cap` tokens against `tpm`."""
+        self.base_url = base_url.rstrip("/")
+        self.wire = api
+        self.url = self.base_url + api.path
+        # A budget shared with other clients (one per API key on a server) keeps one limit per process.
+        self.budget = budget or Budget(concurrency)
+        self.concurrency = self.budget.limit
+        self.retry = retry or RetryPolicy()
+        # Content-Type is set per request: a multipart upload (`api`) needs its own.
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self.gate = _gate_for(self.base_url, api_key)
+        self.gate.pacer.set_limits(rpm, tpm)
+        self.default_output_cap = default_output_cap
+
+    def __repr__(self) -> str:
+        return f"ApiClient(url={self.url!r}, concurrency={self.concurrency})"
+
+    def _bind(self) -> aiohttp.ClientSession:
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._loop is not loop:
+            connector = aiohttp.TCPConnector(limit=self.concurrency, ttl_dns_cache=300)
+            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout, headers=self._headers)
+            self._loop = loop
+        return self._session
+
+    async def _attempt(self, payload: bytes, cost: int) -> tuple[str, Usage]:
+        session = self._bind()
+        async with self.budget.semaphore():
+            ticket = await self.gate.start(cost)
+            try:
+                async with session.post(self.url, data=payload, headers=_JSON) as response:
+                    body = await response.read()
+                    status = response.status
+                    headers = response.headers
+            except (aiohttp.ClientError, TimeoutError):
+                self.gate.lost()
+                raise
+        if status == 429:
+            self.gate.refused(ticket, cost, body, headers)
+            # No backoff beside the gate: it holds every start of this key until the retry time.
+            raise _StatusError(f"HTTP 429: {body[:200].decode('utf-8', 'replace')}", 0.0)
+        self.gate.answered(ticket, headers)
+        if status == 200:
+            return self.wire.read(body)
+        raise _status_error(status, body, headers)
+
+    async def complete(
+        self, body: Mapping[str, Any] | bytes, parse: Callable[[str], T], *, ident: str | None = None
+    ) -> tuple[T, Usage]:
+        """Send one request (a body, or its JSON bytes) to this client's API and parse its content, with retries.
+
+        `parse` raises `InvalidResponse` for content that is not usable; that is retried like a transport
+        failure. Usage counts every answered attempt, since each one is billed. `ident` is not needed live:
+        every call is its own request. `QuotaExhausted` if the account has no quota left: never retried.
+        """
+        payload = body if isinstance(body, bytes) else json.dumps(body).encode()
+        cost = request_cost(json.loads(payload) if isinstance(body, bytes) else body, self.default_output_cap)
+        usage = Usage()
+
+        async def attempt() -> T:
+            content, attempt_usage = await self._attempt(payload, cost)
+            usage.add(attempt_usage)
+            return parse(content)
+
+        try:
+            return await self._with_retries(attempt), usage
+        except QuotaExhausted:
+            raise QuotaExhausted(f"{self.base_url}: the account has no quota left (insufficient_quota)") from None
+
+    async def api(
+        self, method: str, path: str, *, json_body: Any = None, form: Callable[[], aiohttp.FormData] | None = None
+    ) -> bytes:
+        """One call to another endpoint of the same API (`/files`, `/batches`), under the same retry table;
+        returns the body of a 2xx answer. `form` builds a multipart body afresh for each attempt."""
+        url = self.base_url + path
+
+        async def attempt() -> bytes:
+            session = self._bind()
+            data = form() if form is not None else None if json_body is None else json.dumps(json_body).encode()
+            headers = _JSON if json_body is not None else None
+            request = session.request(method, url, data=data, headers=headers, timeout=_BULK)
+            async with self.budget.semaphore(), request as response:
+                body = await response.read()
+                status = response.status
+                response_headers = response.headers
+            if 200 <= status < 300:
+                return body
+            if status == 429 and read_refusal(body, response_headers).quota:
+                raise QuotaExhausted(f"{self.base_url}: the account has no quota left (insufficient_quota)")
+            raise _status_error(status, body, response_headers)
+
+        return await self._with_retries(attempt)
+
+    async def _with_retries(self, attempt: Callable[[], Awaitable[T]]) -> T:
+        """Run `attempt` until it succeeds, by the retry table; `RequestFailed` with the last cause past it."""
+        cause = "no attempt made"
+        for number in range(1, self.retry.max_attempts + 1):
+            retry_after: float | None = None
+            try:
+                return await attempt()
+            except RequestFailed as exc:
+                raise RequestFailed(exc.cause, number, status=exc.status, body=exc.body) from None
+            except _StatusError as exc:
+                cause, retry_after = exc.cause, exc.retry_after
+            except InvalidResponse as exc:
+                cause = str(exc)
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                cause = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            if number < self.retry.max_attempts:
+                await asyncio.sleep(self.retry.backoff(number, retry_after))
+        raise RequestFailed(cause, self.retry.max_attempts)
+
+    async def aclose(self) -> None:
+        """Close the HTTP session, if one was opened in this loop."""
+        if self._session is not None and self._loop is asyncio.get_running_loop():
+            await self._session.close()
+        self._session = None
+        self._loop = None
+
+
+def describe_pace(clients: Mapping[str, Completer | None]) -> str:
+    """The pace of each live client, for the progress bar: "grader: 82 req/s, TPM-bound"; clients that share a
+    gate (one key at one endpoint) are shown once, under all their names."""
+    names: dict[int, list[str]] = {}
+    gates: dict[int, Gate] = {}
+    for name, client in clients.items():
+        if isinstance(client, ApiClient):
+            names.setdefault(id(client.gate), []).append(name)
+            gates[id(client.gate)] = client.gate
+    return "; ".join(f"{'+'.join(names[key])}: {gate.status()}" for key, gate in gates.items())
+
+
+class _StatusError(Exception):
+    def __init__(self, cause: str, retry_after: float | None) -> None:
+        super().__init__(cause)
+        self.cause = cause
+        self.retry_after = retry_after
+
+
+def is_retryable(status: int) -> bool:
+    """Whether an HTTP status is worth asking again (a 4xx other than these is the caller's mistake)."""
+    return status in RETRY_STATUSES or status >= 500
+
+
+def _status_error(status: int, body: bytes, headers: Mapping[str, str]) -> Exception:
+    """A retryable `_StatusError`, or `RequestFailed` for a status not worth retrying."""
+    cause = f"HTTP {status}: {body[:200].decode('utf-8', 'replace')}"
+    if is_retryable(status):
+        return _StatusError(cause, retry_after_seconds(headers))
+    return RequestFailed(cause, 1, status=status, body=body)
+
+
+class Endpoint(Protocol):
+    """The settings of one endpoint's client (the grader's, the policy's)."""
+
+    @property
+    def base_url(self) -> str: ...
+    @property
+    def api_key(self) -> SecretStr | None: ...
+    @property
+    def concurrency(self) -> int: ...
+    @property
+    def timeout(self) -> float: ...
+    @property
+    def max_attempts(self) -> int: ...
+    @property
+    def rpm(self) -> float | None: ...
+    @property
+    def tpm(self) -> float | None: ...
+
+
+def client_for(endpoint: Endpoint, budget: Budget | None = None, api: Api = CHAT) -> ApiClient:
+    """The live client of `api` for an endpoint's settings: the one place a client is made from them."""
+    return ApiClient(
+        endpoint.base_url,
+        endpoint.api_key.get_secret_value() if endpoint.api_key else None,
+        concurrency=endpoint.concurrency,
+        timeout=endpoint.timeout,
+        retry=RetryPolicy(max_attempts=endpoint.max_attempts),
+        budget=budget,
+        api=api,
+        rpm=endpoint.rpm,
+        tpm=endpoint.tpm,
+    )

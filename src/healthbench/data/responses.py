@@ -1,0 +1,51 @@
+"""Running samples through the policy and the grader, and writing the results as they finish.
+
+Every command that grades (`grade`, `eval`, `baseline`) is a list of jobs run here. Replies and verdicts
+are kept in the run's store as they arrive, and `results.jsonl` gets one line per sample the moment it is
+graded, so a crash loses at most what was in flight. Metrics are aggregated in a fixed order (repeat,
+prompt_id), so the seeded bootstrap depends neither on which task finished first nor on a resume. If any
+sample cannot be graded, no `metrics.json` is written: a partial score would be a wrong score.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, StrictStr
+
+from healthbench.data.loading import read_jsonl
+from healthbench.errors import DataError
+
+
+class _ResponseLine(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    prompt_id: StrictStr
+    response: StrictStr
+
+
+def load_responses(path: str | Path, known_ids: set[str], *, strict: bool = True) -> dict[str, str]:
+    """Read `{"prompt_id", "response"}` JSONL; every problem names the file, line and field.
+
+    Every reply is returned, and the caller grades those that name a task in `known_ids`: replies for the
+    full set graded on a subset of it is the common case. `strict` refuses a reply naming any other task;
+    either way, replies of which none names a known task are refused.
+    """
+    responses: dict[str, str] = {}
+    lines: dict[str, int] = {}
+    for number, entry in read_jsonl(path, _ResponseLine):
+        if strict and entry.prompt_id not in known_ids:
+            raise DataError(f"{path}:{number}: field prompt_id: {entry.prompt_id!r} is not a task of the data")
+        if entry.prompt_id in lines:
+            first = lines[entry.prompt_id]
+            raise DataError(f"{path}:{number}: field prompt_id: duplicate {entry.prompt_id!r}, first on line {first}")
+        lines[entry.prompt_id] = number
+        responses[entry.prompt_id] = entry.response
+    if not responses:
+        raise DataError(f"{path}: no responses")
+    if known_ids.isdisjoint(responses):
+        named = next(iter(lines))
+        raise DataError(
+            f"{path}: none of its {len(responses)} replies names one of the data's {len(known_ids)} tasks "
+            f"(line {lines[named]}: field prompt_id: {named!r} is not a task of the data)"
+        )
+    return responses

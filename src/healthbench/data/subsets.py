@@ -1,0 +1,356 @@
+"""The official HealthBench files: where they live, what they must hash to, and a checked local cache.
+
+A named subset resolves to a local file in this order: `HEALTHBENCH_DATA_DIR` (a folder the user filled
+with the official file names, for offline machines), else the cache (`HEALTHBENCH_CACHE_DIR`, default
+under the user's cache folder), downloading into it when missing. Each file is checked against the sha256
+recorded by other projects and its row count; the cache keeps a sidecar with the hash it accepted, so a
+file changed later is noticed.
+
+HealthBench Professional comes from the Hugging Face dataset `openai/healthbench-professional` instead, at a
+pinned revision: `HEALTHBENCH_PROFESSIONAL_REVISION` when set, else the one its first download recorded,
+else `main` as it was at that first download. No sha256 of it is published, so the first one seen is
+recorded beside it (`healthbench_professional_eval.jsonl.json`: revision, sha256, when) and later files
+must match it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import os
+import tempfile
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import platformdirs
+from pydantic import BaseModel, ConfigDict, ValidationError
+from tqdm import tqdm
+
+from healthbench.data import hub
+from healthbench.data.loading import load_meta_rows, load_professional_rows, load_rows
+from healthbench.data.schema import MetaRow, Row
+from healthbench.errors import DataError
+
+BASE_URL = "https://openaipublic.blob.core.windows.net/simple-evals/healthbench/"
+OVERRIDE_ENV = "HEALTHBENCH_ALLOW_SHA256_MISMATCH"
+_CHUNK = 1 << 20
+# Seconds a connection may go without a byte (connecting, or between reads) before the download fails.
+TIMEOUT = 60.0
+
+
+@dataclass(frozen=True)
+class Subset:
+    """One official file: its name, expected sha256 and row count."""
+
+    name: str
+    filename: str
+    sha256: str
+    rows: int
+
+    @property
+    def url(self) -> str:
+        """Where the file is downloaded from (`HEALTHBENCH_BASE_URL` can point at a mirror)."""
+        return os.environ.get("HEALTHBENCH_BASE_URL", BASE_URL).rstrip("/") + "/" + self.filename
+
+
+SUBSETS: dict[str, Subset] = {
+    s.name: s
+    for s in (
+        Subset(
+            "full",
+            "2025-05-07-06-14-12_oss_eval.jsonl",
+            "e99dd3c6372c10d6fcc5e385c5fae69d0dd40392dae56836ef9493ae324ecd2f",
+            5000,
+        ),
+        Subset(
+            "hard",
+            "hard_2025-05-08-21-00-10.jsonl",
+            "b0320430e5cd974e746585594c1dd10b5a3fc2aff9c72b26106c2c4a069d74e9",
+            1000,
+        ),
+        Subset(
+            "consensus",
+            "consensus_2025-05-09-20-00-46.jsonl",
+            "fabe37553327238928b05357d8b309737b5d426d6dee432a3376da618d0969d6",
+            3671,
+        ),
+        Subset(
+            "meta",
+            "2025-05-07-06-14-12_oss_meta_eval.jsonl",
+            "6a343ed3fcb6f28353c2c6c157ae30ddf2db874c947b27ba474ad54da9c5dbac",
+            29511,
+        ),
+    )
+}
+
+
+PROFESSIONAL = "professional"
+PROFESSIONAL_DATASET = "openai/healthbench-professional"
+PROFESSIONAL_FILENAME = "healthbench_professional_eval.jsonl"
+PROFESSIONAL_ROWS = 525
+REVISION_ENV = "HEALTHBENCH_PROFESSIONAL_REVISION"
+# The subsets whose rows are tasks (SUBSETS holds the files on OpenAI's blob store, meta-eval included).
+TASK_SUBSETS = ("full", "hard", "consensus", PROFESSIONAL)
+DOWNLOADABLE = (*TASK_SUBSETS, "meta")
+
+
+def _allow_mismatch() -> bool:
+    return os.environ.get(OVERRIDE_ENV, "") not in ("", "0")
+
+
+def cache_dir() -> Path:
+    """The download cache folder."""
+    configured = os.environ.get("HEALTHBENCH_CACHE_DIR")
+    return Path(configured) if configured else Path(platformdirs.user_cache_dir("healthbench"))
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 of a file, read in chunks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _check_hash(subset: Subset, where: str, actual: str) -> None:
+    if actual != subset.sha256 and not _allow_mismatch():
+        raise DataError(
+            f"{where}: sha256 {actual} does not match the official {subset.name} file's {subset.sha256}. "
+            f"The file may be truncated or a drifted mirror; delete it to download again, or set "
+            f"{OVERRIDE_ENV}=1 to use it anyway."
+        )
+
+
+def _cause(exc: BaseException) -> str:
+    """What went wrong on the wire, in a few words: the HTTP status, a timeout, or the socket's own error."""
+    if isinstance(exc, urllib.error.HTTPError):
+        return f"HTTP {exc.code}" + (f" ({exc.reason})" if exc.reason else "")
+    reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+    if isinstance(reason, TimeoutError):
+        return f"no answer within {TIMEOUT:g} s"
+    if isinstance(reason, BaseException):
+        return f"{type(reason).__name__}: {reason}" if str(reason) else type(reason).__name__
+    return str(reason)
+
+
+def download_error(subset: Subset, cause: str) -> DataError:
+    """The one message a failed download becomes: the file, the URL, the cause, and how to work offline.
+
+    Worded as `hub.hub_error` words the Hugging Face download, so every subset fails alike.
+    """
+    return DataError(
+        f"could not download {subset.filename} (HealthBench {subset.name}) from {subset.url}: {cause}. "
+        f"To work offline, set HEALTHBENCH_DATA_DIR to a folder holding {subset.filename}, or pass --data PATH."
+    )
+
+
+# Network failures: OSError covers refused connections, DNS failures, resets and timeouts (URLError is
+# one); HTTPException a server that does not speak HTTP.
+_NETWORK_ERRORS = (OSError, http.client.HTTPException)
+
+
+def _open(subset: Subset) -> http.client.HTTPResponse:
+    try:
+        response: http.client.HTTPResponse = urllib.request.urlopen(subset.url, timeout=TIMEOUT)
+    except urllib.error.HTTPError as exc:
+        exc.close()  # it holds the error response open
+        raise download_error(subset, _cause(exc)) from None
+    except _NETWORK_ERRORS as exc:
+        raise download_error(subset, _cause(exc)) from None
+    return response
+
+
+def _read(subset: Subset, response: http.client.HTTPResponse) -> bytes:
+    try:
+        return response.read(_CHUNK)
+    except _NETWORK_ERRORS as exc:
+        raise download_error(subset, _cause(exc)) from None
+
+
+def _download(subset: Subset, target: Path) -> str:
+    """Download to a temporary file beside `target`, hash while writing, then rename into place.
+
+    Whatever fails (the network, the hash, an interrupt), the temporary file is removed, so nothing
+    half-written is left in the cache.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256()
+    handle, temp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
+    try:
+        with os.fdopen(handle, "wb") as out, _open(subset) as response:
+            total = int(response.headers.get("Content-Length") or 0) or None
+            received = 0
+            with tqdm(total=total, unit="B", unit_scale=True, desc=f"healthbench {subset.name}") as bar:
+                while chunk := _read(subset, response):
+                    out.write(chunk)
+                    digest.update(chunk)
+                    received += len(chunk)
+                    bar.update(len(chunk))
+            # A read of a given size returns b"" when the connection ends early, even short of Content-Length.
+            if total is not None and received < total:
+                raise download_error(subset, f"the connection closed after {received:,} of {total:,} bytes")
+        actual = digest.hexdigest()
+        _check_hash(subset, subset.url, actual)
+        os.replace(temp_name, target)
+    except BaseException:
+        Path(temp_name).unlink(missing_ok=True)
+        raise
+    return actual
+
+
+def subset_path(name: str) -> Path:
+    """A checked local copy of the named subset's file, downloaded on first use."""
+    if name == PROFESSIONAL:
+        return professional_path()
+    if name not in SUBSETS:
+        raise DataError(f"unknown subset {name!r}; choose one of {', '.join(DOWNLOADABLE)}")
+    subset = SUBSETS[name]
+    path = _data_dir_path(subset.filename)
+    if path is not None:
+        _check_hash(subset, str(path), file_sha256(path))
+        return path
+    path = cache_dir() / subset.filename
+    sidecar = path.with_name(path.name + ".sha256")
+    if path.is_file() and sidecar.is_file():
+        recorded = sidecar.read_text().strip()
+        actual = file_sha256(path)
+        if actual != recorded:
+            raise DataError(
+                f"{path}: changed since it was downloaded (sha256 {actual}, recorded {recorded}); "
+                "delete it to download again"
+            )
+        return path
+    actual = _download(subset, path)
+    _write_atomically(sidecar, actual + "\n")
+    return path
+
+
+def _data_dir_path(filename: str) -> Path | None:
+    """The file in `HEALTHBENCH_DATA_DIR` when that is set (an error if it is not there), else None."""
+    data_dir = os.environ.get("HEALTHBENCH_DATA_DIR")
+    if not data_dir:
+        return None
+    path = Path(data_dir) / filename
+    if not path.is_file():
+        raise DataError(f"{path}: not found (HEALTHBENCH_DATA_DIR names a folder holding the official files)")
+    return path
+
+
+class ProfessionalRecord(BaseModel):
+    """What the first download of HealthBench Professional saw: the commit, its file's sha256, and when."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    revision: str
+    requested: str
+    sha256: str
+    downloaded_at: str
+
+
+def _record_path(path: Path) -> Path:
+    return path.with_name(path.name + ".json")
+
+
+def _read_record(path: Path) -> ProfessionalRecord | None:
+    try:
+        return ProfessionalRecord.model_validate_json(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except ValidationError as exc:
+        raise DataError(
+            f"{path}: not a download record ({exc.errors()[0]['msg']}); delete it to download again"
+        ) from None
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    handle, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(temp_name, path)
+    except BaseException:
+        Path(temp_name).unlink(missing_ok=True)
+        raise
+
+
+def _checked_cache(path: Path, record: ProfessionalRecord) -> Path:
+    actual = file_sha256(path)
+    if actual != record.sha256 and not _allow_mismatch():
+        raise DataError(
+            f"{path}: changed since it was downloaded (sha256 {actual}, recorded {record.sha256} in "
+            f"{_record_path(path)}); delete the file to download revision {record.revision} again, or set "
+            f"{OVERRIDE_ENV}=1 to use it anyway"
+        )
+    return path
+
+
+def professional_path() -> Path:
+    """A local copy of HealthBench Professional, from `HEALTHBENCH_DATA_DIR`, the cache, or the Hub.
+
+    A cached copy is used without asking the Hub when it matches its record (and the revision asked for, if
+    `HEALTHBENCH_PROFESSIONAL_REVISION` is set). Otherwise the file is downloaded at the pinned revision and
+    must hash to the recorded sha256; the first download records both. `HEALTHBENCH_ALLOW_SHA256_MISMATCH=1`
+    uses a file that does not match, without recording it.
+    """
+    path = _data_dir_path(PROFESSIONAL_FILENAME)
+    if path is not None:
+        return path  # no published hash to check it against
+    path = cache_dir() / PROFESSIONAL_FILENAME
+    record_path = _record_path(path)
+    record = _read_record(record_path)
+    wanted = os.environ.get(REVISION_ENV) or None
+    if record is not None and path.is_file() and wanted in (None, record.revision, record.requested):
+        return _checked_cache(path, record)
+    requested = wanted or (record.revision if record is not None else "main")
+    commit = hub.resolve_commit(PROFESSIONAL_DATASET, PROFESSIONAL_FILENAME, requested)
+    if record is not None and path.is_file() and commit == record.revision:
+        return _checked_cache(path, record)  # another name for the recorded commit: nothing to download
+    with hub.downloaded(PROFESSIONAL_DATASET, PROFESSIONAL_FILENAME, commit, path.parent) as fetched:
+        actual = file_sha256(fetched)
+        if record is not None and actual != record.sha256 and not _allow_mismatch():
+            raise DataError(
+                f"{PROFESSIONAL_DATASET} {PROFESSIONAL_FILENAME} at revision {commit} has sha256 {actual}, but "
+                f"the file first downloaded (revision {record.revision}, {record.downloaded_at}) had "
+                f"{record.sha256}: the file changed. To accept the new file, delete {record_path} and load "
+                f"again; to use it without recording it, set {OVERRIDE_ENV}=1."
+            )
+        os.replace(fetched, path)
+    if record is None:
+        record = ProfessionalRecord(
+            revision=commit, requested=requested, sha256=actual, downloaded_at=datetime.now(UTC).isoformat()
+        )
+        _write_atomically(record_path, record.model_dump_json(indent=2) + "\n")
+    return path
+
+
+def _check_count(name: str, expected: int, path: Path, count: int) -> None:
+    if count != expected and not _allow_mismatch():
+        raise DataError(
+            f"{path}: {count} rows, the official {name} file has {expected}; set {OVERRIDE_ENV}=1 to use it anyway"
+        )
+
+
+def load_subset(name: str) -> list[Row]:
+    """Load a named task subset (one of `TASK_SUBSETS`), checked."""
+    if name == "meta":
+        raise DataError("subset 'meta' holds meta-evaluation rows; load it with load_meta_subset")
+    path = subset_path(name)
+    if name == PROFESSIONAL:
+        rows = load_professional_rows(path)
+        _check_count(name, PROFESSIONAL_ROWS, path, len(rows))
+        return rows
+    rows = load_rows(path)
+    _check_count(name, SUBSETS[name].rows, path, len(rows))
+    return rows
+
+
+def load_meta_subset() -> list[MetaRow]:
+    """Load the meta-evaluation file, checked."""
+    path = subset_path("meta")
+    rows = load_meta_rows(path)
+    _check_count("meta", SUBSETS["meta"].rows, path, len(rows))
+    return rows

@@ -1,0 +1,119 @@
+"""Every error the package raises on purpose, under one base class: `except HealthBenchError` catches them all.
+
+Library code raises these and returns values; only the command line turns them into messages and exit
+statuses. A provider's error body is parsed here, once, into a `ProviderError` that every reader of a refused
+request (the retry table, the rate-limit reader, the policy's refusal rules) takes its fields from.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+
+class HealthBenchError(Exception):
+    """The base of every error this package raises on purpose."""
+
+
+class DataError(HealthBenchError, ValueError):
+    """A data file that cannot be used as HealthBench data; the message names file, line and field."""
+
+
+class SettingsError(HealthBenchError, ValueError):
+    """Settings that cannot go together or cannot be used (a length adjustment given by halves, say)."""
+
+
+class ConfigMismatch(HealthBenchError):
+    """The output folder holds a run made with other settings."""
+
+
+@dataclass(frozen=True)
+class ProviderError:
+    """What a provider's error body says: OpenAI's `{"error": {...}}`, vLLM's flat object, FastAPI's
+    `{"detail": ...}`, or plain text. Every field may be missing."""
+
+    status: int | None
+    code: str | None = None
+    type: str | None = None
+    param: str | None = None
+    message: str = ""
+
+    @classmethod
+    def parse(cls, status: int | None, body: bytes) -> ProviderError:
+        """Read an error body; a body that is not JSON is its own message."""
+        try:
+            parsed: Any = json.loads(body)
+        except ValueError:
+            return cls(status, message=body.decode("utf-8", "replace").strip())
+        error = parsed.get("error", parsed) if isinstance(parsed, dict) else {}
+        if isinstance(error, str):
+            return cls(status, message=error)
+        if not isinstance(error, dict):
+            return cls(status)
+        message = error.get("message") or error.get("detail") or ""
+
+        def text(key: str) -> str | None:
+            value = error.get(key)
+            return value if isinstance(value, str) else None
+
+        return cls(status, text("code"), text("type"), text("param"), message if isinstance(message, str) else "")
+
+
+class RequestFailed(HealthBenchError):
+    """A request that did not succeed within the retry bound, or failed in a way not worth retrying."""
+
+    def __init__(self, cause: str, attempts: int, *, status: int | None = None, body: bytes = b"") -> None:
+        super().__init__(f"{cause} (after {attempts} attempt{'s' if attempts != 1 else ''})")
+        self.cause = cause
+        self.attempts = attempts
+        # The HTTP status and whole body of a refused request, and the body read as the provider's error.
+        self.status = status
+        self.body = body
+        self.error = ProviderError.parse(status, body) if status is not None else None
+
+
+class InvalidResponse(HealthBenchError):
+    """An answer arrived but cannot be used (broken body, empty content, no valid verdict): retried."""
+
+
+class QuotaExhausted(HealthBenchError):
+    """The account has no quota (credit) left, as a 429 with code `insufficient_quota` says: retrying cannot help."""
+
+
+class Deferred(HealthBenchError):
+    """A request left in a batch for a later session to collect (`--no-wait`): neither an answer nor a failure."""
+
+
+class GradingError(HealthBenchError):
+    """A reply that could not be graded: which task, which rubric item, and the last cause."""
+
+    def __init__(self, prompt_id: str, criterion: str, cause: str) -> None:
+        short = criterion if len(criterion) <= 100 else criterion[:97] + "..."
+        super().__init__(f"task {prompt_id}: rubric item {short!r} could not be graded: {cause}")
+        self.prompt_id = prompt_id
+        self.criterion = criterion
+        self.cause = cause
+
+
+class SampleError(HealthBenchError):
+    """The evaluated model gave no usable reply for a task within the retry bound."""
+
+    def __init__(self, prompt_id: str, cause: str) -> None:
+        super().__init__(f"task {prompt_id}: the model under evaluation gave no reply: {cause}")
+        self.prompt_id = prompt_id
+
+
+class PolicyMisuse(HealthBenchError):
+    """The model's endpoint refuses the requests themselves, not a few prompts: no score can come of it."""
+
+
+class MetaGradingError(HealthBenchError):
+    """A meta-eval row the grader could not judge within the retry bound."""
+
+    def __init__(self, index: int, prompt_id: str, completion_id: str, rubric: str, cause: str) -> None:
+        shown = rubric if len(rubric) <= 80 else rubric[:77] + "..."
+        super().__init__(
+            f"meta-eval row {index} (prompt {prompt_id}, completion {completion_id}, criterion {shown!r}) could "
+            f"not be graded: {cause}"
+        )

@@ -1,0 +1,113 @@
+"""What one OpenReward server serves: its rows by split, the task prompt, and the grading every session of
+the server shares (one grader per key and settings, under one concurrency budget). Nothing here imports the
+SDK, so it can be built and tested without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import SecretStr
+
+from healthbench.data.loading import load_rows
+from healthbench.data.schema import Message, Row
+from healthbench.data.subsets import load_subset
+from healthbench.errors import GradingError
+from healthbench.grading.grader import GradedReply
+from healthbench.grading.prompt import render_conversation, transcript_with_reply
+from healthbench.grading.scoring import LengthAdjustment
+from healthbench.grading.settings import GraderConfig, GraderPool
+
+MULTI_TURN_INSTRUCTION = "Write the assistant's reply to the final user turn of this conversation."
+
+
+def prompt_text(messages: Sequence[Message]) -> str:
+    """The task as one block of text: a lone message verbatim, else an instruction and the rendered turns."""
+    if len(messages) == 1:
+        return messages[0].content
+    return MULTI_TURN_INSTRUCTION + "\n\n" + render_conversation(messages)
+
+
+def load_splits(data: Path | None = None, subsets: Sequence[str] = ()) -> dict[str, list[Row]]:
+    """The rows to serve by split: a JSONL file or the `full` subset is `test`; `hard`, `consensus` and
+    `professional` keep their names.
+
+    With neither a file nor a subset, the full set is served.
+    """
+    if data is None and not subsets:
+        subsets = ("full",)
+    splits: dict[str, list[Row]] = {}
+    if data is not None:
+        splits["test"] = load_rows(data)
+    for name in subsets:
+        split = "test" if name == "full" else name
+        if split in splits:
+            raise ValueError(f"split {split!r} given twice (a data file and the full subset are both 'test')")
+        splits[split] = load_subset(name)
+    return splits
+
+
+class Deployment:
+    """What one server serves: rows by split, their task specs, and the grading all sessions share.
+
+    `grader` is the settings of every split, or of each split by name; `adjustments` the length adjustment of
+    a split whose reward is length-adjusted (none for a split not named).
+    """
+
+    def __init__(
+        self,
+        splits: Mapping[str, Sequence[Row]],
+        grader: GraderConfig | Mapping[str, GraderConfig],
+        adjustments: Mapping[str, LengthAdjustment | None] | None = None,
+    ) -> None:
+        if not splits:
+            raise ValueError("nothing to serve: no splits")
+        self.splits = {name: tuple(rows) for name, rows in splits.items()}
+        self.graders = {name: grader if isinstance(grader, GraderConfig) else grader[name] for name in self.splits}
+        self.adjustments = {name: (adjustments or {}).get(name) for name in self.splits}
+        self._rows: dict[tuple[str, str], Row] = {}
+        self._specs: dict[str, list[dict[str, str]]] = {}
+        for name, rows in self.splits.items():
+            if not rows:
+                raise ValueError(f"split {name!r} has no rows")
+            for row in rows:
+                if (name, row.prompt_id) in self._rows:
+                    raise ValueError(f"split {name!r}: duplicate prompt_id {row.prompt_id!r}")
+                self._rows[name, row.prompt_id] = row
+            # Built once: the SDK asks for the listing again on every request.
+            self._specs[name] = [{"split": name, "prompt_id": row.prompt_id} for row in rows]
+        self._graders = GraderPool(max(config.concurrency for config in self.graders.values()))
+
+    def specs(self, split: str) -> list[dict[str, str]]:
+        """The task specs of a split, in file order: small, the row stays on the server."""
+        return self._specs[split]
+
+    def row(self, task_spec: Mapping[str, Any]) -> Row:
+        """The row a task spec names; `ValueError` for a spec that names none."""
+        split, prompt_id = task_spec.get("split"), task_spec.get("prompt_id")
+        row = self._rows.get((split, prompt_id)) if isinstance(split, str) and isinstance(prompt_id, str) else None
+        if row is None:
+            raise ValueError(f"no task with split {split!r} and prompt_id {prompt_id!r}")
+        return row
+
+    async def grade(self, split: str, row: Row, response: str, api_key: str | None) -> GradedReply:
+        """Grade `response` as the reply to `row` with its split's settings and the session's key (else the
+        server's own).
+
+        Raises `GradingError` when an item cannot be graded; the key never appears in its message.
+        """
+        config = self.graders[split]
+        if not api_key and config.api_key is not None:
+            api_key = config.api_key.get_secret_value()
+        keyed = config.model_copy(update={"api_key": SecretStr(api_key) if api_key else None})
+        async with self._graders.lease(keyed) as grader:
+            try:
+                return await grader.grade(row.prompt_id, transcript_with_reply(row.prompt, response), row.rubrics)
+            except GradingError as exc:
+                # An endpoint may echo the key in an error body, and the cause ends up in the server's log.
+                if api_key and api_key in exc.cause:
+                    cause = exc.cause.replace(api_key, "[redacted]")
+                    raise GradingError(exc.prompt_id, exc.criterion, cause) from None
+                raise

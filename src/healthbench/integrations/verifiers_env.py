@@ -1,0 +1,217 @@
+"""HealthBench as a verifiers environment, graded by this project's grader (`pip install healthbench[verifiers]`).
+
+verifiers finds a taskset by importing the package its id names and taking the `Taskset` (and `Env`) it
+exports, so `vf-eval healthbench` loads `HealthBenchTaskset` from `healthbench` itself; `load_environment(...)`
+builds the same environment from keyword arguments, for prime-rl and scripts. Each task's prompt is the
+role-tagged conversation; the episode is single-turn (the `null` harness, in a subprocess runtime, unless the
+run pins another) and its reply is graded item by item with the reference's prompt and verdict rules, through
+one grader per process. The reward is the unclipped task score (length-adjusted when asked); the task's
+metric dict and every verdict go into `trace.info["healthbench"]`. An item that cannot be graded raises, so
+verifiers records the rollout as failed (a `TaskError` on the trace, `ok` false, no reward), never as 0.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import verifiers.v1 as vf  # type: ignore[import-untyped, import-not-found, unused-ignore]
+from verifiers.v1.harnesses.null import NullHarnessConfig  # type: ignore[import-untyped, import-not-found, unused-ignore]
+
+from healthbench.data.schema import Message, Row
+from healthbench.grading.sample import grade_reply
+from healthbench.grading.scoring import LengthAdjustment
+from healthbench.grading.settings import GraderConfig
+from healthbench.integrations.common import GRADERS, grader_config, length_adjustment, load_tasks
+
+__all__ = [
+    "HealthBenchConfig",
+    "HealthBenchData",
+    "HealthBenchEnv",
+    "HealthBenchEnvConfig",
+    "HealthBenchTask",
+    "HealthBenchTaskConfig",
+    "HealthBenchTaskset",
+    "load_environment",
+]
+
+TASKSET_ID = "healthbench"
+INFO_KEY = "healthbench"
+_MESSAGE_TYPES = {"system": vf.SystemMessage, "user": vf.UserMessage, "assistant": vf.AssistantMessage}
+
+
+class HealthBenchTaskConfig(vf.TaskConfig):  # type: ignore[misc]
+    """How replies are graded (`--env.taskset.task.*`); unset values fall back to HEALTHBENCH_GRADER_*, then to
+    the subset's official settings."""
+
+    subset: str | None = None
+    grader_model: str | None = None
+    grader_base_url: str | None = None
+    grader_api: str | None = None
+    grader_reasoning_effort: str | None = None
+    grader_reasoning: bool | None = None
+    grader_max_output_tokens: int | None = None
+    grader_concurrency: int | None = None
+    grader_max_attempts: int | None = None
+    length_adjustment_center: float | None = None
+    length_adjustment_penalty_per_500_chars: float | None = None
+
+    def grader(self) -> GraderConfig:
+        """The grader these settings describe (the key from the environment, never from the config)."""
+        return grader_config(
+            self.subset,
+            model=self.grader_model,
+            base_url=self.grader_base_url,
+            api=self.grader_api,
+            reasoning_effort=self.grader_reasoning_effort,
+            reasoning=self.grader_reasoning,
+            max_output_tokens=self.grader_max_output_tokens,
+            concurrency=self.grader_concurrency,
+            max_attempts=self.grader_max_attempts,
+        )
+
+    def adjustment(self) -> LengthAdjustment | None:
+        """The length adjustment to apply to each task score, if any."""
+        return length_adjustment(
+            self.subset, self.length_adjustment_center, self.length_adjustment_penalty_per_500_chars
+        )
+
+
+class HealthBenchData(vf.TaskData):  # type: ignore[misc]
+    """One task on the wire: the row itself (so any worker can grade it) and which repeat this is."""
+
+    row: dict[str, Any]
+    repeat: int = 0
+
+
+def _reply(trace: Any) -> str:
+    """The reply to grade, as the model wrote it (verifiers' `last_reply` strips whitespace; the reference
+    grades the reply verbatim)."""
+    if trace.root_reply is not None:
+        return str(trace.root_reply)
+    replies = trace.assistant_messages
+    return (replies[-1].content or "") if replies else ""
+
+
+class HealthBenchTask(vf.Task[HealthBenchData, vf.State, HealthBenchTaskConfig]):  # type: ignore[misc]
+    """One HealthBench task: a single reply, graded against the row's rubric."""
+
+    @property
+    def key(self) -> str:
+        """The row's own id, with the repeat: stable across runs and unique in the taskset."""
+        return f"{self.data.id}/{self.data.repeat}"
+
+    @vf.stop  # type: ignore[untyped-decorator, misc, unused-ignore]
+    async def single_turn(self, trace: vf.Trace) -> bool:
+        """One reply, as HealthBench asks for."""
+        return bool(trace.num_turns >= 1)
+
+    @vf.reward(weight=1.0)  # type: ignore[untyped-decorator, misc, unused-ignore]
+    async def healthbench(self, trace: vf.Trace) -> float:
+        """The unclipped task score; raises `GradingError` (a failed rollout) when an item cannot be graded."""
+        row = Row.model_validate(self.data.row)
+        async with GRADERS.lease(self.config.grader()) as grader:
+            graded = await grade_reply(
+                grader,
+                row,
+                _reply(trace),
+                repeat=self.data.repeat,
+                system_message=self.data.system_prompt,
+                adjustment=self.config.adjustment(),
+            )
+        trace.info[INFO_KEY] = graded.record()
+        return graded.score
+
+
+class HealthBenchConfig(vf.TasksetConfig):  # type: ignore[misc]
+    """Which tasks (`--env.taskset.*`): `subset` full (default), hard, consensus or professional, or `data`, a
+    file in the official schema; `limit` of them sampled as the reference does; each `n_repeats` times."""
+
+    id: str = TASKSET_ID
+    subset: str | None = None
+    data: str | None = None
+    limit: int | None = None
+    n_repeats: int = 1
+    task: HealthBenchTaskConfig = HealthBenchTaskConfig()
+
+
+def _prompt(messages: list[Message]) -> list[Any]:
+    return [_MESSAGE_TYPES[message.role](content=message.content) for message in messages]
+
+
+class HealthBenchTaskset(vf.Taskset[HealthBenchTask, HealthBenchConfig]):  # type: ignore[misc]
+    """HealthBench's tasks in the order `healthbench grade` takes them (file order, or the reference's sample)."""
+
+    def load(self) -> list[HealthBenchTask]:
+        """Every selected row, `n_repeats` times."""
+        config: HealthBenchConfig = self.config
+        if config.n_repeats < 1:
+            raise ValueError(f"n_repeats must be at least 1, not {config.n_repeats}")
+        rows = load_tasks(config.subset, config.data, config.limit)
+        task_config = config.task.model_copy(update={"subset": config.subset})
+        return [
+            HealthBenchTask(
+                HealthBenchData(
+                    id=row.prompt_id,
+                    prompt=_prompt(row.prompt),
+                    row=row.model_dump(mode="json"),
+                    repeat=repeat,
+                ),
+                task_config,
+            )
+            for repeat in range(config.n_repeats)
+            for row in rows
+        ]
+
+
+class HealthBenchEnvConfig(vf.EnvConfig):  # type: ignore[misc]
+    """The single seat plays with the tool-less `null` harness on this machine: HealthBench needs one reply,
+    not a sandboxed agent (`--env.agent.harness.*` and `--env.agent.runtime.*` still choose others)."""
+
+    agent: vf.AgentConfig = vf.AgentConfig(harness=NullHarnessConfig(id="null"), runtime=vf.SubprocessConfig())
+
+
+class HealthBenchEnv(vf.Env[HealthBenchEnvConfig]):  # type: ignore[misc]
+    """One agent answers one task."""
+
+    async def run(self, task: Any, agents: Any) -> None:
+        """The episode: the agent's single reply to the task."""
+        await agents.agent.run(task)
+
+
+def load_environment(
+    subset: str | None = None,
+    data: str | Path | None = None,
+    limit: int | None = None,
+    n_repeats: int = 1,
+    grader_model: str | None = None,
+    grader_base_url: str | None = None,
+    grader_api: str | None = None,
+    grader_reasoning_effort: str | None = None,
+    grader_reasoning: bool | None = None,
+    grader_max_output_tokens: int | None = None,
+    grader_concurrency: int | None = None,
+    grader_max_attempts: int | None = None,
+    length_adjustment_center: float | None = None,
+    length_adjustment_penalty_per_500_chars: float | None = None,
+    **env: Any,
+) -> Any:
+    """The HealthBench environment with these settings (the Inspect task's arguments); `env` holds other
+    `HealthBenchEnvConfig` fields (`agent=...`, `max_concurrent_agents=...`)."""
+    task = HealthBenchTaskConfig(
+        subset=subset,
+        grader_model=grader_model,
+        grader_base_url=grader_base_url,
+        grader_api=grader_api,
+        grader_reasoning_effort=grader_reasoning_effort,
+        grader_reasoning=grader_reasoning,
+        grader_max_output_tokens=grader_max_output_tokens,
+        grader_concurrency=grader_concurrency,
+        grader_max_attempts=grader_max_attempts,
+        length_adjustment_center=length_adjustment_center,
+        length_adjustment_penalty_per_500_chars=length_adjustment_penalty_per_500_chars,
+    )
+    taskset = HealthBenchConfig(
+        subset=subset, data=None if data is None else str(data), limit=limit, n_repeats=n_repeats, task=task
+    )
+    return HealthBenchEnv(HealthBenchEnvConfig(taskset=taskset, **env))

@@ -1,0 +1,362 @@
+"""Several finished runs side by side: each run's headline with its 95% interval, per theme and axis (per
+slice for HealthBench Professional), ranked by headline, with the runs whose grader or configuration differ
+from the others marked, so a table never silently sets unlike scores against each other.
+
+Everything comes from what the runs already wrote: metrics.json (the figures) and run.json (what was graded,
+by which grader, on which data, how the headline was scored). The headline is metrics.json `score`, which a
+run with a length adjustment writes as the length-adjusted score.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from healthbench.errors import DataError
+from healthbench.grading.scoring import LENGTH_ADJUSTED, LengthAdjustment
+from healthbench.reporting.report.charts import interval
+from healthbench.reporting.report.common import label
+from healthbench.runs.folder import METRICS, RUN
+
+if TYPE_CHECKING:
+    from jinja2 import Template
+
+PAGE = "leaderboard.html"
+# The slice families shown, in this order: HealthBench's themes and axes, then Professional's slices (its
+# rubric items carry no tags, so it has no axes). Levels and consensus clusters stay in each run's report.
+FAMILIES = ("theme", "axis", "use_case", "type", "difficulty", "specialty")
+# What, per command, run.json names as the thing graded.
+GRADED = {"eval": "model", "baseline": "completions", "grade": "responses"}
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One clipped mean of metrics.json with its bootstrap std, sample count and 95% interval."""
+
+    value: float
+    std: float | None
+    n: int | None
+
+    @property
+    def low_high(self) -> tuple[float, float] | None:
+        """score ± 1.96 std, clipped to [0, 1]; None when the std is not recorded."""
+        return None if self.std is None else interval(self.value, self.std)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The figure as --json prints it."""
+        low, high = self.low_high or (None, None)
+        return {"value": self.value, "bootstrap_std": self.std, "n_samples": self.n, "ci_low": low, "ci_high": high}
+
+
+@dataclass(frozen=True)
+class Mark:
+    """How one run's setting differs from the other runs'."""
+
+    kind: str
+    detail: str
+
+
+@dataclass
+class Entry:
+    """One run as the leaderboard shows it."""
+
+    run: str
+    command: str
+    model: str
+    grader_model: str
+    grader_request: dict[str, Any] | None
+    data: str
+    adjusted: bool
+    length_adjustment: dict[str, Any] | None
+    official: bool | None
+    official_differences: list[str]
+    headline: Figure
+    metrics: dict[str, Figure]
+    marks: list[Mark] = field(default_factory=list)
+
+    @property
+    def grader(self) -> str:
+        """The grader model, with its API and reasoning effort when run.json records them."""
+        request = self.grader_request or {}
+        how = [str(request["api"])] if request.get("api") else []
+        if request.get("reasoning_effort"):
+            how.append(f"effort {request['reasoning_effort']}")
+        return f"{self.grader_model} ({', '.join(how)})" if how else self.grader_model
+
+    @property
+    def headline_kind(self) -> str:
+        """What the headline is: the score, or the length-adjusted score with its settings."""
+        if not self.adjusted:
+            return "score"
+        if self.length_adjustment is None:
+            return "length-adjusted score (settings not recorded)"
+        try:
+            return f"length-adjusted score ({LengthAdjustment.from_dict(self.length_adjustment).describe()})"
+        except ValueError:
+            return f"length-adjusted score (unreadable settings {self.length_adjustment!r})"
+
+    def as_dict(self, rank: int) -> dict[str, Any]:
+        """The run as --json prints it."""
+        low, high = self.headline.low_high or (None, None)
+        return {
+            "rank": rank,
+            "run": self.run,
+            "command": self.command,
+            "model": self.model,
+            "grader_model": self.grader_model,
+            "grader_request": self.grader_request,
+            "grader": self.grader,
+            "data": self.data,
+            "headline": self.headline_kind,
+            "length_adjustment": self.length_adjustment,
+            "score": self.headline.value,
+            "bootstrap_std": self.headline.std,
+            "ci_low": low,
+            "ci_high": high,
+            "n_samples": self.headline.n,
+            "official_configuration": self.official,
+            "official_differences": self.official_differences,
+            "marks": [{"kind": m.kind, "detail": m.detail} for m in self.marks],
+            "metrics": {name: figure.as_dict() for name, figure in self.metrics.items()},
+        }
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataError(f"{path.parent}: not a finished run ({path.name} is missing)") from None
+    except ValueError as exc:
+        raise DataError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise DataError(f"{path}: expected a JSON object")
+    return value
+
+
+def _figure(metrics: Mapping[str, Any], name: str) -> Figure:
+    std, n = metrics.get(f"{name}:bootstrap_std"), metrics.get(f"{name}:n_samples")
+    return Figure(float(metrics[name]), None if std is None else float(std), None if n is None else int(n))
+
+
+def load_entry(folder: Path) -> Entry:
+    """One finished run from its folder; a folder that is not one (no metrics.json or run.json, samples
+    not graded, a meta-eval) is a DataError naming it."""
+    run = _read(folder / RUN)
+    command = str(run.get("command", "unknown"))
+    if command == "meta-eval":
+        raise DataError(
+            f"{folder}: a meta-eval run measures a grader against physicians, not a model, so it has no place "
+            "on a leaderboard of models (its report.html shows the grader's agreement)"
+        )
+    for key, why in (("failed", "could not be graded"), ("deferred", "still wait on batches")):
+        if run.get(key):
+            raise DataError(f"{folder}: not a finished run ({run[key]} samples {why}); finish the run first")
+    metrics = _read(folder / METRICS)
+    if not isinstance(metrics.get("score"), int | float):
+        raise DataError(f"{folder / METRICS}: no score")
+    families = tuple(f"{family}:" for family in FAMILIES)
+    names = [n for n in metrics if n.startswith(families) and not n.endswith((":n_samples", ":bootstrap_std"))]
+    request = run.get("grader_request")
+    adjusted = LENGTH_ADJUSTED in metrics
+    graded = (GRADED.get(command, "model"), "model", "responses", "completions")
+    return Entry(
+        run=str(folder),
+        command=command,
+        model=str(next((run[key] for key in graded if run.get(key)), "unknown")),
+        grader_model=str(run.get("grader_model") or "unknown"),
+        grader_request=request if isinstance(request, dict) else None,
+        data=str(run.get("data") or "unknown"),
+        adjusted=adjusted,
+        length_adjustment=run.get("length_adjustment") if adjusted else None,
+        official=run.get("official_configuration"),
+        official_differences=[str(d) for d in run.get("official_differences") or []],
+        headline=_figure(metrics, "score"),
+        metrics={name: _figure(metrics, name) for name in sorted(names, key=_order)},
+    )
+
+
+def _order(name: str) -> tuple[int, str]:
+    return FAMILIES.index(name.split(":", 1)[0]), name
+
+
+def _request_words(request: Mapping[str, Any] | None) -> str:
+    """How the grader was asked, in words; unset fields and `reasoning` (implied by the effort) left out."""
+    if request is None:
+        return "request settings not recorded"
+    shown = {k.replace("_", " "): v if isinstance(v, str) else json.dumps(v) for k, v in request.items()}
+    return ", ".join(f"{k} {v}" for k, v in shown.items() if k != "reasoning" and v != "null")
+
+
+def _differences(entries: Sequence[Entry]) -> list[str]:
+    """Mark each run whose setting is not the one most runs share (every run, when none is), and return a
+    sentence per setting that differs across runs."""
+    settings: list[tuple[str, Callable[[Entry], str]]] = [
+        ("grader model", lambda e: e.grader_model),
+        ("grader request", lambda e: _request_words(e.grader_request)),
+        ("data", lambda e: e.data),
+        ("length adjustment", lambda e: e.headline_kind),
+    ]
+    sentences = []
+    for kind, key in settings:
+        counts = Counter(key(entry) for entry in entries)
+        if len(counts) < 2:
+            continue
+        (common, most), (_, second) = counts.most_common(2)
+        sentences.append(
+            f"{kind} differs: " + "; ".join(f"{v} ({n} run{'s' * (n > 1)})" for v, n in counts.most_common())
+        )
+        for entry in entries:
+            value = key(entry)
+            if most > second and value == common:
+                continue
+            others = sorted(v for v in counts if v != value)
+            entry.marks.append(Mark(kind, f"{value} (other runs: {'; '.join(others)})"))
+    for entry in entries:
+        if entry.official is False:
+            differences = "; ".join(entry.official_differences or ["differences not recorded"])
+            entry.marks.append(
+                Mark("not official", f"not HealthBench Professional's official configuration: {differences}")
+            )
+    return sentences
+
+
+def build(folders: Sequence[Path]) -> dict[str, Any]:
+    """The leaderboard of `folders`, ranked by headline score (highest first, ties by run), as a dict:
+    `runs` (each run's figures, settings and marks), `families` (the slice names per family, over all runs)
+    and `differences` (a sentence per setting that differs across runs)."""
+    seen: dict[Path, Path] = {}
+    for folder in folders:
+        resolved = folder.resolve()
+        if resolved in seen:
+            raise DataError(f"{folder}: given twice (as {seen[resolved]})")
+        seen[resolved] = folder
+    entries = sorted((load_entry(folder) for folder in folders), key=lambda e: (-e.headline.value, e.run))
+    differences = _differences(entries)
+    families: dict[str, list[str]] = {}
+    for name in sorted({name for entry in entries for name in entry.metrics}, key=_order):
+        families.setdefault(name.split(":", 1)[0], []).append(name)
+    return {
+        "runs": [entry.as_dict(rank) for rank, entry in enumerate(entries, 1)],
+        "families": families,
+        "differences": differences,
+    }
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]], right: int) -> list[str]:
+    """A Markdown table whose columns from index `right` on are numbers, right-aligned."""
+    rule = ["---:" if i >= right else "---" for i in range(len(header))]
+    return [f"| {' | '.join(_cell(c) for c in line)} |" for line in (header, rule, *rows)]
+
+
+def _value(figure: Mapping[str, Any] | None) -> str:
+    return "—" if figure is None else f"{figure['value']:.3f}"
+
+
+def _span(run: Mapping[str, Any]) -> str:
+    return "" if run["ci_low"] is None else f"[{run['ci_low']:.3f}, {run['ci_high']:.3f}]"
+
+
+def format_markdown(board: Mapping[str, Any]) -> str:
+    """The leaderboard as Markdown: the ranked headline table, the marked runs, then a table per family."""
+    runs: Sequence[Mapping[str, Any]] = board["runs"]
+    adjusted = sorted({run["headline"] for run in runs} - {"score"})
+    note = {"score": ""} | {kind: "†‡§¶"[i % 4] * (1 + i // 4) for i, kind in enumerate(adjusted)}
+    rows = [
+        (
+            *(run[key] for key in ("rank", "run", "model", "grader", "data")),
+            ", ".join(dict.fromkeys(mark["kind"] for mark in run["marks"])),
+            run["n_samples"] or "",
+            f"{run['score']:.3f}{note[run['headline']]}",
+            _span(run),
+        )
+        for run in runs
+    ]
+    header = ("#", "run", "model", "grader", "subset", "differs", "n", "score", "95% interval")
+    lines = ["## HealthBench leaderboard", "", *_table(header, rows, 6), ""]
+    lines += [f"{note[kind]} the headline is the {kind}" for kind in adjusted]
+    if adjusted:
+        lines.append("Slice figures are unadjusted scores.")
+    marked = [(run["run"], m) for run in runs for m in run["marks"]]
+    if marked:
+        lines += ["", "Runs that differ from the others:", *(f"- {r}: {m['kind']}: {m['detail']}" for r, m in marked)]
+    for family, names in board["families"].items():
+        shown = [run for run in runs if any(name in run["metrics"] for name in names)]
+        table = [(run["rank"], run["run"], *(_value(run["metrics"].get(name)) for name in names)) for run in shown]
+        lines += ["", f"### By {family.replace('_', ' ')}", "", *_table(("#", "run", *map(label, names)), table, 2)]
+    return "\n".join(lines) + "\n"
+
+
+# Width of the headline's bar (SVG user units); the bar is the score, the whisker its 95% interval.
+BAR_W = 200.0
+
+
+def _shade(value: float) -> str:
+    """A slice cell's colours: darker for higher scores, so each column reads as a heat map."""
+    lightness = 96 - 48 * min(max(value, 0.0), 1.0)
+    return f"background:hsl(214,65%,{lightness:.0f}%);color:{'#fff' if lightness < 64 else '#1f2328'}"
+
+
+def _slice_cell(figure: Mapping[str, Any] | None, name: str) -> dict[str, str] | None:
+    if figure is None:
+        return None
+    span = "" if figure["ci_low"] is None else f", 95% interval [{figure['ci_low']:.3f}, {figure['ci_high']:.3f}]"
+    return {
+        "text": f"{figure['value']:.3f}",
+        "title": f"{name}: {figure['value']:.3f}{span}, n={figure['n_samples']}",
+        "style": _shade(figure["value"]),
+    }
+
+
+@cache
+def _template() -> Template:
+    # Deferred, as for the report: jinja2's import is paid by this command only.
+    from jinja2 import Environment, StrictUndefined
+
+    env = Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=StrictUndefined)
+    source = resources.files("healthbench.reporting").joinpath("leaderboard.html.j2").read_text(encoding="utf-8")
+    return env.from_string(source)
+
+
+def render_page(board: Mapping[str, Any]) -> str:
+    """The leaderboard as one self-contained HTML page (no scripts, fonts or stylesheets from elsewhere)."""
+    runs = board["runs"]
+    rows = []
+    for run in runs:
+        whisker = None if run["ci_low"] is None else (BAR_W * run["ci_low"], BAR_W * run["ci_high"])
+        rows.append(run | {"bar": BAR_W * min(max(run["score"], 0.0), 1.0), "whisker": whisker, "span": _span(run)})
+    families = []
+    for family, names in board["families"].items():
+        shown = [run for run in runs if any(name in run["metrics"] for name in names)]
+        cells = [(run, [_slice_cell(run["metrics"].get(name), name) for name in names]) for run in shown]
+        families.append((f"By {family.replace('_', ' ')}", [label(name) for name in names], cells))
+    return _template().render(
+        runs=rows,
+        bar_w=BAR_W,
+        ticks=[(BAR_W * t, f"{t:g}") for t in (0, 0.25, 0.5, 0.75, 1)],
+        kinds=sorted({run["headline"] for run in runs}),
+        differences=board["differences"],
+        families=families,
+    )
+
+
+def write_page(board: Mapping[str, Any], path: Path) -> Path:
+    """Write the page to `path` through a temporary file beside it, so a reader never sees half of it."""
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        temp.write_text(render_page(board), encoding="utf-8", newline="")
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    return path

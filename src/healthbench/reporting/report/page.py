@@ -1,0 +1,235 @@
+"""The report of one graded run: the headline (and, when length-adjusted, the unadjusted score beside it),
+whether the run is HealthBench Professional's official configuration, spending, charts, the metric table,
+run settings and the per-task drill-down, rendered from report.html.j2."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from healthbench.errors import DataError
+from healthbench.grading.aggregate import aggregate_records
+from healthbench.grading.scoring import LENGTH_ADJUSTED, PROFESSIONAL_LENGTH_ADJUSTMENT, LengthAdjustment
+from healthbench.reporting.compare import example_prefixes, load_results
+from healthbench.reporting.report.charts import charts, interval, metric_rows, worst_curve
+from healthbench.reporting.report.common import read_json, settings, write_html
+from healthbench.reporting.report.tasks import task
+from healthbench.runs.folder import METRICS, RESULTS, RUN, USAGE, write_json_atomic
+from healthbench.runs.policy import REFUSED_REPLY
+
+if TYPE_CHECKING:
+    from jinja2 import Template
+
+USAGE_FIELDS = ("calls", "prompt_tokens", "cached_prompt_tokens", "completion_tokens", "reasoning_tokens")
+# Set by `rebuild` when it rescores with other settings than the run was graded with.
+GRADED_WITH = "length_adjustment_when_graded"
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A clipped mean as the page shows it: value, bootstrap std, 95% interval and sample count."""
+
+    value: str | None
+    std: str | None
+    interval: str | None
+    n: int | None
+
+
+def _figure(metrics: Mapping[str, float | int], name: str) -> Figure:
+    value, std, n = (metrics.get(f"{name}{suffix}") for suffix in ("", ":bootstrap_std", ":n_samples"))
+    low_high = interval(float(value), float(std)) if value is not None and std is not None else None
+    return Figure(
+        value=None if value is None else f"{float(value):.3f}",
+        std=None if std is None else f"{float(std):.4f}",
+        interval=None if low_high is None else f"[{low_high[0]:.3f}, {low_high[1]:.3f}]",
+        n=None if n is None else int(n),
+    )
+
+
+def _describe(adjustment: LengthAdjustment | None) -> str:
+    return "none" if adjustment is None else adjustment.describe()
+
+
+def _run_adjustment(run: Mapping[str, Any], notes: list[str]) -> LengthAdjustment | None:
+    raw = run.get("length_adjustment")
+    if raw is None:
+        return None
+    try:
+        return LengthAdjustment.from_dict(raw)
+    except ValueError as exc:
+        notes.append(f"run.json: field length_adjustment: {exc}")
+        return None
+
+
+def _usage_totals(usages: Iterable[Any]) -> dict[str, int] | None:
+    """Field-wise sums of the usage dicts present; None when there are none."""
+    totals: dict[str, int] | None = None
+    for usage in usages:
+        if isinstance(usage, Mapping):
+            totals = totals or dict.fromkeys(USAGE_FIELDS, 0)
+            for field in USAGE_FIELDS:
+                totals[field] += int(usage.get(field, 0) or 0)
+    return totals
+
+
+def _usage(run: Mapping[str, Any], results: Sequence[Mapping[str, Any]], key: str) -> dict[str, int] | None:
+    """The run's total when run.json has it, else the sum over the samples."""
+    return _usage_totals([run[key]] if key in run else (record.get(key) for record in results))
+
+
+def _spending(spent: Mapping[str, Any]) -> list[tuple[str, str, str, str, str]]:
+    """Per side of the whole run: who, model, calls, calls made in batches, and USD."""
+    rows = []
+    for who in ("policy", "grader"):
+        side = (spent.get("whole_run") or {}).get(who)
+        if isinstance(side, Mapping) and side.get("calls"):
+            cost = side.get("cost_usd")
+            price = _dollars(cost) if isinstance(cost, int | float) else "unpriced"
+            calls, batched = int(side["calls"]), int(side.get("batch_calls") or 0)
+            rows.append((who, str(side.get("model", "")), f"{calls:,}", f"{batched:,}", price))
+    return rows
+
+
+def _dollars(cost: float) -> str:
+    # Cents hide the cost of a small run, so small amounts keep four decimals.
+    return f"${cost:,.2f}" if cost >= 1 else f"${cost:.4f}"
+
+
+@cache
+def _template() -> Template:
+    # Deferred: jinja2 costs 0.1 s of import, which every other CLI command would pay.
+    from jinja2 import Environment, StrictUndefined
+
+    env = Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=StrictUndefined)
+    source = resources.files("healthbench.reporting.report").joinpath("report.html.j2").read_text(encoding="utf-8")
+    return env.from_string(source)
+
+
+def render_report(
+    metrics: Mapping[str, float | int],
+    results: Sequence[Mapping[str, Any]],
+    run: Mapping[str, Any],
+    spent: Mapping[str, Any] | None = None,
+) -> str:
+    """The report of one run as a self-contained HTML document.
+
+    `metrics` is metrics.json (may be empty for an incomplete run), `results` the records of results.jsonl
+    in any order, `run` run.json, `spent` usage.json; every key of `run` and `spent` and every field beyond
+    `prompt_id` is optional. The headline is length-adjusted when metrics.json has the adjusted score (or,
+    without metrics, when run.json records a length adjustment); its settings come from run.json.
+    """
+    notes: list[str] = []
+    adjustment = _run_adjustment(run, notes)
+    adjusted = LENGTH_ADJUSTED in metrics or (not metrics and adjustment is not None)
+    headline = _figure(metrics, "score") if "score" in metrics else _figure(metrics, "overall_score")
+    if headline.value is None:
+        notes.append("No score: metrics.json is missing or empty (a run writes it only once every task is graded).")
+    elif headline.n is not None and headline.n != len(results):
+        notes.append(f"metrics.json covers {headline.n} samples but results.jsonl holds {len(results)}.")
+    if metrics and not adjusted and adjustment is not None:
+        notes.append(
+            f"run.json records a length adjustment ({adjustment.describe()}) but metrics.json has no "
+            "length-adjusted score: the headline is the unadjusted score."
+        )
+    if GRADED_WITH in run:
+        graded = _run_adjustment({"length_adjustment": run[GRADED_WITH]}, notes)
+        notes.append(
+            f"Rescored by `healthbench report` with length adjustment {_describe(adjustment)}; the run "
+            f"was graded with {_describe(graded)}."
+        )
+    if adjusted:
+        caption = "headline: length-adjusted score, " + (
+            adjustment.describe() if adjustment is not None else "settings not recorded in run.json"
+        )
+    else:
+        caption = "headline: score, not length-adjusted"
+    prefixes = example_prefixes(results, metrics)
+    ordered = sorted(results, key=lambda r: (str(r.get("prompt_id", "")), int(r.get("repeat") or 0)))
+    tasks = [
+        task(i, record, prefix=prefixes[0] if prefixes else None, adjustment=adjustment, adjusted_headline=adjusted)
+        for i, record in enumerate(ordered)
+    ]
+    grader_models = sorted({str(r["grader_model"]) for r in results if r.get("grader_model")})
+    policy_models = sorted({str(r["policy_model"]) for r in results if r.get("policy_model")})
+    usage = [(who, _usage(run, results, key)) for who, key in (("grader", "usage"), ("policy", "policy_usage"))]
+    cost = run.get("cost_usd")
+    refused = sum(1 for record in results if record.get("policy_error"))
+    return _template().render(
+        headline=headline,
+        caption=caption,
+        adjusted=adjusted,
+        unadjusted=_figure(metrics, "overall_score") if adjusted else None,
+        official=run.get("official_configuration"),
+        differences=[str(d) for d in run.get("official_differences") or []],
+        n_samples=headline.n if headline.n is not None else len(results),
+        grader_model=run.get("grader_model") or ", ".join(grader_models) or "unknown",
+        policy_model=run.get("model") or ", ".join(policy_models) or None,
+        template_sha256=run.get("template_sha256"),
+        cost=_dollars(cost) if isinstance(cost, int | float) else None,
+        usage=[(who, totals) for who, totals in usage if totals is not None],
+        usage_fields=USAGE_FIELDS,
+        spending=_spending(spent or {}),
+        notes=notes,
+        charts=charts(metrics, prefixes),
+        curve=worst_curve(metrics),
+        refused=refused,
+        refused_reply=REFUSED_REPLY,
+        metric_rows=metric_rows(metrics, prefixes),
+        settings=settings(run),
+        tasks=tasks,
+        slice_name=prefixes[0].replace("_", " ") if prefixes else "theme",
+        slices=sorted({t.slice for t in tasks if t.slice}),
+    )
+
+
+def write_report(out_dir: Path) -> Path:
+    """Render `out_dir/report.html` from the run's files and return its path.
+
+    results.jsonl is required; metrics.json and run.json may be absent (an incomplete run). The page is
+    written to a temporary file and renamed, so a reader never sees half of it.
+    """
+    html = render_report(
+        read_json(out_dir / METRICS), load_results(out_dir), read_json(out_dir / RUN), read_json(out_dir / USAGE)
+    )
+    return write_html(out_dir, html)
+
+
+def _rescored(run: Mapping[str, Any], adjustment: LengthAdjustment | None) -> dict[str, Any]:
+    """run.json as the page describes a rescoring with `adjustment`: those settings, and whether a
+    HealthBench Professional run is still in its official configuration with them. Differences are named by
+    their run.json key first, so the length adjustment's is found and replaced."""
+    new = None if adjustment is None else adjustment.as_dict()
+    if run.get("length_adjustment") == new:
+        return dict(run)
+    shown = dict(run) | {"length_adjustment": new, GRADED_WITH: run.get("length_adjustment")}
+    if run.get("official_configuration") is not None:
+        differences = [
+            str(d) for d in run.get("official_differences") or [] if not str(d).startswith("length_adjustment ")
+        ]
+        if adjustment != PROFESSIONAL_LENGTH_ADJUSTMENT:
+            official = PROFESSIONAL_LENGTH_ADJUSTMENT.describe()
+            differences.append(f"length_adjustment {_describe(adjustment)} (official: {official})")
+        shown["official_configuration"] = not differences
+        shown["official_differences"] = differences
+    return shown
+
+
+def rebuild(out: Path, *, seed: int, length_adjustment: LengthAdjustment | None) -> dict[str, float | int]:
+    """Re-aggregate `out/results.jsonl` into `out/metrics.json` (with `length_adjustment`, the headline is
+    the length-adjusted score) and rewrite `out/report.html`; returns the metrics.
+
+    run.json is left as it is; when the settings differ from those it records, the page says so and
+    describes the run with the settings used.
+    """
+    results = load_results(out)
+    if not results:
+        raise DataError(f"{out / RESULTS}: no results")
+    metrics = aggregate_records(results, seed=seed, length_adjustment=length_adjustment)
+    write_json_atomic(out / METRICS, metrics)
+    run = _rescored(read_json(out / RUN), length_adjustment)
+    write_html(out, render_report(metrics, results, run, read_json(out / USAGE)))
+    return metrics

@@ -1,0 +1,159 @@
+"""What calls cost: a per-model price table (overridable) and the estimate `--dry-run` prints.
+
+Prices are USD per million tokens, OpenAI's list prices for standard (live) requests; the Batch API
+charges half, unless a table entry gives batch prices of its own. A model is matched by the longest table
+entry its name starts with, so dated snapshots (`gpt-4.1-2025-04-14`) find their family. Unknown models
+cost nothing in the sums and are named as such.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from healthbench.api.wire import Usage
+from healthbench.errors import DataError
+
+
+class Price(BaseModel):
+    """USD per million tokens; the batch prices default to half the live ones."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    input: float
+    cached_input: float
+    output: float
+    batch_input: float | None = None
+    batch_cached_input: float | None = None
+    batch_output: float | None = None
+
+    def rates(self, batch: bool) -> tuple[float, float, float]:
+        """(input, cached input, output) for live or batch requests."""
+        if not batch:
+            return self.input, self.cached_input, self.output
+        return (
+            self.input / 2 if self.batch_input is None else self.batch_input,
+            self.cached_input / 2 if self.batch_cached_input is None else self.batch_cached_input,
+            self.output / 2 if self.batch_output is None else self.batch_output,
+        )
+
+
+PRICES: dict[str, Price] = {
+    name: Price(input=i, cached_input=c, output=o)
+    for name, (i, c, o) in {
+        "gpt-4.1": (2.00, 0.50, 8.00),
+        "gpt-4.1-mini": (0.40, 0.10, 1.60),
+        "gpt-4.1-nano": (0.10, 0.025, 0.40),
+        "gpt-4o": (2.50, 1.25, 10.00),
+        "gpt-4o-mini": (0.15, 0.075, 0.60),
+        "gpt-5": (1.25, 0.125, 10.00),
+        "gpt-5-mini": (0.25, 0.025, 2.00),
+        "gpt-5-nano": (0.05, 0.005, 0.40),
+        # The gpt-5.1 to 5.4 list prices as published listings give them (not read from OpenAI's own page here).
+        "gpt-5.1": (1.25, 0.125, 10.00),
+        "gpt-5.2": (1.75, 0.175, 14.00),
+        "gpt-5.4": (2.50, 0.25, 15.00),
+        "gpt-5.4-mini": (0.75, 0.075, 4.50),
+        "gpt-5.4-nano": (0.20, 0.02, 1.25),
+        "o3": (2.00, 0.50, 8.00),
+        "o3-mini": (1.10, 0.55, 4.40),
+        "o4-mini": (1.10, 0.275, 4.40),
+        "gpt-3.5-turbo": (0.50, 0.50, 1.50),
+    }.items()
+}
+
+
+def load_prices(path: Path | None) -> dict[str, Price]:
+    """The built-in table, updated from a JSON file `{model: {input, cached_input, output}}` if given."""
+    prices = dict(PRICES)
+    if path is None:
+        return prices
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{path}: cannot read prices ({exc})") from None
+    if not isinstance(raw, dict):
+        raise DataError(f"{path}: prices must be an object of model names")
+    for model, value in raw.items():
+        try:
+            prices[model] = Price.model_validate(value)
+        except ValidationError as exc:
+            error = exc.errors(include_url=False)[0]
+            field = ".".join(str(p) for p in error["loc"])
+            raise DataError(f"{path}: field {model}.{field}: {error['msg']}") from None
+    return prices
+
+
+def price_for(model: str, prices: Mapping[str, Price]) -> Price | None:
+    """The longest table entry that the model name starts with."""
+    matches = [name for name in prices if model == name or model.startswith(name + "-")]
+    return prices[max(matches, key=len)] if matches else None
+
+
+def cost(usage: Usage, model: str, prices: Mapping[str, Price], *, batch: bool | None = None) -> float | None:
+    """USD for this usage (at batch prices if `batch`, by default if the usage is marked so), or None for a
+    model without a price."""
+    price = price_for(model, prices)
+    if price is None:
+        return None
+    fresh_rate, cached_rate, output_rate = price.rates(usage.batch if batch is None else batch)
+    fresh = usage.prompt_tokens - usage.cached_prompt_tokens
+    return (fresh * fresh_rate + usage.cached_prompt_tokens * cached_rate + usage.completion_tokens * output_rate) / 1e6
+
+
+class CostMeter:
+    """Prices a run's usage for the progress bar, usage.json and the summary line.
+
+    A model missing from the table is reported as unpriced; the total then covers the priced part only
+    and says so, rather than hiding what is known.
+    """
+
+    def __init__(self, prices: Path | None, grader_model: str, policy_model: str | None) -> None:
+        self.table = load_prices(prices)
+        self.grader_model = grader_model
+        self.policy_model = policy_model
+        self.started = time.monotonic()
+
+    def _side(self, model: str, parts: Sequence[Usage]) -> dict[str, Any]:
+        """Summed tokens of one side, its batch calls, and its cost with each part at its own prices."""
+        total = Usage()
+        for part in parts:
+            total.add(part)
+        costs = [cost(part, model, self.table) for part in parts if part.calls] or [cost(total, model, self.table)]
+        side: dict[str, Any] = total.as_dict()
+        side.pop("batch", None)
+        return side | {
+            "batch_calls": sum(part.calls for part in parts if part.batch),
+            "model": model,
+            "cost_usd": None if None in costs else sum(c for c in costs if c is not None),
+        }
+
+    def usage_report(self, policy: Usage | Sequence[Usage], grader: Usage | Sequence[Usage]) -> dict[str, Any]:
+        """Tokens and USD per side (each side one usage, or its live and batch parts), the priced total, and
+        the models without a price."""
+        sides = {"grader": self._side(self.grader_model, [grader] if isinstance(grader, Usage) else grader)}
+        if self.policy_model is not None:
+            sides["policy"] = self._side(self.policy_model, [policy] if isinstance(policy, Usage) else policy)
+        report: dict[str, Any] = dict(sides)
+        priced = [side for side in sides.values() if side["calls"] or side is sides["grader"]]
+        report["cost_usd"] = sum(side["cost_usd"] or 0.0 for side in priced)
+        report["unpriced_models"] = sorted({side["model"] for side in priced if side["cost_usd"] is None})
+        return report
+
+    @staticmethod
+    def describe(report: dict[str, Any]) -> str:
+        """`$1.23`, with any unpriced model named."""
+        text = f"${report['cost_usd']:,.2f}"
+        if report["unpriced_models"]:
+            text += f" (+ {', '.join(report['unpriced_models'])}: no price)"
+        return text
+
+    def progress(self, policy: Usage, grader: Usage) -> str:
+        """Calls per second and cost so far, for the progress bar."""
+        rate = (policy.calls + grader.calls) / max(time.monotonic() - self.started, 1e-9)
+        return f"{rate:.0f} calls/s, {self.describe(self.usage_report(policy, grader))}"

@@ -1,0 +1,210 @@
+"""Durable progress of a run: an SQLite file in the output folder.
+
+Each policy reply and each verdict is committed as it arrives (with the others of the same event-loop
+iteration), so a process killed at any point loses only the calls that were in flight; running the same
+command again asks for nothing already answered. Verdicts are keyed by the exact grader request, which
+also makes re-grading an identical reply free. The run's configuration is stored once, and a different
+one is refused rather than mixed in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from healthbench.api.batch.records import BatchRecord
+from healthbench.api.wire import Usage
+from healthbench.errors import ConfigMismatch
+from healthbench.grading.grader import Verdict
+
+STORE = "progress.sqlite"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS config (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS samples (
+    prompt_id TEXT NOT NULL, repeat INTEGER NOT NULL, response TEXT NOT NULL, usage TEXT NOT NULL,
+    PRIMARY KEY (prompt_id, repeat)
+);
+CREATE TABLE IF NOT EXISTS verdicts (
+    key TEXT PRIMARY KEY, criteria_met INTEGER NOT NULL, explanation TEXT NOT NULL, usage TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS batches (
+    input_file_id TEXT PRIMARY KEY, batch_id TEXT, purpose TEXT NOT NULL, requests INTEGER NOT NULL,
+    created REAL NOT NULL, open INTEGER NOT NULL DEFAULT 1
+);
+CREATE TABLE IF NOT EXISTS batch_requests (
+    custom_id TEXT PRIMARY KEY, input_file_id TEXT NOT NULL, attempts INTEGER NOT NULL
+);
+"""
+
+
+def _usage(text: str) -> Usage:
+    return Usage.from_dict(json.loads(text))
+
+
+class Store:
+    """Samples and verdicts of one run folder.
+
+    Inside an event loop, writes are committed together at the end of the loop iteration in which they
+    arrived: one transaction for a wave of answers instead of one each, and nothing is kept waiting for
+    longer than it takes the loop to come round. Without a running loop each write commits at once.
+    """
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # WAL: a committed write survives a killed process as soon as the commit returns.
+        self._db = sqlite3.connect(path, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+        self.hits = 0
+        self._samples: dict[tuple[str, int], tuple[str, str]] = {}
+        self._verdicts: dict[str, tuple[int, str, str]] = {}
+        self._flush_scheduled = False
+
+    def close(self) -> None:
+        """Write what is pending and close the database."""
+        self.flush()
+        self._db.close()
+
+    def flush(self) -> None:
+        """Commit pending writes in one transaction."""
+        self._flush_scheduled = False
+        if not self._samples and not self._verdicts:
+            return
+        self._db.execute("BEGIN")
+        self._db.executemany(
+            "INSERT OR REPLACE INTO samples VALUES (?, ?, ?, ?)",
+            [(pid, repeat, *value) for (pid, repeat), value in self._samples.items()],
+        )
+        self._db.executemany(
+            "INSERT OR REPLACE INTO verdicts VALUES (?, ?, ?, ?)",
+            [(key, *value) for key, value in self._verdicts.items()],
+        )
+        self._db.execute("COMMIT")
+        self._samples.clear()
+        self._verdicts.clear()
+
+    def _written(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.flush()
+            return
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            loop.call_soon(self.flush)
+
+    def bind_config(self, config: Mapping[str, Any]) -> None:
+        """Record the configuration of a new run, or refuse one that differs from what is recorded."""
+        stored = dict(self._db.execute("SELECT key, value FROM config").fetchall())
+        wanted = {key: json.dumps(value, sort_keys=True) for key, value in config.items()}
+        if not stored:
+            self._db.executemany("INSERT INTO config VALUES (?, ?)", wanted.items())
+            return
+        changed = sorted(key for key in stored.keys() | wanted.keys() if stored.get(key) != wanted.get(key))
+        if changed:
+            details = "; ".join(
+                f"{key}: {stored.get(key, '(unset)')} -> {wanted.get(key, '(unset)')}" for key in changed
+            )
+            raise ConfigMismatch(
+                f"this output folder holds a run with other settings ({details}). "
+                "Use a new --out folder, or run with the recorded settings to resume."
+            )
+
+    def config(self) -> dict[str, Any]:
+        """The recorded configuration."""
+        return {key: json.loads(value) for key, value in self._db.execute("SELECT key, value FROM config")}
+
+    def sample(self, prompt_id: str, repeat: int) -> tuple[str, Usage] | None:
+        """A recorded policy reply and its usage."""
+        pending = self._samples.get((prompt_id, repeat))
+        if pending is not None:
+            return pending[0], _usage(pending[1])
+        row = self._db.execute(
+            "SELECT response, usage FROM samples WHERE prompt_id = ? AND repeat = ?", (prompt_id, repeat)
+        ).fetchone()
+        return None if row is None else (row[0], _usage(row[1]))
+
+    def put_sample(self, prompt_id: str, repeat: int, response: str, usage: Usage) -> None:
+        """Record a policy reply."""
+        self._samples[prompt_id, repeat] = (response, json.dumps(usage.as_dict()))
+        self._written()
+
+    def get_verdict(self, key: str) -> Verdict | None:
+        """A recorded verdict for an exact grader request."""
+        row = (
+            self._verdicts.get(key)
+            or self._db.execute("SELECT criteria_met, explanation FROM verdicts WHERE key = ?", (key,)).fetchone()
+        )
+        if row is None:
+            return None
+        self.hits += 1
+        return Verdict(bool(row[0]), row[1])
+
+    def put_verdict(self, key: str, verdict: Verdict, usage: Usage) -> None:
+        """Record a verdict."""
+        self._verdicts[key] = (int(verdict.criteria_met), verdict.explanation, json.dumps(usage.as_dict()))
+        self._written()
+
+    def spent(self) -> tuple[list[Usage], list[Usage]]:
+        """Usage paid so far for policy replies and for verdicts, across every session of this run; each
+        side as its live part and its batch part, which are priced apart."""
+        self.flush()
+        sides = []
+        for table in ("samples", "verdicts"):
+            live, batch = Usage(), Usage(batch=True)
+            for (text,) in self._db.execute(f"SELECT usage FROM {table}"):
+                usage = _usage(text)
+                (batch if usage.batch else live).add(usage)
+            sides.append([live, batch])
+        return sides[0], sides[1]
+
+    # The batch ledger: written and committed at once, since a batch id lost is a batch paid for twice.
+
+    def record_upload(self, input_file_id: str, purpose: str, requests: Iterable[tuple[str, int]]) -> None:
+        """An uploaded batch input file and the (custom_id, attempt number) of each request in it."""
+        self.flush()
+        rows = list(requests)
+        self._db.execute("BEGIN")
+        self._db.execute(
+            "INSERT INTO batches (input_file_id, purpose, requests, created) VALUES (?, ?, ?, ?)",
+            (input_file_id, purpose, len(rows), time.time()),
+        )
+        self._db.executemany(
+            "INSERT OR REPLACE INTO batch_requests VALUES (?, ?, ?)",
+            [(custom_id, input_file_id, attempts) for custom_id, attempts in rows],
+        )
+        self._db.execute("COMMIT")
+
+    def record_batch_id(self, input_file_id: str, batch_id: str) -> None:
+        """The batch created from an uploaded file."""
+        self._db.execute("UPDATE batches SET batch_id = ? WHERE input_file_id = ?", (batch_id, input_file_id))
+
+    def close_batch(self, input_file_id: str) -> None:
+        """A batch whose results this run has taken in (or no longer needs)."""
+        self._db.execute("UPDATE batches SET open = 0 WHERE input_file_id = ?", (input_file_id,))
+
+    def open_batches(self) -> list[BatchRecord]:
+        """Batches submitted by an earlier session and not yet taken in, oldest first."""
+        rows = self._db.execute(
+            "SELECT input_file_id, batch_id, purpose, requests, created FROM batches WHERE open = 1 ORDER BY created"
+        )
+        return [BatchRecord(*row) for row in rows]
+
+    def batch_request(self, custom_id: str) -> tuple[str, int] | None:
+        """The input file that last carried this request, and its attempt number there."""
+        row = self._db.execute(
+            "SELECT input_file_id, attempts FROM batch_requests WHERE custom_id = ?", (custom_id,)
+        ).fetchone()
+        return None if row is None else (row[0], row[1])
+
+    def batch_totals(self) -> tuple[int, int]:
+        """Batches created and requests uploaded in them, over every session of this run."""
+        row = self._db.execute("SELECT COUNT(*), COALESCE(SUM(requests), 0) FROM batches").fetchone()
+        return int(row[0]), int(row[1])
