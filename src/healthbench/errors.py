@@ -81,6 +81,16 @@ class QuotaExhausted(HealthBenchError):
     """The account has no quota (credit) left, as a 429 with code `insufficient_quota` says: retrying cannot help."""
 
 
+class PaceStoreUnreachable(HealthBenchError):
+    """The store a shared pace was asked to use (`--pace-store`) cannot be reached at start: nothing is sent.
+    The URL is named without its password."""
+
+    def __init__(self, url: str, cause: str) -> None:
+        super().__init__(f"pace store {url} cannot be reached ({cause}); nothing was sent")
+        self.url = url
+        self.cause = cause
+
+
 class Deferred(HealthBenchError):
     """A request left in a batch for a later session to collect (`--no-wait`): neither an answer nor a failure."""
 

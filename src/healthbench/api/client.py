@@ -21,15 +21,19 @@ import random
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import aiohttp
 from pydantic import SecretStr
 
-from healthbench.api.pacing import Gate, Pacer
+from healthbench.api.pacing import Gate
+from healthbench.api.pacing.budget import Budget as Budget  # re-exported: made with clients
 from healthbench.api.ratesignals import DEFAULT_OUTPUT_CAP, read_refusal, request_cost, retry_after_seconds
 from healthbench.api.wire import CHAT, Api, Usage
 from healthbench.errors import InvalidResponse, QuotaExhausted, RequestFailed
+
+if TYPE_CHECKING:  # the Redis client is imported only by a run that shares its pace
+    from healthbench.api.pacing.store import PaceStore
 
 T = TypeVar("T")
 
@@ -83,35 +87,24 @@ class Completer(Protocol):
 
 # Rate limits belong to a key at an endpoint, not to a client object: clients that share both (the policy and
 # the grader of one run, say; Chat and Responses calls of one key) must slow down together. OpenAI's limits are
-# per model as well, so two models on one key share a pace they need not: slower, never refused. Weak values:
-# a gate lives as long as its clients.
-_GATES: weakref.WeakValueDictionary[str, Gate] = weakref.WeakValueDictionary()
+# per model as well, so two models on one key share a pace they need not: slower, never refused. With a pace
+# store, the pace is shared with every process that names the same store. Weak values: a gate lives as long as
+# its clients.
+_GATES: weakref.WeakValueDictionary[tuple[str, str | None], Gate] = weakref.WeakValueDictionary()
 
 
-def _gate_for(base_url: str, api_key: str | None) -> Gate:
-    slot = hashlib.sha256(f"{base_url}\n{api_key or ''}".encode()).hexdigest()
-    gate = _GATES.get(slot)
+def key_slot(base_url: str, api_key: str | None) -> str:
+    """A key at an endpoint, as a digest: what a pace is shared by, never the key itself."""
+    return hashlib.sha256(f"{base_url.rstrip('/')}\n{api_key or ''}".encode()).hexdigest()
+
+
+def _gate_for(base_url: str, api_key: str | None, store: PaceStore | None) -> Gate:
+    slot = key_slot(base_url, api_key)
+    entry = (slot, store.url if store else None)
+    gate = _GATES.get(entry)
     if gate is None:
-        gate = _GATES[slot] = Gate(Pacer())
+        gate = _GATES[entry] = Gate(store.pace(slot) if store else None)
     return gate
-
-
-class Budget:
-    """A limit on requests in flight, shared by every client given it, bound to the loop that uses it."""
-
-    def __init__(self, limit: int) -> None:
-        if limit < 1:
-            raise ValueError("concurrency must be at least 1")
-        self.limit = limit
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._semaphore: asyncio.Semaphore | None = None
-
-    def semaphore(self) -> asyncio.Semaphore:
-        """The semaphore for the running loop (an asyncio.Semaphore serves one loop only)."""
-        loop = asyncio.get_running_loop()
-        if self._semaphore is None or self._loop is not loop:
-            self._semaphore, self._loop = asyncio.Semaphore(self.limit), loop
-        return self._semaphore
 
 
 class ApiClient:
@@ -135,23 +128,27 @@ class ApiClient:
         rpm: float | None = None,
         tpm: float | None = None,
         default_output_cap: int = DEFAULT_OUTPUT_CAP,
+        max_concurrency: int | None = None,
+        pace_store: PaceStore | None = None,
     ) -> None:
         """`rpm` and `tpm` are the account's limits, as the user knows them (None: learned from the server);
-        a request with no output cap counts `default_output_cap` tokens against `tpm`."""
+        a request with no output cap counts `default_output_cap` tokens against `tpm`. A budget made here has
+        `concurrency` places, and grows with the limit up to `max_concurrency` when that is larger. With
+        `pace_store`, the key's pace is shared with every process that uses the same store."""
         self.base_url = base_url.rstrip("/")
         self.wire = api
         self.url = self.base_url + api.path
         # A budget shared with other clients (one per API key on a server) keeps one limit per process.
-        self.budget = budget or Budget(concurrency)
-        self.concurrency = self.budget.limit
+        self.budget = budget or Budget(concurrency, max_concurrency)
+        self.concurrency = self.budget.floor
         self.retry = retry or RetryPolicy()
         # Content-Type is set per request: a multipart upload (`api`) needs its own.
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._session: aiohttp.ClientSession | None = None
-        self.gate = _gate_for(self.base_url, api_key)
-        self.gate.pacer.set_limits(rpm, tpm)
+        self.gate = _gate_for(self.base_url, api_key, pace_store)
+        self.gate.set_limits(rpm, tpm)
         self.default_output_cap = default_output_cap
 
     def __repr__(self) -> str:
@@ -160,14 +157,14 @@ class ApiClient:
     def _bind(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
         if self._session is None or self._loop is not loop:
-            connector = aiohttp.TCPConnector(limit=self.concurrency, ttl_dns_cache=300)
+            connector = aiohttp.TCPConnector(limit=self.budget.ceiling, ttl_dns_cache=300)
             self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout, headers=self._headers)
             self._loop = loop
         return self._session
 
     async def _attempt(self, payload: bytes, cost: int) -> tuple[str, Usage]:
         session = self._bind()
-        async with self.budget.semaphore():
+        async with self.budget.slot():
             ticket = await self.gate.start(cost)
             try:
                 async with session.post(self.url, data=payload, headers=_JSON) as response:
@@ -175,13 +172,15 @@ class ApiClient:
                     status = response.status
                     headers = response.headers
             except (aiohttp.ClientError, TimeoutError):
-                self.gate.lost()
+                self.gate.lost(ticket)
                 raise
         if status == 429:
-            self.gate.refused(ticket, cost, body, headers)
-            # No backoff beside the gate: it holds every start of this key until the retry time.
-            raise _StatusError(f"HTTP 429: {body[:200].decode('utf-8', 'replace')}", 0.0)
-        self.gate.answered(ticket, headers)
+            # A limit holds every start of this key at the gate (retry at once, through it); noise makes only
+            # this request wait its hint, or the retry table's backoff.
+            retry = await self.gate.refused(ticket, cost, body, headers)
+            raise _StatusError(f"HTTP 429: {body[:200].decode('utf-8', 'replace')}", retry)
+        await self.gate.answered(ticket, headers)
+        self.budget.need(self.gate, self.gate.in_flight_needed())
         if status == 200:
             return self.wire.read(body)
         raise _status_error(status, body, headers)
@@ -221,7 +220,7 @@ class ApiClient:
             data = form() if form is not None else None if json_body is None else json.dumps(json_body).encode()
             headers = _JSON if json_body is not None else None
             request = session.request(method, url, data=data, headers=headers, timeout=_BULK)
-            async with self.budget.semaphore(), request as response:
+            async with self.budget.slot(), request as response:
                 body = await response.read()
                 status = response.status
                 response_headers = response.headers

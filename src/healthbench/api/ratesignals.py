@@ -8,13 +8,14 @@ quota left. `pacing.Pacer` acts on these; this module only reads them.
 from __future__ import annotations
 
 import email.utils
-import json
 import math
 import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from healthbench.errors import ProviderError
 
 DEFAULT_OUTPUT_CAP = 4096
 """The output cap a request without one is counted at (a provider counts the model's own default)."""
@@ -88,7 +89,7 @@ def request_cost(body: Mapping[str, Any], default_cap: int = DEFAULT_OUTPUT_CAP)
 
 
 @dataclass(frozen=True)
-class Refusal:
+class RateLimited:
     """What a 429 says: no quota left, or which limit refused, its per-minute size, and when to try again."""
 
     quota: bool = False
@@ -98,23 +99,20 @@ class Refusal:
     requested: int | None = None
 
 
-def read_refusal(body: bytes, headers: Mapping[str, str]) -> Refusal:
+def read_refusal(body: bytes, headers: Mapping[str, str]) -> RateLimited:
     """Read a 429: its error code, the numbers in OpenAI's message, and its retry time."""
-    try:
-        error = json.loads(body)["error"]
-        code, message = error.get("code"), str(error.get("message") or "")
-    except (ValueError, KeyError, TypeError, AttributeError):
-        code, message = None, ""
+    error = ProviderError.parse(429, body)
+    code, message = error.code, error.message
     if code == "insufficient_quota":
-        return Refusal(quota=True)
+        return RateLimited(quota=True)
     retry_after = retry_after_seconds(headers)
     if retry_after is None and (again := _TRY_AGAIN.search(message)):
         retry_after = duration_seconds(again.group(1))
     numbers = _LIMIT_MESSAGE.search(message)
     if numbers is None:
-        return Refusal(retry_after=retry_after)
+        return RateLimited(retry_after=retry_after)
     dimension: Dimension = "requests" if numbers.group(1) == "requests" else "tokens"
-    return Refusal(False, retry_after, dimension, float(numbers.group(2)), int(numbers.group(4)))
+    return RateLimited(False, retry_after, dimension, float(numbers.group(2)), int(numbers.group(4)))
 
 
 def header_number(value: str | None) -> float | None:

@@ -4,8 +4,9 @@ Requests and tokens per minute are token buckets refilled continuously and enfor
 (OpenAI: "60,000 requests/minute may be enforced as 1,000 requests/second"); a request's tokens are its
 prompt plus its output cap, counted on arrival. Refused requests may count against the buckets (they do at
 OpenAI) or not; the ``x-ratelimit-*`` headers may be sent or not (many gateways send none); a 429's message
-names the limit in OpenAI's words, or says only that there was one. After ``quota`` answered requests the
-account has no credit left and every request is refused with ``insufficient_quota``.
+names the limit in OpenAI's words, or says only that there was one; its retry hint is exact, or optimistic
+(computed before the refused request itself is counted). After ``quota`` answered requests the account has no
+credit left and every request is refused with ``insufficient_quota``.
 
 ``Limiter.decide`` is pure (it takes the time), so a simulation can drive it; the server calls
 ``Limiter.admit`` once per model request, before any work on it.
@@ -40,6 +41,9 @@ class RateLimits:
     numbers: bool = True  # a 429's message names the limit, its use and when to try again
     quota: int | None = None  # answered requests before the account's credit runs out
     default_max_tokens: int = 4096  # what a request without an output cap is counted at
+    # Retry hints computed before the refused request itself is counted, as some limiters do: a client that
+    # waits exactly that long is refused again.
+    optimistic_hints: bool = False
 
     def __post_init__(self) -> None:
         if any(limit is not None and limit <= 0 for limit in (self.rpm, self.tpm)):
@@ -157,6 +161,7 @@ class Limiter:
         short = next(((name, bucket, spent) for name, bucket, spent in buckets if not bucket.fits(spent)), None)
         # What the refusing limit had used before this request, in its per-minute units, as OpenAI reports it.
         used = 0 if short is None else round((short[1].capacity - short[1].level) * 60 / limits.window)
+        early = short[1].wait(short[2]) if short is not None and limits.optimistic_hints else None
         if short is None or limits.count_refused:
             for _, bucket, spent in buckets:
                 bucket.take(spent)
@@ -169,7 +174,7 @@ class Limiter:
             self.answered_tokens += cost
             return Decision(None, headers)
         name, bucket, spent = short
-        wait = bucket.wait(spent)
+        wait = bucket.wait(spent) if early is None else early
         if limits.headers:
             headers |= {"retry-after-ms": str(math.ceil(wait * 1000)), "Retry-After": str(math.ceil(wait))}
         message = f"Rate limit reached for {name}"

@@ -1,0 +1,83 @@
+-- One key's shared pace: the rules of state.LocalPace, in Redis, on Redis's clock. Every script starts with
+-- this prelude; the placeholders (a dollar sign and a name) are state.py's constants, filled in on loading.
+-- KEYS[1] is the key's hash, KEYS[2] the sorted set of processes seen lately. Times are stored as '%.6f'
+-- (Lua's tostring keeps 14 digits: 0.1 ms at Unix times) and returned as strings (Redis truncates numbers).
+
+local key = KEYS[1]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
+
+local h = {}
+local raw = redis.call('HGETALL', key)
+for i = 1, #raw, 2 do h[raw[i]] = raw[i + 1] end
+local changed = {}
+
+local function n(field, default)
+  local value = h[field]
+  if value then return tonumber(value) end
+  return default
+end
+
+local function set(field, value)
+  local text = string.format('%.6f', value)
+  h[field] = text
+  changed[#changed + 1] = field
+  changed[#changed + 1] = text
+end
+
+local function save()
+  if #changed > 0 then redis.call('HSET', key, unpack(changed)) end
+  redis.call('EXPIRE', key, $TTL)
+end
+
+local function out(value)
+  if value == nil then return '' end
+  return string.format('%.6f', value)
+end
+
+-- The limit a minute in force for 'rpm' or 'tpm': a user's while one stands, else the best learned.
+local function limit(dim)
+  local user = n(dim .. '_user', nil)
+  if user and now < n(dim .. '_user_until', 0) then return user end
+  return n(dim, nil)
+end
+
+local function factor()
+  return math.min(1.0, n('f', 1.0) * math.pow($GROWTH, math.max(0.0, now - n('f_at', now))))
+end
+
+-- state.grown: FAST up to top, SLOW past it for PLATEAU seconds, FAST again after.
+local function grown(rate, top, elapsed)
+  elapsed = math.max(0.0, elapsed)
+  if rate < top then
+    local to_top = math.log(top / rate) / math.log($FAST)
+    if elapsed <= to_top then return rate * math.pow($FAST, elapsed) end
+    rate, elapsed = top, elapsed - to_top
+  end
+  if elapsed <= $PLATEAU then return rate * math.pow($SLOW, elapsed) end
+  return rate * math.pow($SLOW, $PLATEAU) * math.pow($FAST, elapsed - $PLATEAU)
+end
+
+local function free_rate()
+  local free = n('free', nil)
+  if free == nil then return nil end
+  local top = n('free_top', free)
+  local rate = grown(free, top, now - n('free_at', now))
+  if rate > $UNPACE * top then return nil end
+  return rate
+end
+
+local function rates()
+  local rpm, tpm, f = limit('rpm'), limit('tpm'), factor()
+  local requests, tokens = nil, nil
+  if rpm then requests = rpm / 60 * f end
+  if tpm then tokens = tpm / 60 * f end
+  if requests == nil and tpm == nil then requests = free_rate() end
+  return requests, tokens
+end
+
+local function start_rate()
+  local decayed = n('sr', 0.0) * math.exp(-math.max(0.0, now - n('sr_at', now)) / $WINDOW)
+  local seen = 1 - math.exp(-math.max(0.0, now - n('first', now)) / $WINDOW)
+  return decayed / math.max(seen, 0.05)
+end

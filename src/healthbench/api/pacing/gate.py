@@ -1,0 +1,124 @@
+"""The async layer of one key's pace: `Gate` lets starts go in arrival order, each when both this process's
+`Pacer` and the key's `PaceState` (local, or shared through a store) allow it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Mapping
+
+from healthbench.api.pacing.pacer import Pace, Pacer
+from healthbench.api.pacing.state import Effects, Limits, LocalPace, PaceState
+from healthbench.api.ratesignals import RateLimited, read_refusal
+from healthbench.errors import QuotaExhausted
+
+# A shared pace reserves a start this close (one call to the store for each start, and processes take turns
+# instead of racing); a local one asks again after every wait, since an answer can move a start either way.
+_RESERVE = 0.1
+_NEEDED_EVERY = 1.0  # seconds between two estimates of the requests in flight the pace needs
+
+
+class Gate:
+    """One key's starts: see the module docstring. Only the first waiter asks the pace and sleeps; an answer
+    wakes it to look again. Loop-bound pieces are made per running loop, as `Budget` makes its own."""
+
+    def __init__(self, state: PaceState | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.state: PaceState = state if state is not None else LocalPace(clock)
+        self.pacer = Pacer(shared=self.state.shared)
+        self._clock = clock
+        self._horizon = _RESERVE if self.state.shared else 0.0
+        self._user: Limits = (None, None)
+        self._pending = Effects()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock = asyncio.Lock()
+        self._applying = asyncio.Lock()
+        self._changed = asyncio.Event()
+        self._needed: tuple[float, int | None] = (-_NEEDED_EVERY, None)
+
+    def _bind(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            self._loop, self._lock, self._applying = loop, asyncio.Lock(), asyncio.Lock()
+            self._changed = asyncio.Event()
+
+    def set_limits(self, rpm: float | None, tpm: float | None) -> None:
+        """The user's limits: they come before anything the server says; the lower of two settings stands."""
+        self._user = (_lower(self._user[0], rpm), _lower(self._user[1], tpm))
+
+    @property
+    def limits(self) -> Limits:
+        """The request and token limits a minute in force (None: not known)."""
+        known = self.pacer.limits
+        return (self._user[0] or known[0], self._user[1] or known[1])
+
+    async def start(self, cost: int) -> int:
+        """Wait until a request of `cost` tokens may start and record its start; returns its ticket."""
+        self._bind()
+        async with self._lock:
+            await self._apply()
+            while True:
+                now = self._clock()
+                wait, reason, paced = self.pacer.delay(now, cost)
+                if wait <= 0:
+                    admission = await self.state.admit(self.pacer.scaled(cost), self._horizon, paced, self._user)
+                    now = self._clock()
+                    self.pacer.adopt(now, admission)
+                    if admission.reserved:
+                        await asyncio.sleep(admission.wait)
+                    if admission.reserved or admission.wait <= 0:
+                        return self.pacer.start(self._clock(), cost)
+                    wait, reason = admission.wait, admission.reason
+                self.pacer.bound(now, reason)
+                self._changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), wait)
+
+    async def _apply(self, effects: Effects | None = None) -> None:
+        """Hand effects to the state: one call at a time, what piled up meanwhile merged into one."""
+        if effects:
+            self._pending = self._pending.merge(effects)
+        async with self._applying:
+            pending, self._pending = self._pending, Effects()
+            if pending:
+                await self.state.apply(pending)
+        if self._loop is not None:
+            self._changed.set()
+
+    async def answered(self, ticket: int, headers: Mapping[str, str]) -> None:
+        """Report an answer other than a 429."""
+        self._bind()
+        await self._apply(self.pacer.on_answer(self._clock(), ticket, headers))
+
+    async def refused(self, ticket: int, cost: int, body: bytes, headers: Mapping[str, str]) -> float | None:
+        """Report a 429; returns how long the refused request waits before it is asked again (0: at once, through
+        this gate; None: the retry table's backoff). `QuotaExhausted` if the account has no quota left."""
+        self._bind()
+        refusal: RateLimited = read_refusal(body, headers)
+        effects, retry = self.pacer.on_refused(self._clock(), ticket, cost, refusal, headers)
+        await self._apply(effects)
+        if refusal.quota:
+            raise QuotaExhausted("the account has no quota left (insufficient_quota)")
+        return retry
+
+    def lost(self, ticket: int) -> None:
+        """Report a request that got no answer."""
+        self.pacer.on_lost(self._clock(), ticket)
+        if self._loop is not None:
+            self._changed.set()
+
+    def in_flight_needed(self) -> int | None:
+        """Requests in flight the pace needs (Little's law), estimated at most once a second; None while no
+        limit is known."""
+        now = self._clock()
+        if now - self._needed[0] >= _NEEDED_EVERY:
+            self._needed = (now, self.pacer.in_flight_needed())
+        return self._needed[1]
+
+    def status(self) -> Pace:
+        """The pace now, for the progress bar."""
+        return self.pacer.status(self._clock())
+
+
+def _lower(held: float | None, given: float | None) -> float | None:
+    return given if held is None else held if given is None else min(held, given)

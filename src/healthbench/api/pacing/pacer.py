@@ -1,0 +1,336 @@
+"""What one process sees of a key's rate limits, and what it makes of it: the `Effects` the shared pace applies.
+
+OpenAI limits requests and tokens per minute, perhaps over shorter windows; it counts a request's tokens on
+arrival as its prompt plus its output cap, and it counts refused requests too, so a client that sends into
+a spent limit spends the budget it is waiting for. Starts are therefore paced (`state`) before the server has
+to refuse anything, and, where the server reports what remains, kept under a mirror of its bucket. In a
+process of its own the mirror alone decides (so a run may use the bucket's burst allowance) until the server
+refuses a request it said would fit; from then on, and always when the pace is shared, both must agree.
+
+Limits come from the user, else from the `x-ratelimit-*` headers, else from the numbers in a 429's message.
+A 429 that names a limit (its message's numbers, or the headers) holds every start until its retry time and
+cuts the pace. Retry hints run short on some limiters (computed before the refused request itself is
+counted): a request that waited a whole hold and is refused again pads every later hint, up to threefold.
+A 429 that names nothing is judged by the share of the last window's starts refused: a few percent is
+noise (the refused request alone waits its hint, and a pace in force is cut gently); more is a limit.
+Until the first answer arrives only one request is out, unless a limit is known already.
+`insufficient_quota` is no limit to wait for: `QuotaExhausted`, at once.
+
+The model is pure: every method takes the time `now` of a monotonic clock. `gate.Gate` runs it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from healthbench.api.pacing.state import (
+    BURST,
+    EPSILON,
+    HEADERS,
+    MESSAGE,
+    WINDOW,
+    Admission,
+    Dimension,
+    Effects,
+    Learned,
+    Slowdown,
+)
+from healthbench.api.ratesignals import RateLimited, duration_seconds, header_number
+from healthbench.errors import QuotaExhausted
+
+_PROBE = 5.0  # a first request that takes longer than this does not hold the others back
+_BOUND_FOR = 1.0  # a limit that delayed a start this recently still binds
+_SPAN = 5.0  # seconds of starts kept: the reported pace, and the share of them refused
+# A window's refused share up to this much over the usual share is noise, once the window has this many starts;
+# the usual share follows the windows' shares, so a steady rate of limitless 429s is never taken for a limit.
+_NOISE, _SAMPLE, _USUAL, _USUAL_MAX = 0.08, 20, 0.5, 0.1
+_PAD_UP, _PAD_MAX, _PAD_DECAY, _PAD_MARGIN = 1.5, 3.0, 0.9, 0.01  # learning that retry hints run short
+_MARGIN, _EWMA = 1.5, 0.05  # Little's law: in flight = rate x latency x margin; the averages' weight
+
+
+@dataclass(frozen=True)
+class Pace:
+    """What the progress bar shows: request starts per second lately, and the limit that holds them back."""
+
+    rate: float
+    binding: str | None  # "RPM", "TPM", "429" (held after a refusal), or None: not limit-bound
+
+    def __str__(self) -> str:
+        return f"{self.rate:.0f} req/s" + (f", {self.binding}-bound" if self.binding else "")
+
+
+class _Mirror:
+    """The server's bucket of one limit, as last reported and replayed with the starts since."""
+
+    def __init__(self) -> None:
+        self.per_minute: float | None = None
+        self.level: float | None = None
+        self.level_at = 0.0
+        self.seen = -1  # ticket of the answer that last reported `remaining`
+        self.ceiling = 0.0  # the most ever reported remaining: the bucket's size, as far as is known
+        self.reset_at = 0.0
+
+    def refilled(self, now: float) -> float | None:
+        """The mirrored budget at `now`; None if nothing is known, or the report has expired."""
+        if self.level is None:
+            return None
+        if self.per_minute is None:
+            return self.level if now < self.reset_at else None
+        return min(self.ceiling, self.level + self.per_minute / 60 * (now - self.level_at))
+
+    def spend(self, now: float, cost: float) -> None:
+        level = self.refilled(now)
+        self.level = None if level is None else level - cost
+        self.level_at = now
+
+    def wait(self, now: float, cost: float, trusted: bool) -> tuple[float, bool]:
+        """Seconds until a start of `cost` fits the mirrored budget, and whether that alone decides (a trusted
+        mirror of a known limit: the server's own account, burst allowance and all)."""
+        level = self.refilled(now)
+        if level is None:
+            return 0.0, False
+        if trusted and self.per_minute:
+            # A margin of BURST's refill, as the server counts a request a little after it starts here.
+            rate = self.per_minute / 60
+            return (min(cost + rate * BURST, self.ceiling) - level) / rate, True
+        need = min(cost, self.ceiling)
+        if level >= need:
+            return 0.0, False
+        return ((need - level) / (self.per_minute / 60) if self.per_minute else self.reset_at - now), False
+
+
+class Pacer:
+    """One process's view of one key's limits: see the module docstring. Not thread-safe.
+
+    `shared`: the pace is shared with other processes, so the mirror never decides alone.
+    """
+
+    def __init__(self, shared: bool = False) -> None:
+        self.mirrors: dict[Dimension, _Mirror] = {"requests": _Mirror(), "tokens": _Mirror()}
+        self.quota_exhausted = False
+        # The server's reported budget is followed until it refuses a request the mirror said would fit: then
+        # its reports are read some other way than this model reads them, and only the pace is trusted.
+        self._trusted = not shared
+        self._probing = True
+        self._probe_at: float | None = None
+        self._in_row = 0
+        self._token_scale = 1.0
+        self._ticket = 0
+        self._starts: deque[tuple[int, float, float]] = deque()  # (ticket, time, tokens), for replay and pace
+        self._open: dict[int, float] = {}  # start times of the requests in flight
+        self._refusals: deque[float] = deque()  # limitless 429s, for the share of a window refused
+        self._usual, self._usual_at = 0.0, 0.0  # the share of starts refused for no limit, as usual lately
+        self._round_at = -math.inf  # when the last hold began: the refusals of earlier starts are of its round
+        self._published: dict[Dimension, tuple[float, int]] = {}
+        self._held_until: float | None = None  # the end of the last hold seen, until a start goes after it
+        self._after_hold: int | None = None  # the ticket of that start: did it wait long enough?
+        self.pad = 1.0
+        self._bound: tuple[str, float] | None = None
+        self._view = Admission(0.0, None)
+        self._latency: float | None = None
+        self._tokens: float | None = None
+
+    @property
+    def limits(self) -> tuple[float | None, float | None]:
+        """The request and token limits a minute in force, as the pace last said (None: not known)."""
+        return self._view.rpm, self._view.tpm
+
+    def adopt(self, now: float, admission: Admission) -> None:
+        """What the pace says is in force: limits known (by anyone sharing it) end the probe."""
+        self._view = admission
+        for mirror, limit in zip(self.mirrors.values(), (admission.rpm, admission.tpm), strict=True):
+            # The mirror refills at the server's own limit where its headers gave one, else at the limit in force.
+            if mirror.per_minute is None:
+                mirror.per_minute = limit
+        if admission.rpm is not None or admission.tpm is not None:
+            self._probing = False
+        if admission.reason == "429" and admission.wait > 0:
+            self._held(now + admission.wait)
+
+    def scaled(self, cost: int) -> float:
+        """A request's tokens as the server counts them, as far as its 429s have said."""
+        return cost * self._token_scale
+
+    def delay(self, now: float, cost: int) -> tuple[float, str | None, tuple[bool, bool]]:
+        """What this process alone holds a start of `cost` back for: seconds to wait (0 or less: none), why,
+        and whether each pace still binds (not where a trusted mirror decides alone). `QuotaExhausted` if no
+        start may go."""
+        if self.quota_exhausted:
+            raise QuotaExhausted("the account has no quota left (insufficient_quota)")
+        wait, reason, paced = 0.0, None, [True, True]
+        for index, (mirror, spent, name) in enumerate(self._each(cost)):
+            mirror_wait, alone = mirror.wait(now, spent, self._trusted)
+            paced[index] = not alone
+            if mirror_wait > wait:
+                wait, reason = mirror_wait, name
+        if self._probing and self._probe_at is not None and self._probe_at + _PROBE - now > wait:
+            wait, reason = self._probe_at + _PROBE - now, None
+        return (wait if wait > EPSILON else 0.0), reason, (paced[0], paced[1])
+
+    def _each(self, cost: int) -> tuple[tuple[_Mirror, float, str], ...]:
+        """Each limit's mirror, what a start of `cost` spends of it, and the limit's name."""
+        return (self.mirrors["requests"], 1.0, "RPM"), (self.mirrors["tokens"], self.scaled(cost), "TPM")
+
+    def bound(self, now: float, reason: str | None) -> None:
+        """A start was held back for `reason`: the progress bar names it for a while."""
+        if reason:
+            self._bound = (reason, now)
+
+    def start(self, now: float, cost: int) -> int:
+        """Record a start that the pace allowed; returns the ticket its answer is reported with."""
+        tokens = self.scaled(cost)
+        for mirror, spent, _ in self._each(cost):
+            mirror.spend(now, spent)
+        if self._probing and self._probe_at is None:
+            self._probe_at = now
+        self._ticket += 1
+        if self._held_until is not None and now >= self._held_until:
+            self._held_until, self._after_hold = None, self._ticket
+        self._starts.append((self._ticket, now, tokens))
+        self._open[self._ticket] = now
+        self._tokens = tokens if self._tokens is None else self._tokens + _EWMA * (tokens - self._tokens)
+        while self._starts and self._starts[0][1] < now - _SPAN:
+            self._starts.popleft()
+        return self._ticket
+
+    def _held(self, until: float) -> None:
+        self._held_until = max(self._held_until or until, until)
+
+    def _learn(self, dimension: Dimension, per_minute: float | None, rank: int) -> list[Learned]:
+        """A limit to publish, unless it is what this process published last (answers repeat their headers)."""
+        if per_minute is None or per_minute <= 0 or self._published.get(dimension) == (per_minute, rank):
+            return []
+        self._published[dimension] = (per_minute, rank)
+        return [Learned(dimension, per_minute, rank)]
+
+    def _observe(self, now: float, ticket: int, headers: Mapping[str, str]) -> Effects:
+        """Learn from `x-ratelimit-*` headers; take the starts since `ticket` off the reported remaining."""
+        later: list[float] = []  # the tokens of each start after `ticket`
+        own: float | None = None  # the tokens of `ticket` itself; None if it is too old to place
+        for entry, _, tokens in reversed(self._starts):
+            if entry <= ticket:
+                own = tokens if entry == ticket else None
+                break
+            later.append(tokens)
+        learned: list[Learned] = []
+        hold: float | None = None
+        for dimension, mirror in self.mirrors.items():
+            size = header_number(headers.get(f"x-ratelimit-limit-{dimension}"))
+            if size is not None and size > 0:
+                mirror.per_minute = size
+            learned += self._learn(dimension, size, HEADERS)
+            remaining = header_number(headers.get(f"x-ratelimit-remaining-{dimension}"))
+            if remaining is None or own is None or ticket < mirror.seen:
+                continue
+            reset = duration_seconds(headers.get(f"x-ratelimit-reset-{dimension}", "")) or 0.0
+            mine, spent = (1.0, float(len(later))) if dimension == "requests" else (own, sum(later))
+            # The server counted this request before it reported what remains: the bucket holds at least both.
+            mirror.seen, mirror.ceiling, mirror.reset_at = ticket, max(mirror.ceiling, remaining + mine), now + reset
+            # When the server counted it is not known (after it started, by a loaded server's delay; perhaps as
+            # late as it answered): the report is taken as of now, less every later start, with no refill since.
+            mirror.level, mirror.level_at = remaining - spent, now
+            if remaining <= 0 and mirror.per_minute is None:
+                hold = reset
+        return Effects(tuple(learned), hold)
+
+    def on_answer(self, now: float, ticket: int, headers: Mapping[str, str]) -> Effects:
+        """An answer other than a 429 (a 5xx is an answer too: the limiter let it through)."""
+        self._probing = False
+        self._in_row = 0
+        started = self._open.pop(ticket, None)
+        if started is not None:
+            latency = now - started
+            self._latency = latency if self._latency is None else self._latency + _EWMA * (latency - self._latency)
+        if ticket == self._after_hold:  # the first start after a hold went through: the hints are long enough
+            self.pad, self._after_hold = max(1.0, self.pad * _PAD_DECAY), None
+        return self._observe(now, ticket, headers)
+
+    def on_refused(
+        self, now: float, ticket: int, cost: int, refusal: RateLimited, headers: Mapping[str, str]
+    ) -> tuple[Effects, float | None]:
+        """A 429: what it changes in the pace, and how long this request itself waits before it is asked again
+        (0: at once, through the pace, which holds it; None: the retry table's backoff)."""
+        if refusal.quota:
+            self.quota_exhausted = True
+            return Effects(), 0.0
+        self._probing = False
+        started = self._open.pop(ticket, now)
+        seen = self._observe(now, ticket, headers)
+        learned = list(seen.learned)
+        if refusal.dimension is not None:
+            learned += self._learn(refusal.dimension, refusal.limit, MESSAGE)
+        if refusal.dimension == "tokens" and refusal.requested:
+            # Our prompt estimate runs short of the server's count: scale every later estimate up to it.
+            self._token_scale = min(2.0, max(self._token_scale, refusal.requested / max(cost, 1)))
+        named = refusal.dimension is not None or any(f"x-ratelimit-limit-{d}" in headers for d in self.mirrors)
+        share, excess, limit = self._judge(now, named)
+        if not limit:
+            # Noise (a gateway's "slow down", another tenant's burst): this request waits, the others go on.
+            return Effects(tuple(learned), seen.hold, Slowdown(excess, hard=False)), refusal.retry_after
+        if started >= self._round_at:  # a new round of refusals, not one more of a burst already answered for
+            self._in_row += 1
+            self._round_at = now
+        self._trusted = False
+        if named and ticket == self._after_hold:  # it waited out a whole hold and was refused again
+            self.pad, self._after_hold = min(_PAD_MAX, self.pad * _PAD_UP), None
+        retry = refusal.retry_after
+        if retry is not None:
+            retry = retry * self.pad + _PAD_MARGIN
+        else:
+            rate = self._view.token_rate if refusal.dimension == "tokens" else self._view.request_rate
+            spent = self.scaled(cost) if refusal.dimension == "tokens" else 1.0
+            # No word on when: long enough for the refused request's share to refill, longer each time in a row.
+            retry = max(spent / rate if rate else 0.0, min(8.0, 0.25 * 2.0 ** (self._in_row - 1)))
+        self._held(now + retry)
+        return Effects(tuple(learned), max(retry, seen.hold or 0.0), Slowdown(share, hard=True)), 0.0
+
+    def _judge(self, now: float, named: bool) -> tuple[float, float, bool]:
+        """The share of the last window's starts refused, how much of it is more than usual, and whether the
+        429s are a limit, not noise."""
+        if named:
+            return 1.0, 1.0, True
+        self._refusals.append(now)
+        while self._refusals[0] < now - WINDOW:
+            self._refusals.popleft()
+        refused = len(self._refusals)
+        starts = max(refused, sum(1 for _, at, _ in self._starts if at >= now - WINDOW))
+        share = refused / starts
+        excess = max(0.0, share - self._usual)
+        if starts < _SAMPLE:  # too few starts to judge by share: only a clear majority
+            return share, excess, refused >= 4 and share > 0.5
+        limit = excess > _NOISE
+        if not limit and now - self._usual_at >= WINDOW:
+            # Windows with no 429 at all were usual too: they count as refusing none.
+            quiet = min(20, int((now - self._usual_at) / WINDOW) - 1)
+            usual = self._usual * (1 - _USUAL) ** quiet
+            self._usual = min(_USUAL_MAX, usual + _USUAL * (share - usual))
+            self._usual_at = now
+        return share, excess, limit
+
+    def on_lost(self, now: float, ticket: int) -> None:
+        """A request that got no answer (timeout, dropped connection): it no longer holds back the others."""
+        self._probe_at = None
+        self._open.pop(ticket, None)
+
+    def in_flight_needed(self) -> int | None:
+        """Requests in flight the pace in force needs (Little's law: its rate times the latency seen, with a
+        margin); None while no limit is known, or nothing has been answered."""
+        view = self._view
+        rates = [view.request_rate]
+        if view.token_rate is not None and self._tokens:
+            rates.append(view.token_rate / self._tokens)
+        known = [rate for rate in rates if rate is not None]
+        if (view.rpm is None and view.tpm is None) or not known or self._latency is None:
+            return None
+        return math.ceil(min(known) * self._latency * _MARGIN)
+
+    def status(self, now: float) -> Pace:
+        """Starts per second over the last few seconds, and the limit that delayed a start most recently."""
+        starts = [at for _, at, _ in self._starts if at >= now - _SPAN]
+        span = min(_SPAN, now - starts[0]) if starts else 0.0
+        rate = len(starts) / span if span > 0 else 0.0
+        bound = self._bound[0] if self._bound and now - self._bound[1] <= _BOUND_FOR else None
+        return Pace(rate, bound)

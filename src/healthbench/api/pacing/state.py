@@ -1,0 +1,280 @@
+"""The part of one key's pace that every process using the key must share, behind one small interface.
+
+What is shared: each limit's size (requests and tokens a minute) and where it came from, the pace of each
+(GCRA: a theoretical arrival time that every start pushes on by its cost over the rate), a 429's hold, the
+factor a 429 cuts the pace by, and, with no limit known, the request rate the 429s have allowed. What a
+process sees for itself (the server's reported budget, probing, tickets, when a 429 is noise) stays in
+`pacer.Pacer`, which turns it into `Effects` that the state applies.
+
+`PaceState` is the interface: `admit` a start, `apply` effects. `LocalPace` implements it in this process,
+as a pure model on an injected clock; `store.RedisPace` implements the same rules in Redis, as Lua scripts on
+Redis's clock, so several processes (replicas, parallel runs, other machines) pace one key together.
+
+A 429's cut of the pace regrows multiplicatively. With no limit known, a cut sets a free rate from the pace in
+force (the start rate, the first time), never from what the server accepted while it was held; it regrows
+fast up to just under the rate that was refused, slowly past it, and is dropped once it has doubled that. A
+slowdown that is noise (a few limitless 429s) cuts gently and never starts a pace that was not there.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+Dimension = Literal["requests", "tokens"]
+DIMENSIONS: tuple[Dimension, ...] = ("requests", "tokens")
+
+USER, HEADERS, MESSAGE = 3, 2, 1  # precedence of a limit's sources: the user's setting comes first
+BURST = 0.05  # seconds of pace a late start may catch up on at once (GCRA's tolerance)
+WINDOW = 1.0  # one overload answers many requests at once: one cut per window, for every process
+CUT, FLOOR = 0.9, 0.25  # a limit's cut of the pace, and the lowest factor it reaches
+GROWTH = 1.02  # the factor's regrowth per second, multiplicative
+# A free rate regrows FAST up to just under the rate that was refused, SLOW past it for PLATEAU seconds (a limit
+# there refuses again soon), then FAST again (there was none: noise taken for a limit costs seconds, not the
+# run); it is dropped once it has regrown to UNPACE times that rate.
+FAST, SLOW, PLATEAU, UNPACE = 1.1, 1.02, 10.0, 2.0
+MIN_FREE = 1.0  # requests a second: a free rate never goes below this
+MAX_HOLD = 120.0
+USER_TTL = 60.0  # seconds a user's limit stands in a shared pace after the last process that set it stopped
+EPSILON = 1e-6  # what rounding leaves of a refill is no wait: it could never be slept out
+
+
+@dataclass(frozen=True)
+class Learned:
+    """A limit read from the server: its dimension, its size a minute, and its source's precedence."""
+
+    dimension: Dimension
+    per_minute: float
+    rank: int
+
+
+@dataclass(frozen=True)
+class Slowdown:
+    """A 429 that slows the pace: the window's refused share, and whether it was a limit (`hard`) or noise."""
+
+    share: float
+    hard: bool
+
+
+@dataclass(frozen=True)
+class Effects:
+    """What a process's observations change in the shared state: limits learned, a hold, a slowdown."""
+
+    learned: tuple[Learned, ...] = ()
+    hold: float | None = None  # seconds from now during which no start goes
+    slow: Slowdown | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.learned) or self.hold is not None or self.slow is not None
+
+    def merge(self, other: Effects) -> Effects:
+        """Both at once: the longer hold, the harder slowdown, every limit learned (later ones last)."""
+        holds = [hold for hold in (self.hold, other.hold) if hold is not None]
+        slows = [slow for slow in (self.slow, other.slow) if slow is not None]
+        slow = max(slows, key=lambda s: (s.hard, s.share)) if slows else None
+        return Effects(self.learned + other.learned, max(holds) if holds else None, slow)
+
+
+@dataclass(frozen=True)
+class Admission:
+    """The state's answer to a start: go (`wait` 0), go after `wait` (`reserved`), or ask again after `wait`;
+    with the pace now in force, for the process's own bookkeeping."""
+
+    wait: float
+    reason: str | None  # what holds the start back: "429", "RPM", "TPM", or None
+    reserved: bool = False
+    rpm: float | None = None
+    tpm: float | None = None
+    request_rate: float | None = None  # starts a second the pace allows now (None: unpaced)
+    token_rate: float | None = None
+    sharers: int = 1  # processes that used this pace lately
+
+
+Limits = tuple[float | None, float | None]
+
+
+class PaceState(Protocol):
+    """One key's shared pace. `shared` says whether other processes may use it too (then a process's own
+    mirror of the server's budget can never decide alone: it sees only its own starts)."""
+
+    shared: bool
+
+    async def admit(self, tokens: float, horizon: float, paced: tuple[bool, bool], user: Limits) -> Admission:
+        """Record a start of `tokens` if the pace allows it now, or within `horizon` seconds (a reservation).
+
+        `paced` says, per dimension, whether its pace binds (a trusted mirror decides alone otherwise, though the
+        pace still advances); `user` is this process's own setting of the limits, re-asserted with every start.
+        """
+        ...
+
+    async def apply(self, effects: Effects) -> None:
+        """Apply what a process observed."""
+        ...
+
+
+@dataclass
+class LocalPace:
+    """One key's pace in this process: the rules of `PaceState`, pure on `now` (`admit_at`, `apply_at`), and
+    the async interface on `clock`. `share` is the part of each limit this process may use (a stand-in for a
+    shared pace that is out of reach paces to its share of the processes last seen)."""
+
+    clock: Callable[[], float] = time.monotonic
+    shared: bool = False
+    share: float = 1.0
+    learned: dict[Dimension, tuple[float, int]] = field(default_factory=dict)
+    user: dict[Dimension, tuple[float, float]] = field(default_factory=dict)  # value, and until when it stands
+    tat: dict[Dimension, float] = field(default_factory=lambda: dict.fromkeys(DIMENSIONS, -math.inf))
+    hold_until: float = -math.inf
+    factor_cut: float = 1.0
+    factor_at: float = 0.0
+    cut_at: float = -math.inf  # the last cut for a limit
+    eased_at: float = -math.inf  # the last cut for noise, which does not stop a limit's cut in the same window
+    free: float | None = None
+    free_at: float = 0.0
+    free_top: float = 0.0
+    best: float = 0.0
+    start_rate: float = 0.0
+    start_rate_at: float = 0.0
+    first_start: float | None = None
+
+    async def admit(self, tokens: float, horizon: float, paced: tuple[bool, bool], user: Limits) -> Admission:
+        """`admit_at` now."""
+        return self.admit_at(self.clock(), tokens, horizon, paced, user)
+
+    async def apply(self, effects: Effects) -> None:
+        """`apply_at` now."""
+        self.apply_at(self.clock(), effects)
+
+    def limit(self, dimension: Dimension, now: float) -> float | None:
+        """The limit a minute in force: a user's while one stands, else the best learned."""
+        user = self.user.get(dimension)
+        if user is not None and now < user[1]:
+            return user[0]
+        learned = self.learned.get(dimension)
+        return learned[0] if learned else None
+
+    def factor(self, now: float) -> float:
+        """The share of the limits the pace uses now: cut by 429s, regrown multiplicatively."""
+        return min(1.0, self.factor_cut * math.pow(GROWTH, max(0.0, now - self.factor_at)))
+
+    def free_rate(self, now: float) -> float | None:
+        """With no limit known, the request rate the 429s allow now (None: unpaced)."""
+        if self.free is None:
+            return None
+        rate = grown(self.free, self.free_top, now - self.free_at)
+        return None if rate > UNPACE * self.free_top else rate
+
+    def rates(self, now: float) -> tuple[float | None, float | None]:
+        """Starts a second and tokens a second the pace allows now (None: that dimension is unpaced)."""
+        rpm, tpm = self.limit("requests", now), self.limit("tokens", now)
+        factor = self.factor(now) * self.share
+        requests = rpm / 60 * factor if rpm else None
+        if requests is None and tpm is None and (free := self.free_rate(now)) is not None:
+            requests = free * self.share
+        return requests, (tpm / 60 * factor if tpm else None)
+
+    def admit_at(
+        self,
+        now: float,
+        tokens: float,
+        horizon: float = 0.0,
+        paced: tuple[bool, bool] = (True, True),
+        user: Limits = (None, None),
+    ) -> Admission:
+        """`PaceState.admit` at `now`."""
+        for dimension, value in zip(DIMENSIONS, user, strict=True):
+            if value is not None:
+                self._assert_user(dimension, value, now)
+        rates = self.rates(now)
+        view = Admission(0.0, None, False, self.limit("requests", now), self.limit("tokens", now), *rates)
+        if now < self.hold_until:
+            return _with(view, self.hold_until - now, "429")
+        reasons = ("RPM" if view.rpm is not None else "429", "TPM")
+        wait, reason = 0.0, None
+        for dimension, rate, bind, why in zip(DIMENSIONS, rates, paced, reasons, strict=True):
+            if rate and bind and self.tat[dimension] - BURST - now > wait:
+                wait, reason = self.tat[dimension] - BURST - now, why
+        if wait > max(horizon, EPSILON):
+            return _with(view, wait, reason)
+        at = now + max(wait, 0.0)
+        for dimension, rate, spent in zip(DIMENSIONS, rates, (1.0, tokens), strict=True):
+            if rate:
+                self.tat[dimension] = max(self.tat[dimension], at - BURST) + spent / rate
+        if self.first_start is None:
+            self.first_start = at
+        self.start_rate = self.start_rate * math.exp(-max(0.0, at - self.start_rate_at) / WINDOW) + 1 / WINDOW
+        self.start_rate_at = at
+        return _with(view, wait, reason, reserved=True) if wait > EPSILON else view
+
+    def start_rate_now(self, now: float) -> float:
+        """Starts a second lately: an exponentially weighted count over about a window (over the time seen, in
+        the first window)."""
+        decayed = self.start_rate * math.exp(-max(0.0, now - self.start_rate_at) / WINDOW)
+        seen = 1 - math.exp(-max(0.0, now - (self.first_start if self.first_start is not None else now)) / WINDOW)
+        return decayed / max(seen, 0.05)
+
+    def _assert_user(self, dimension: Dimension, value: float, now: float) -> None:
+        # The lowest setting of the processes seen lately stands; a higher one takes over once it lapses.
+        held = self.user.get(dimension)
+        if held is None or now >= held[1] or value <= held[0]:
+            self.user[dimension] = (value, now + USER_TTL)
+
+    def apply_at(self, now: float, effects: Effects) -> None:
+        """`PaceState.apply` at `now`."""
+        for learned in effects.learned:
+            held = self.learned.get(learned.dimension)
+            if learned.per_minute > 0 and (held is None or learned.rank >= held[1]):
+                self.learned[learned.dimension] = (learned.per_minute, learned.rank)
+        if effects.hold is not None:
+            self.hold_until = max(self.hold_until, now + min(max(effects.hold, 0.0), MAX_HOLD))
+            # The catch-up allowance is for late wake-ups, not for the time held: after a hold, one at a time.
+            for dimension in DIMENSIONS:
+                self.tat[dimension] = max(self.tat[dimension], self.hold_until + BURST)
+        slow = effects.slow
+        if slow is not None and now - (self.cut_at if slow.hard else max(self.cut_at, self.eased_at)) >= WINDOW:
+            self._slow(now, slow)
+
+    def _slow(self, now: float, slow: Slowdown) -> None:
+        if slow.hard:
+            self.cut_at = now
+        else:
+            self.eased_at = now
+        if self.limit("requests", now) is not None or self.limit("tokens", now) is not None:
+            self.factor_cut = max(FLOOR, self.factor(now) * (CUT if slow.hard else max(CUT, 1 - slow.share / 2)))
+            self.factor_at = now
+            return
+        current = self.free_rate(now)
+        if not slow.hard:
+            if self.free is not None and current is not None:  # noise never starts a pace that was not there
+                # Rate and top cut alike: the regrowth goes on where it was, a little lower.
+                eased = max(MIN_FREE / current, 1 - slow.share / 2)
+                self.free, self.free_top = self.free * eased, self.free_top * eased
+            return
+        # A limit with no size known: the pace in force (the start rate, the first time) was too fast.
+        base = current if current is not None else self.start_rate_now(now)
+        self.best = max(self.best, base)
+        cut = base * max(0.5, CUT * (1 - slow.share))
+        self.free = max(MIN_FREE, cut, FLOOR * self.best)
+        self.free_top = max(self.free, base * (CUT * CUT if current is not None and current >= self.free_top else CUT))
+        self.free_at = now
+
+
+def grown(rate: float, top: float, elapsed: float) -> float:
+    """A free rate `elapsed` seconds after it was set at `rate`: FAST up to `top`, SLOW past it for PLATEAU
+    seconds, FAST again after."""
+    elapsed = max(0.0, elapsed)
+    if rate < top:
+        to_top = math.log(top / rate) / math.log(FAST)
+        if elapsed <= to_top:
+            return rate * math.pow(FAST, elapsed)
+        rate, elapsed = top, elapsed - to_top
+    if elapsed <= PLATEAU:
+        return rate * math.pow(SLOW, elapsed)
+    return rate * math.pow(SLOW, PLATEAU) * math.pow(FAST, elapsed - PLATEAU)
+
+
+def _with(view: Admission, wait: float, reason: str | None, reserved: bool = False) -> Admission:
+    return Admission(wait, reason, reserved, view.rpm, view.tpm, view.request_rate, view.token_rate, view.sharers)

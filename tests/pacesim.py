@@ -1,0 +1,154 @@
+"""Whole runs through the pacing model on a simulated clock: processes of `Pacer`s on one `LocalPace` (shared,
+or each its own) against the fake's limiter, as `Gate` drives them, in milliseconds and with no sleeps."""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from healthbench.api.pacing import LocalPace, Pace, Pacer
+from healthbench.api.ratesignals import read_refusal, request_cost
+from healthbench.testing.limits import Limiter, RateLimits
+
+# About a HealthBench grader call: 1,300 prompt tokens and max_tokens 2048, so about 3,350 tokens of TPM.
+GRADER_BODY: dict[str, Any] = {
+    "model": "gpt-test",
+    "messages": [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "x" * 5200},
+    ],
+    "max_tokens": 2048,
+}
+COST = request_cost(GRADER_BODY)
+# What a gateway says when it is overloaded: a 429 with a retry time and nothing else.
+SLOW_DOWN = json.dumps({"error": {"message": "Too many requests, slow down", "code": None}}).encode()
+
+
+@dataclass
+class Run:
+    answered: int
+    refused: int  # by the limiter
+    noise: int  # limitless 429s injected before it
+    seconds: float
+    paces: list[Pace]
+    pacers: list[Pacer]
+
+    @property
+    def share_refused(self) -> float:
+        return self.refused / (self.answered + self.refused)
+
+
+@dataclass
+class _Process:
+    pacer: Pacer
+    pace: LocalPace
+    ready: int
+    in_flight: int = 0
+    busy_until: float = 0.0  # a reserved start sleeps holding its gate
+    wake: float = math.inf
+    attempts: dict[int, int] = field(default_factory=dict)
+
+
+def simulate(
+    limits: RateLimits | None,
+    *,
+    calls: int = 2000,
+    processes: int = 1,
+    shared: bool = False,
+    concurrency: int = 64,
+    noise: float = 0.0,
+    noise_retry: float = 1.0,
+    user: tuple[float | None, float | None] = (None, None),
+    kind: type[Limiter] = Limiter,
+) -> Run:
+    """`calls` grader calls in each of `processes` processes, `concurrency` at once in each, 300 +/- 100 ms
+    latency; a limiter's 429s come back at once, and a share `noise` of requests is answered by a limitless 429
+    (`Retry-After: noise_retry`) before it. With `shared`, the processes pace through one state, as through a
+    store (starts reserved up to 0.1 s ahead, as `Gate` does then)."""
+    limiter = kind(limits, now=0.0) if limits is not None else None
+    rng = random.Random(7)
+    common = LocalPace(shared=True) if shared else None
+    procs = [_Process(Pacer(shared=shared), common or LocalPace(), calls) for _ in range(processes)]
+    horizon = 0.1 if shared else 0.0
+    events: list[tuple[float, int, str, int, Any]] = []
+    sequence = 0
+    answered = refused = noised = 0
+    end = 0.0
+    paces: list[Pace] = []
+
+    def push(at: float, what: str, index: int, data: Any = None) -> None:
+        nonlocal sequence
+        sequence += 1
+        heapq.heappush(events, (at, sequence, what, index, data))
+
+    def send(index: int, now: float) -> None:
+        proc = procs[index]
+        ticket = proc.pacer.start(now, COST)
+        if noise and rng.random() < noise:
+            push(now + 0.001, "429", index, (ticket, SLOW_DOWN, {"retry-after": str(noise_retry)}, True))
+            return
+        response, headers = limiter.admit(GRADER_BODY, now) if limiter else (None, {})
+        if response is None:
+            push(now + rng.uniform(0.2, 0.4), "ok", index, (ticket, headers))
+        else:
+            assert isinstance(response.body, bytes)
+            push(now + 0.001, "429", index, (ticket, response.body, dict(response.headers), False))
+
+    def pump(index: int, now: float) -> None:
+        proc = procs[index]
+        while proc.ready and proc.in_flight < concurrency and now >= proc.busy_until:
+            wait, reason, paced = proc.pacer.delay(now, COST)
+            if wait <= 0:
+                admission = proc.pace.admit_at(now, proc.pacer.scaled(COST), horizon, paced, user)
+                proc.pacer.adopt(now, admission)
+                if admission.wait <= 0 or admission.reserved:
+                    proc.ready, proc.in_flight = proc.ready - 1, proc.in_flight + 1
+                    if admission.reserved:
+                        proc.busy_until = now + admission.wait
+                        push(proc.busy_until, "send", index)
+                        return
+                    send(index, now)
+                    continue
+                wait, reason = admission.wait, admission.reason
+            proc.pacer.bound(now, reason)
+            if now + wait < proc.wake or proc.wake <= now:
+                proc.wake = now + wait
+                push(proc.wake, "wake", index)
+            return
+
+    for index in range(processes):
+        pump(index, 0.0)
+    while events:
+        now, _, what, index, data = heapq.heappop(events)
+        proc = procs[index]
+        if what == "send":
+            send(index, now)
+        elif what == "ok":
+            ticket, headers = data
+            answered, proc.in_flight, end = answered + 1, proc.in_flight - 1, now
+            proc.pace.apply_at(now, proc.pacer.on_answer(now, ticket, headers))
+            if answered % 100 == 0:
+                paces.append(proc.pacer.status(now))
+        elif what == "429":
+            ticket, body, headers, injected = data
+            noised, refused = noised + injected, refused + (not injected)
+            proc.in_flight -= 1
+            effects, retry = proc.pacer.on_refused(now, ticket, COST, read_refusal(body, headers), headers)
+            proc.pace.apply_at(now, effects)
+            if retry == 0:
+                proc.ready += 1
+            else:  # as the client's retry table waits: the hint, else its backoff
+                attempt = proc.attempts[ticket] = proc.attempts.get(ticket, 0) + 1
+                backoff = min(8.0, 0.5 * 2.0 ** (attempt - 1)) * (1 - 0.25 * rng.random())
+                push(now + (retry if retry is not None else backoff), "ready", index)
+        elif what == "ready":
+            proc.ready += 1
+        elif proc.wake == now:
+            proc.wake = math.inf
+        for other in range(processes):
+            pump(other, now)
+    return Run(answered, refused, noised, end, paces, [proc.pacer for proc in procs])
