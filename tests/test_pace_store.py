@@ -1,0 +1,181 @@
+"""The pace shared through a real Redis: the scripts keep the local pace's rules, processes share one pace, the
+key never reaches the store, and the store's faults (unreachable at start, lost and back mid-run)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from healthbench.api.client import ApiClient, key_slot
+from healthbench.api.pacing import store as store_module
+from healthbench.api.pacing.state import Effects, Learned, LocalPace, Slowdown
+from healthbench.api.pacing.store import PaceStore, RedisPace, redacted
+from healthbench.errors import PaceStoreUnreachable, SettingsError
+from healthbench.testing import FakeOpenAI
+from healthbench.testing.limits import RateLimits
+from tests.redisserver import RedisServer, needs_redis, redis_server
+
+pytestmark = needs_redis
+
+KEY = "sk-shared-pace-secret"
+
+
+@pytest.fixture(scope="module")
+def redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    yield from redis_server(tmp_path_factory.mktemp("redis"))
+
+
+def _run(coroutine: Any) -> Any:
+    return asyncio.run(coroutine)
+
+
+def test_the_store_keeps_the_rules_of_the_local_pace(redis: RedisServer, request: pytest.FixtureRequest) -> None:
+    async def main() -> None:
+        store = PaceStore(redis.url)
+        pace = store.pace(key_slot("https://rules.test/v1", request.node.name)).remote
+        free = (True, True)
+        first = await pace.admit(100, 0.0, free, (None, None))
+        assert first.wait == 0 and first.rpm is None and first.request_rate is None  # nothing known: unpaced
+        # Precedence: a message's limit, then the headers', then the user's; of two users' settings, the lower.
+        await pace.apply(Effects((Learned("requests", 3000, 1),)))
+        await pace.apply(Effects((Learned("requests", 6000, 2),)))
+        await pace.apply(Effects((Learned("requests", 1000, 1),)))
+        assert (await pace.admit(1, 0.0, free, (None, None))).rpm == 6000
+        assert (await pace.admit(1, 0.0, free, (600, None))).rpm == 600
+        assert (await pace.admit(1, 0.0, free, (1200, None))).rpm == 600
+        # Ten a second: the pace holds the next start back, or reserves it within the horizon.
+        held = await pace.admit(1, 0.0, free, (600, None))
+        assert held.reason == "RPM" and 0 < held.wait <= 0.1
+        reserved = await pace.admit(1, 0.5, free, (600, None))
+        assert reserved.reserved and 0 < reserved.wait <= 0.2
+        # A 429's hold stops every start; of two cuts in one window only the first counts.
+        await pace.apply(Effects(hold=5.0, slow=Slowdown(1.0, hard=True)))
+        await pace.apply(Effects(slow=Slowdown(1.0, hard=True)))
+        after = await pace.admit(1, 0.5, free, (600, None))
+        assert after.reason == "429" and 4.5 < after.wait <= 5.0 and not after.reserved
+        assert after.request_rate == pytest.approx(600 / 60 * 0.9, rel=0.01)
+        await store.aclose()
+
+    _run(main())
+
+
+def test_with_no_limit_known_the_store_sets_a_free_rate_as_the_local_pace_does(
+    redis: RedisServer, request: pytest.FixtureRequest
+) -> None:
+    async def main() -> None:
+        store = PaceStore(redis.url)
+        pace = store.pace(key_slot("https://free.test/v1", request.node.name)).remote
+        local = LocalPace(shared=True)
+        for _ in range(100):
+            await pace.admit(1, 0.0, (True, True), (None, None))
+            local.admit_at(0.0, 1)
+        noise = Effects(slow=Slowdown(0.05, hard=False))
+        await pace.apply(noise)  # noise never starts a pace
+        assert (await pace.admit(1, 0.0, (True, True), (None, None))).request_rate is None
+        await pace.apply(Effects(slow=Slowdown(0.5, hard=True)))
+        local.apply_at(0.0, Effects(slow=Slowdown(0.5, hard=True)))
+        shared = (await pace.admit(1, 0.0, (True, True), (None, None))).request_rate
+        assert shared is not None and local.free is not None
+        assert shared == pytest.approx(local.free, rel=0.1)  # the same rule, on the store's clock
+        await store.aclose()
+
+    _run(main())
+
+
+def test_two_processes_share_one_pace(redis: RedisServer, request: pytest.FixtureRequest) -> None:
+    async def main() -> None:
+        slot = key_slot("https://shared.test/v1", request.node.name)
+        one, two = PaceStore(redis.url), PaceStore(redis.url)  # two processes' stores
+        await one.pace(slot).remote.apply(Effects((Learned("requests", 600, 2),)))
+        paces = (one.pace(slot), two.pace(slot), one.pace(slot))
+        starts = [await pace.admit(1, 0.0, (True, True), (None, None)) for pace in paces]
+        # Two go at once (the catch-up allowance); the third finds both counted, by whichever process, and waits.
+        assert starts[0].wait == starts[1].wait == 0 and starts[2].reason == "RPM" and starts[2].wait > 0
+        assert starts[1].rpm == 600 and starts[1].sharers == 2
+        await one.aclose()
+        await two.aclose()
+
+    _run(main())
+
+
+def test_the_key_never_reaches_the_store(redis: RedisServer) -> None:
+    async def main() -> list[str]:
+        store = PaceStore(redis.url)
+        with FakeOpenAI(limits=RateLimits(rpm=6000)) as server:
+            assert server.base_url
+            client = ApiClient(server.base_url, KEY, pace_store=store, rpm=3000)
+            body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
+            await asyncio.gather(*(client.complete(body, str) for _ in range(5)))
+            await client.aclose()
+        redis_client = store.client()
+        keys = [key async for key in redis_client.scan_iter()]
+        dump = list(keys)
+        for key in keys:
+            dump += [str(value) for value in (await redis_client.hgetall(key) if "processes" not in key else [])]
+        await store.aclose()
+        return dump
+
+    dump = _run(main())
+    assert any(text.startswith("healthbench:pace:{") for text in dump)  # named by a digest
+    assert not any(KEY in text or "sk-" in text for text in dump)
+
+
+def test_a_store_out_of_reach_at_start_is_refused_by_its_url_without_the_password(redis: RedisServer) -> None:
+    closed = RedisServer(redis.folder)  # a free port where nothing listens
+    store = PaceStore(f"redis://:hunter2@127.0.0.1:{closed.port}/0")
+    with pytest.raises(PaceStoreUnreachable) as refused:
+        store.check()
+    assert f"127.0.0.1:{closed.port}/0" in str(refused.value) and "hunter2" not in str(refused.value)
+    PaceStore(redis.url).check()  # a store that answers passes
+    with pytest.raises(SettingsError, match="database must be a number"):
+        PaceStore("redis://127.0.0.1:6379/pace")
+    with pytest.raises(SettingsError, match="not a Redis URL"):
+        PaceStore("http://127.0.0.1:6379/0")
+    assert redacted("rediss://user:pw@host:6380/2") == "rediss://user:***@host:6380/2"
+
+
+def test_a_store_lost_mid_run_is_one_warning_then_local_pacing_then_shared_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_module, "_RETRY_EVERY", 0.0)  # ping again at every start while it is out of reach
+    server = RedisServer(tmp_path)
+    server.start()
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
+
+    async def main(fake: FakeOpenAI) -> tuple[int, dict[Any, Any]]:
+        assert fake.base_url
+        store = PaceStore(server.url)
+        client = ApiClient(fake.base_url, "sk-lost", pace_store=store)
+        replies = 0
+        for phase in ("shared", "lost", "back"):
+            if phase == "lost":
+                server.kill()
+            if phase == "back":
+                server.start()
+            for _ in range(3):  # a few rounds, so the store is found again after its restart
+                got = await asyncio.gather(*(client.complete(body, str) for _ in range(20)))
+                replies += len(got)
+        state = await store.client().hgetall(RedisPace(store, key_slot(fake.base_url, "sk-lost")).keys[0])
+        await client.aclose()
+        await store.aclose()
+        return replies, state
+
+    try:
+        with (
+            caplog.at_level(logging.INFO, logger="healthbench.pacing"),
+            FakeOpenAI(limits=RateLimits(rpm=60_000)) as fake,
+        ):
+            replies, state = _run(main(fake))
+            answered, sent = fake.responses_by_kind["ok"], fake.requests_total
+    finally:
+        server.kill()
+    assert replies == answered == sent == 180  # nothing lost, nothing asked twice
+    warnings = [record for record in caplog.records if record.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "lost" in warnings[0].getMessage() and server.url in warnings[0].getMessage()
+    assert any("back" in record.getMessage() for record in caplog.records)
+    assert float(state["rpm"]) == 60_000  # the restarted store was told again what had been learned
