@@ -78,6 +78,26 @@ def test_without_headers_or_numbers_a_refusal_says_only_that_there_was_one() -> 
     assert refused.headers == {} and refused.message == "Rate limit reached for requests"
 
 
+def test_optimistic_hints_leave_out_the_refused_request_itself() -> None:
+    def hint(optimistic: bool) -> int:
+        limiter = Limiter(RateLimits(rpm=600, optimistic_hints=optimistic), now=0.0)  # ten a second, ten at once
+        for _ in range(10):
+            limiter.decide(body(), 0.0)
+        return int(limiter.decide(body(), 0.0).headers["retry-after-ms"])
+
+    # The refusal spends a request too: an exact hint waits for two to refill, an optimistic one for one.
+    assert (hint(optimistic=False), hint(optimistic=True)) == (200, 100)
+
+
+def test_an_injected_429_is_a_gateway_slow_down_with_a_retry_time_and_no_limit() -> None:
+    with FakeOpenAI(fault_rate=1.0, faults=["429"], fault_retry_after=1.5) as server:
+        assert server.base_url is not None
+        [(status, headers, reply)] = asyncio.run(_post_all(server.base_url + "/chat/completions", [body()]))
+    assert status == 429 and headers["Retry-After"] == "1.5"
+    assert not any(name.lower().startswith("x-ratelimit") for name in headers)
+    assert "per min" not in reply["error"]["message"]
+
+
 def test_the_quota_runs_out_after_the_answered_requests() -> None:
     limiter = Limiter(RateLimits(quota=3), now=0.0)
     outcomes = [limiter.decide(body(), float(t)).refused for t in range(5)]

@@ -32,6 +32,7 @@ def _limits(args: argparse.Namespace) -> RateLimits | None:
         headers=not args.no_rate_headers,
         numbers=not args.no_limit_numbers,
         quota=args.quota,
+        optimistic_hints=args.optimistic_hints,
     )
 
 
@@ -45,6 +46,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--latency", type=float, default=0.0, help="seconds before each answer")
     parser.add_argument("--fault-rate", type=float, default=0.0)
     parser.add_argument("--faults", default="", help=f"comma-separated subset of {','.join(FAULT_KINDS)}")
+    parser.add_argument("--fault-retry-after", type=float, default=0.0, help="Retry-After of an injected 429")
     parser.add_argument("--rate-limit", type=float, default=None, help="requests per second")
     parser.add_argument("--latency-jitter", type=float, default=0.0, help="seconds either side of --latency")
     parser.add_argument("--rpm", type=float, help="requests per minute, as OpenAI limits them (not with --rate-limit)")
@@ -53,6 +55,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--refused-free", action="store_true", help="refused requests do not count against limits")
     parser.add_argument("--no-rate-headers", action="store_true", help="send no x-ratelimit-* or Retry-After")
     parser.add_argument("--no-limit-numbers", action="store_true", help="429 messages name no limit or wait")
+    parser.add_argument(
+        "--optimistic-hints", action="store_true", help="retry hints computed before the refused request is counted"
+    )
     parser.add_argument("--quota", type=int, help="answered requests before insufficient_quota")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--batch-delay", type=float, default=0.0, help="seconds until a batch completes")
@@ -72,6 +77,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             limits=_limits(args),
             latency=args.latency,
             latency_jitter=args.latency_jitter,
+            fault_retry_after=args.fault_retry_after,
             host=args.host,
             port=args.port,
             record=False,

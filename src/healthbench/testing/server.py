@@ -85,6 +85,7 @@ class FakeOpenAI:
         limits: RateLimits | None = None,
         latency: float = 0.0,
         latency_jitter: float = 0.0,
+        fault_retry_after: float = 0.0,
         host: str = "127.0.0.1",
         port: int = 0,
         record: bool = True,
@@ -108,8 +109,8 @@ class FakeOpenAI:
             raise ValueError("rate_limit must be positive")
         if latency < 0 or not 0 <= latency_jitter <= latency:
             raise ValueError("latency must be non-negative, and latency_jitter between 0 and latency")
-        if batch_delay < 0:
-            raise ValueError("batch_delay must be non-negative")
+        if batch_delay < 0 or fault_retry_after < 0:
+            raise ValueError("batch_delay and fault_retry_after must be non-negative")
         if not (0.0 <= batch_fail_rate <= 1.0 and 0.0 <= batch_malformed_rate <= 1.0):
             raise ValueError("batch_fail_rate and batch_malformed_rate must be between 0 and 1")
         if max_file_bytes <= 0 or max_batch_requests <= 0:
@@ -125,6 +126,8 @@ class FakeOpenAI:
         self.latency = latency
         # Each answer takes latency +/- latency_jitter, drawn from an RNG of its own so faults stay as seeded.
         self.latency_jitter = latency_jitter
+        # An injected 429 is a gateway's "slow down": a Retry-After and nothing else (no limit, no headers).
+        self.fault_retry_after = fault_retry_after
         self.host = host
         self.port = port
         # A long benchmark run would otherwise keep every prompt alive, and the garbage collector's
@@ -234,7 +237,8 @@ class FakeOpenAI:
         elif kind == "string_verdict":
             content = STRING_VERDICT
         elif kind == "429":
-            return error(429, "Rate limit reached (injected)", "requests", {"Retry-After": "0"})
+            retry_after = {"Retry-After": f"{self.fault_retry_after:g}"}
+            return error(429, "Rate limit reached (injected)", "requests", retry_after)
         elif kind in ("500", "503"):
             return error(int(kind), f"Injected {kind} error", "server_error")
         elif kind == "badjson":
