@@ -25,7 +25,8 @@ from healthbench.data.schema import Row
 from healthbench.errors import GradingError, RequestFailed
 from healthbench.grading.grader import Grader
 from healthbench.grading.prompt import grader_prompt, render_conversation, rubric_item_text, transcript_with_reply
-from healthbench.runs.store import STORE, Store
+from healthbench.runs.folder import STORE
+from healthbench.runs.store import Store
 from healthbench.testing import FakeOpenAI
 from tests.conftest import make_row, write_jsonl
 from tests.reference import KEY, check_against_reference, made_up_rows

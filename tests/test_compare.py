@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from healthbench.grading.scoring import PROFESSIONAL_LENGTH_ADJUSTMENT
-from healthbench.reporting.compare import compare_dirs, compare_runs, format_comparison, load_results
+from healthbench.reporting.compare import compare_dirs, compare_runs, format_comparison
+from healthbench.runs.folder import RunFolder
 
 
 def record(prompt_id: str, score: float, repeat: int | None = None, **tags: float) -> dict[str, Any]:
@@ -113,11 +114,11 @@ def test_format_comparison_table() -> None:
     assert "+0.033" in text  # the overall mean difference
 
 
-def test_load_results_keeps_u2028_and_skips_a_torn_line(tmp_path: Path) -> None:
+def test_read_results_keeps_u2028_and_skips_a_torn_line(tmp_path: Path) -> None:
     rows = [record("p1", 0.5) | {"response": "line one\u2028line two"}, record("p2", 0.1)]
     text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows) + '{"prompt_id": "p3", "sc'
     (tmp_path / "results.jsonl").write_text(text, encoding="utf-8")
-    loaded = load_results(tmp_path)
+    loaded = RunFolder(tmp_path).read_results()
     assert [r["prompt_id"] for r in loaded] == ["p1", "p2"]
     assert loaded[0]["response"] == "line one\u2028line two"
 

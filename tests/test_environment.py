@@ -399,7 +399,8 @@ def test_served_process_keeps_the_key_out_of_its_output(rows: list[Row], fake: F
     )
     code = (
         "import sys; from pathlib import Path; from healthbench.grading.settings import GraderConfig; "
-        "from healthbench.integrations.openreward.deployment import load_splits; from healthbench.integrations.openreward.environment import serve; "
+        "from healthbench.integrations.openreward.deployment import load_splits; "
+        "from healthbench.integrations.openreward.environment import serve; "
         "serve(load_splits(Path(sys.argv[1])), host='127.0.0.1', port=0, grader=GraderConfig.from_env(max_attempts=1))"
     )
     process = subprocess.Popen(
@@ -441,7 +442,8 @@ def test_the_deferred_sdk_import_is_transparent() -> None:
         "import sys, healthbench.integrations.openreward.environment; "
         "assert 'anthropic' not in sys.modules and 'openreward.client' not in sys.modules; "
         "from openreward import AsyncOpenReward, Message; import openreward; "
-        "assert openreward.environments.Environment is healthbench.integrations.openreward.environment.Environment; print('ok')"
+        "from healthbench.integrations.openreward import environment as served; "
+        "assert openreward.environments.Environment is served.Environment; print('ok')"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.stdout.strip() == "ok", done.stderr

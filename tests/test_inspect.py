@@ -115,7 +115,7 @@ def test_made_up_rows_score_as_healthbench_grade_does(tmp_path: Path, fake: Fake
     # The scorer's options, which the log's header records, are its settings; rubrics ride on their samples.
     assert log.eval.scorers is not None
     (scorer,) = log.eval.scorers
-    assert scorer.options == {"grader": {"base_url": fake.base_url}, "subset": None, "length_adjustment": None}
+    assert scorer.options == {"subset": None, "grading": {"grader_base_url": fake.base_url}}
 
 
 def test_fifty_sample_tasks_score_as_grade_does(tmp_path: Path, sample_path: Path, fake: FakeOpenAI) -> None:

@@ -15,7 +15,7 @@ from healthbench.errors import DataError
 from healthbench.grading.aggregate import aggregate_records
 from healthbench.grading.scoring import LENGTH_ADJUSTED, PROFESSIONAL_LENGTH_ADJUSTMENT, LengthAdjustment
 from healthbench.grading.settings import GraderConfig
-from healthbench.runs.folder import METRICS, RESULTS
+from healthbench.runs.folder import METRICS, RESULTS, RunFolder
 from healthbench.runs.runner import Job, run_jobs
 from healthbench.runs.store import Store
 from healthbench.testing import FakeOpenAI
@@ -154,7 +154,7 @@ def graded_run(tmp: Path, fake: FakeOpenAI, name: str, adjustment: LengthAdjustm
 
     async def go() -> None:
         try:
-            outcome = await run_jobs(jobs, grader, store, out, seed=11, progress=False, length_adjustment=adjustment)
+            outcome = await run_jobs(jobs, grader, store, RunFolder(out), seed=11, length_adjustment=adjustment)
             assert not outcome.failures and outcome.metrics is not None
         finally:
             await grader.client.aclose()

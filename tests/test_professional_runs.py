@@ -146,8 +146,8 @@ def test_grade_with_no_grader_flags_is_the_official_configuration(
     recorded = json.loads((tmp_path / "g41" / "run.json").read_text())
     assert recorded["official_configuration"] is False
     assert recorded["official_differences"] == [
-        f"grader model gpt-4.1-2025-04-14 (official: {OFFICIAL})",
-        "grader reasoning effort none (official: low)",
+        {"setting": "grader model", "value": "gpt-4.1-2025-04-14", "official": OFFICIAL},
+        {"setting": "grader reasoning effort", "value": "none", "official": "low"},
     ]
     # gpt-4.1 takes no reasoning effort, so the official default effort is dropped rather than refused.
     assert {"model", "input", "temperature", "max_output_tokens"} == set(fake.bodies[0])

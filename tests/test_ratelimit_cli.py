@@ -12,7 +12,7 @@ from healthbench.api.client import ApiClient
 from healthbench.api.wire import Usage
 from healthbench.cli import main
 from healthbench.runs.pricing import CostMeter
-from healthbench.runs.session import progress_line
+from healthbench.runs.session import status_line
 from healthbench.testing import FakeOpenAI
 from healthbench.testing.limits import RateLimits
 from tests.conftest import make_row, write_jsonl
@@ -73,5 +73,5 @@ def test_dry_run_estimates_the_wall_time_at_the_given_or_default_limits(tmp_path
 
 
 def test_the_progress_bar_shows_the_cost_and_each_key_pace() -> None:
-    line = progress_line(CostMeter(None, "gpt-4.1", None), {"grader": ApiClient("http://127.0.0.1:9/v1", "sk-bar")})
+    line = status_line(CostMeter(None, "gpt-4.1", None), {"grader": ApiClient("http://127.0.0.1:9/v1", "sk-bar")})
     assert line(Usage(), Usage()).endswith(", $0.00, grader: 0 req/s")

@@ -284,11 +284,11 @@ def test_rebuild_rescores_with_other_settings_and_says_so(tmp_path: Path) -> Non
     html = (tmp_path / "report.html").read_text(encoding="utf-8")
     assert "headline: length-adjusted score, center 1000 characters, 0.02 per 500 characters" in html
     assert "the run was graded with center 2000 characters, 0.0147 per 500 characters" in html
-    expected = "length_adjustment center 1000 characters, 0.02 per 500 characters (official: center 2000"
+    expected = "length adjustment center 1000 characters, 0.02 per 500 characters (official: center 2000"
     assert expected in html.split('<div class="banner" role="alert">')[1]
     assert json.loads((tmp_path / "run.json").read_text()) == PRO_RUN  # the run's own record is left alone
 
     plain = rebuild(tmp_path, seed=0, length_adjustment=None)
     assert LENGTH_ADJUSTED not in plain and plain["score"] == plain["overall_score"]
     html = (tmp_path / "report.html").read_text(encoding="utf-8")
-    assert "headline: score, not length-adjusted" in html and "length_adjustment none (official:" in html
+    assert "headline: score, not length-adjusted" in html and "length adjustment none (official:" in html

@@ -24,8 +24,8 @@ from verifiers.v1.cli.eval.main import main as vf_eval  # type: ignore[import-un
 from verifiers.v1.utils.loaders import environment_class, taskset_class  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
 import healthbench
+from healthbench.grading.official import PROFESSIONAL_GRADER
 from healthbench.grading.scoring import PROFESSIONAL_LENGTH_ADJUSTMENT
-from healthbench.grading.settings import PROFESSIONAL_GRADER
 from healthbench.integrations.verifiers_env import HealthBenchEnv, HealthBenchTaskConfig, HealthBenchTaskset
 from healthbench.testing import GRADER_MARKER, FakeOpenAI
 from tests.conftest import write_jsonl
@@ -195,17 +195,17 @@ def test_load_environment_and_the_plugin_lookup(tmp_path: Path) -> None:
 
 def test_professional_grades_with_its_official_settings() -> None:
     task = HealthBenchTaskConfig(subset="professional")
-    grader = task.grader()
+    grader = task.grader(task.subset)
     assert {name: getattr(grader, name) for name in PROFESSIONAL_GRADER} == PROFESSIONAL_GRADER
-    assert task.adjustment() == PROFESSIONAL_LENGTH_ADJUSTMENT
-    assert HealthBenchTaskConfig(subset="hard").adjustment() is None
+    assert task.length_adjustment(task.subset) == PROFESSIONAL_LENGTH_ADJUSTMENT
+    assert HealthBenchTaskConfig(subset="hard").length_adjustment("hard") is None
 
 
 def test_grader_settings_reach_the_grader() -> None:
     task = HealthBenchTaskConfig(
         grader_model="o3", grader_api="responses", grader_reasoning_effort="high", grader_max_attempts=3
     )
-    grader = task.grader()
+    grader = task.grader(task.subset)
     assert (grader.model, grader.api, grader.reasoning_effort, grader.max_attempts) == ("o3", "responses", "high", 3)
     with pytest.raises(ValueError, match="both length_adjustment_center and"):
-        task.model_copy(update={"length_adjustment_center": 10}).adjustment()
+        task.model_copy(update={"length_adjustment_center": 10}).length_adjustment(None)

@@ -11,6 +11,7 @@ from healthbench.data.schema import IdealCompletions, Message, MetaRow, Row, Rub
 from healthbench.data.subsets import SUBSETS, TASK_SUBSETS, load_meta_subset, load_subset, subset_path
 from healthbench.errors import DataError, GradingError, InvalidResponse, RequestFailed
 from healthbench.grading.grader import DEFAULT_GRADER_MODEL, GradedItem, GradedReply, Grader, Verdict, parse_verdict
+from healthbench.grading.official import PROFESSIONAL_GRADER
 from healthbench.grading.prompt import (
     TEMPLATE,
     TEMPLATE_SHA256,
@@ -27,7 +28,7 @@ from healthbench.grading.scoring import (
     score,
     task_metrics,
 )
-from healthbench.grading.settings import PROFESSIONAL_GRADER, GraderConfig
+from healthbench.grading.settings import GraderConfig, GradingOptions
 
 __all__ = [
     "CHAT",
@@ -50,6 +51,7 @@ __all__ = [
     "Grader",
     "GraderConfig",
     "GradingError",
+    "GradingOptions",
     "HealthBenchEnv",
     "HealthBenchTaskset",
     "IdealCompletions",

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import aiohttp
-from pydantic import SecretStr
 
 from healthbench.api.pacing import Gate
 from healthbench.api.pacing.budget import Budget as Budget  # re-exported: made with clients
@@ -289,37 +288,3 @@ def _status_error(status: int, body: bytes, headers: Mapping[str, str]) -> Excep
     if is_retryable(status):
         return _StatusError(cause, retry_after_seconds(headers))
     return RequestFailed(cause, 1, status=status, body=body)
-
-
-class Endpoint(Protocol):
-    """The settings of one endpoint's client (the grader's, the policy's)."""
-
-    @property
-    def base_url(self) -> str: ...
-    @property
-    def api_key(self) -> SecretStr | None: ...
-    @property
-    def concurrency(self) -> int: ...
-    @property
-    def timeout(self) -> float: ...
-    @property
-    def max_attempts(self) -> int: ...
-    @property
-    def rpm(self) -> float | None: ...
-    @property
-    def tpm(self) -> float | None: ...
-
-
-def client_for(endpoint: Endpoint, budget: Budget | None = None, api: Api = CHAT) -> ApiClient:
-    """The live client of `api` for an endpoint's settings: the one place a client is made from them."""
-    return ApiClient(
-        endpoint.base_url,
-        endpoint.api_key.get_secret_value() if endpoint.api_key else None,
-        concurrency=endpoint.concurrency,
-        timeout=endpoint.timeout,
-        retry=RetryPolicy(max_attempts=endpoint.max_attempts),
-        budget=budget,
-        api=api,
-        rpm=endpoint.rpm,
-        tpm=endpoint.tpm,
-    )

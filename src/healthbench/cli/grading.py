@@ -4,7 +4,6 @@ replies) and `meta-eval` (the grader against physicians' labels)."""
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from collections.abc import Awaitable, Sequence
 from pathlib import Path
@@ -12,8 +11,6 @@ from typing import Any
 
 import click
 
-from healthbench.api.ratesignals import DEFAULT_OUTPUT_CAP
-from healthbench.api.wire import Usage
 from healthbench.cli.options import (
     data_options,
     grading,
@@ -22,27 +19,26 @@ from healthbench.cli.options import (
     load_tasks,
     official,
     run_options,
+    user_errors,
 )
-from healthbench.cli.options import user_errors as _user_errors
+from healthbench.cli.render import Bar, finish
 from healthbench.data.loading import load_meta_rows
 from healthbench.data.responses import load_responses
 from healthbench.data.schema import MetaRow
 from healthbench.data.select import select_rows
 from healthbench.data.subsets import PROFESSIONAL
-from healthbench.errors import PolicyMisuse
 from healthbench.grading.agreement import MODEL_F1, PHYSICIAN_F1
-from healthbench.grading.grader import Grader
 from healthbench.grading.scoring import LengthAdjustment
 from healthbench.grading.settings import GraderConfig
-from healthbench.reporting.report import write_meta_report
+from healthbench.reporting.report import write_meta_report, write_report
 from healthbench.runs.baselines import GROUP_DESCRIPTIONS, baseline_jobs, physician_jobs
-from healthbench.runs.estimate import Load, Unit, estimate, estimate_report, wall_time
+from healthbench.runs.estimate import Unit, dry_run
+from healthbench.runs.folder import RunFolder
 from healthbench.runs.metaeval import grade_meta_rows
-from healthbench.runs.policy import Policy, PolicyConfig
-from healthbench.runs.pricing import CostMeter, load_prices
+from healthbench.runs.policy import PolicyConfig
+from healthbench.runs.pricing import load_prices
 from healthbench.runs.runner import Job, RunOutcome
-from healthbench.runs.session import BatchChoice, execute, progress_line, run_session
-from healthbench.runs.store import Store
+from healthbench.runs.session import BatchChoice, Wiring, jobs_start, run_session
 
 
 def _adjusted(
@@ -71,7 +67,7 @@ def _adjusted(
 @run_options
 @length_options
 @click.option("--report", is_flag=True, help="Also write report.html (healthbench report DIR does it later).")
-@_user_errors
+@user_errors
 @grading
 def grade(
     data: Path | None,
@@ -107,7 +103,7 @@ def grade(
         return
     identity = {"command": "grade"} | grader.identity()
     extra = {"responses": str(responses), "data": _data_name(data, subset)} | recorded
-    execute(
+    _execute(
         jobs,
         out,
         grader,
@@ -157,7 +153,7 @@ def grade(
 )
 @run_options
 @length_options
-@_user_errors
+@user_errors
 @grading
 def evaluate(
     model: str,
@@ -218,22 +214,19 @@ def evaluate(
     )
     extra = {"data": _data_name(data, subset), "base_url": policy_config.base_url, "policy_errors": policy_errors}
     extra |= recorded
-    try:
-        execute(
-            jobs,
-            out,
-            grader,
-            identity,
-            policy=policy_config,
-            batch=batch,
-            seed=seed,
-            prices=prices,
-            progress=progress,
-            extra=extra,
-            length_adjustment=adjustment,
-        )
-    except PolicyMisuse as exc:
-        raise click.ClickException(f"stopped: {exc}") from None
+    _execute(
+        jobs,
+        out,
+        grader,
+        identity,
+        policy=policy_config,
+        batch=batch,
+        seed=seed,
+        prices=prices,
+        progress=progress,
+        extra=extra,
+        length_adjustment=adjustment,
+    )
 
 
 def _data_name(data: Path | None, subset: str | None) -> str:
@@ -252,19 +245,48 @@ def print_estimate(
     **counts: int,
 ) -> None:
     """The `--dry-run` answer, as JSON: nothing is sent and nothing is written."""
-    guess = estimate(units, system_message=policy.system_message if policy else None, grader=grader.shape)
-    report = estimate_report(guess, load_prices(prices), grader.model, policy.model if policy else None)
-    loads = {"grader": _load(grader, guess.grader)} | ({"policy": _load(policy, guess.policy)} if policy else {})
-    report["wall_time"] = wall_time(loads)
-    click.echo(json.dumps(counts | {"samples": len(units)} | report, indent=2))
+    click.echo(json.dumps(counts | dry_run(units, grader, load_prices(prices), policy), indent=2))
 
 
-def _load(config: GraderConfig | PolicyConfig, usage: Usage) -> Load:
-    """A side's calls and TPM tokens (prompts plus output caps) on its key, with its given limits."""
-    secret = config.api_key.get_secret_value() if config.api_key else ""
-    key = hashlib.sha256(f"{config.base_url}\n{secret}".encode()).hexdigest()
-    cap = config.shape.max_output_tokens or DEFAULT_OUTPUT_CAP
-    return Load(key, usage.calls, usage.prompt_tokens + usage.calls * cap, config.rpm, config.tpm)
+def _execute(
+    jobs: Sequence[Job],
+    out: Path,
+    grader: GraderConfig,
+    identity: dict[str, Any],
+    *,
+    policy: PolicyConfig | None = None,
+    batch: BatchChoice | None,
+    seed: int,
+    prices: Path | None,
+    progress: bool,
+    extra: dict[str, Any],
+    html: bool = True,
+    length_adjustment: LengthAdjustment | None = None,
+) -> None:
+    """Run jobs in `out` and say how it went (exit 1 on failures); with `html`, write the report too."""
+    folder = RunFolder(out)
+    start = jobs_start(jobs, folder, seed=seed, sample_first=batch is not None, length_adjustment=length_adjustment)
+    result = run_session(
+        start,
+        folder,
+        grader,
+        identity,
+        samples=len(jobs),
+        policy=policy,
+        batch=batch,
+        seed=seed,
+        prices=prices,
+        extra=extra,
+        progress=Bar(progress),
+        report=write_report if html else None,
+    )
+    kind = "score" if length_adjustment is None else "length-adjusted score"
+
+    def headline(metrics: dict[str, float | int]) -> str:
+        std, n = metrics["score:bootstrap_std"], metrics["score:n_samples"]
+        return f"{kind} {metrics['score']:.4f} ± {std:.4f} over {n} samples"
+
+    finish(result, headline, "samples")
 
 
 @click.command()
@@ -279,7 +301,7 @@ def _load(config: GraderConfig | PolicyConfig, usage: Usage) -> Load:
 @click.option("--limit", type=click.IntRange(min=1), help="Grade N samples, chosen as the reference does.")
 @run_options
 @length_options
-@_user_errors
+@user_errors
 @grading
 def baseline(
     group: int | None,
@@ -327,7 +349,7 @@ def baseline(
     if dry_run:
         print_estimate([_unit(job) for job in jobs], grader, prices)
         return
-    execute(
+    _execute(
         jobs,
         out,
         grader,
@@ -365,7 +387,7 @@ def meta_headline(metrics: dict[str, float | int]) -> str:
 @click.option("--subset", type=click.Choice(["meta"]), help="The official meta-eval file [default, unless --data].")
 @click.option("--limit", type=click.IntRange(min=1), help="Grade N rows, chosen as the reference does.")
 @run_options
-@_user_errors
+@user_errors
 @grading
 def meta_eval(
     data: Path | None,
@@ -386,22 +408,22 @@ def meta_eval(
         print_estimate([Unit(row.prompt, row.completion, [row.rubric]) for row in rows], grader, prices)
         return
     identity = {"command": "meta-eval", "data_sha256": data_sha, "limit": limit} | grader.identity()
+    folder = RunFolder(out)
 
-    def start(built: Grader, _policy: Policy | None, _store: Store, costs: CostMeter) -> Awaitable[RunOutcome]:
-        line = progress_line(costs, {"grader": built.client})
-        return grade_meta_rows(rows, built, out, seed=seed, progress=progress, describe_cost=line)
+    def start(wiring: Wiring) -> Awaitable[RunOutcome]:
+        return grade_meta_rows(rows, wiring.grader, folder, seed=seed, progress=wiring.progress, status=wiring.status)
 
-    run_session(
+    result = run_session(
         start,
-        out,
+        folder,
         grader,
         identity,
-        policy=None,
+        samples=len(rows),
         batch=batch,
         seed=seed,
         prices=prices,
         extra={"data": str(data) if data else "subset:meta"},
-        write=write_meta_report,
-        headline=meta_headline,
-        units=(len(rows), "rows"),
+        progress=Bar(progress),
+        report=write_meta_report,
     )
+    finish(result, meta_headline, "rows")

@@ -16,9 +16,10 @@ from healthbench.api.wire import EFFORTS
 from healthbench.data.loading import load_rows
 from healthbench.data.schema import Row
 from healthbench.data.subsets import PROFESSIONAL, TASK_SUBSETS
-from healthbench.errors import ConfigMismatch, DataError
-from healthbench.grading.scoring import PROFESSIONAL_LENGTH_ADJUSTMENT, LengthAdjustment
-from healthbench.grading.settings import DEFAULT_CONCURRENCY, PROFESSIONAL_GRADER, GraderConfig, length_adjustment_for
+from healthbench.errors import HealthBenchError, PolicyMisuse, QuotaExhausted, SettingsError
+from healthbench.grading.official import length_adjustment_for, recorded
+from healthbench.grading.scoring import LengthAdjustment
+from healthbench.grading.settings import DEFAULT_CONCURRENCY, GraderConfig, GradingOptions
 from healthbench.runs.session import BatchChoice
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -79,6 +80,7 @@ grader_options = options(
     ),
     click.option(
         "--concurrency",
+        "grader_concurrency",
         type=click.IntRange(min=1),
         default=DEFAULT_CONCURRENCY,
         show_default=True,
@@ -86,6 +88,7 @@ grader_options = options(
     ),
     click.option(
         "--max-attempts",
+        "grader_max_attempts",
         type=click.IntRange(min=1),
         default=12,
         show_default=True,
@@ -173,52 +176,27 @@ def load_tasks(data: Path | None, subset: str | None) -> tuple[list[Row], str]:
 
 
 def user_errors(func: F) -> F:
-    """Turn bad input (data, settings, a run made otherwise) into a one-line error and exit status 1 or 2."""
+    """Turn what the package raises on purpose (bad data, settings that do not go together, a run made
+    otherwise, an account without quota, a model that refuses every request) into one line and a non-zero
+    exit status, never a traceback."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
-        except (DataError, ConfigMismatch) as exc:
-            raise click.ClickException(str(exc)) from None
         except ValidationError as exc:
             raise click.UsageError("; ".join(e["msg"] for e in exc.errors(include_url=False))) from None
+        except SettingsError as exc:
+            raise click.UsageError(str(exc)) from None
+        except (QuotaExhausted, PolicyMisuse) as exc:
+            raise click.ClickException(f"stopped, {exc}") from None
+        except HealthBenchError as exc:
+            raise click.ClickException(str(exc)) from None
 
     return wrapper  # type: ignore[return-value]
 
 
-def grader_config(subset: str | None = None, **flags: Any) -> GraderConfig:
-    """The grader settings from the `grader_options` flags: a flag, else the grader's environment variables,
-    else the subset's official settings (Professional's), else the reference's."""
-    return GraderConfig.for_subset(
-        subset,
-        model=flags["grader_model"],
-        base_url=flags["grader_base_url"],
-        api=flags["grader_api"],
-        reasoning=flags["grader_reasoning"],
-        reasoning_effort=flags["grader_reasoning_effort"],
-        max_output_tokens=flags["grader_max_output_tokens"],
-        system_message=flags["grader_system_message"],
-        concurrency=flags["concurrency"],
-        max_attempts=flags["max_attempts"],
-        rpm=flags["grader_rpm"],
-        tpm=flags["grader_tpm"],
-    )
-
-
-_GRADER_FLAGS = (
-    "grader_model",
-    "grader_base_url",
-    "grader_api",
-    "grader_reasoning",
-    "grader_reasoning_effort",
-    "grader_max_output_tokens",
-    "grader_system_message",
-    "concurrency",
-    "max_attempts",
-    "grader_rpm",
-    "grader_tpm",
-)
+_GRADING_FLAGS = tuple(name for name in GradingOptions.model_fields if name.startswith("grader_"))
 
 
 def _batch_choice(batch: bool, poll_interval: float, tokens: int | None, no_wait: bool) -> BatchChoice | None:
@@ -229,6 +207,11 @@ def _batch_choice(batch: bool, poll_interval: float, tokens: int | None, no_wait
     return BatchChoice(settings) if batch else None
 
 
+def grading_options(flags: dict[str, Any]) -> GradingOptions:
+    """The `grader_options` flags (taken out of `flags`) as the one grader-settings model."""
+    return GradingOptions(**{name: flags.pop(name) for name in _GRADING_FLAGS})
+
+
 def grading(func: F) -> F:
     """Add the grader and batch flags to a grading command, and hand them to it made into `grader` (the
     settings, with the official defaults of the command's `--subset`) and `batch` (None for live grading)."""
@@ -237,8 +220,7 @@ def grading(func: F) -> F:
     def wrapper(
         *args: Any, batch: bool, poll_interval: float, batch_tokens: int | None, no_wait: bool, **kwargs: Any
     ) -> Any:
-        flags = {name: kwargs.pop(name) for name in _GRADER_FLAGS}
-        grader = grader_config(kwargs.get("subset"), **flags)
+        grader = grading_options(kwargs).grader(kwargs.get("subset"))
         choice = _batch_choice(batch, poll_interval, batch_tokens, no_wait)
         return func(*args, grader=grader, batch=choice, **kwargs)
 
@@ -253,24 +235,15 @@ def length_adjustment(
         if center is not None or penalty is not None:
             raise click.UsageError("--no-length-adjustment cannot be given with length adjustment settings")
         return None
-    try:
-        return length_adjustment_for(subset, center, penalty)
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
+    return length_adjustment_for(subset, center, penalty)
 
 
 def official(subset: str | None, grader: GraderConfig, adjustment: LengthAdjustment | None) -> dict[str, Any]:
-    """run.json's account of the official configuration: for a Professional run, whether it is in it and how
-    it differs (each difference named by what differs first); None for the other subsets, which have none."""
-    if subset != PROFESSIONAL:
-        return {"official_configuration": None, "official_differences": []}
-    differences = grader.official_differences(PROFESSIONAL_GRADER)
-    if adjustment != PROFESSIONAL_LENGTH_ADJUSTMENT:
-        shown = "none" if adjustment is None else adjustment.describe()
-        differences.append(f"length_adjustment {shown} (official: {PROFESSIONAL_LENGTH_ADJUSTMENT.describe()})")
-    if differences:
+    """run.json's account of the official configuration, said on stderr when a Professional run is not in it."""
+    found = grader.official_differences(adjustment) if subset == PROFESSIONAL else []
+    if found:
         click.echo(
-            "healthbench: this is not HealthBench Professional's official configuration: " + "; ".join(differences),
+            "healthbench: this is not HealthBench Professional's official configuration: " + "; ".join(map(str, found)),
             err=True,
         )
-    return {"official_configuration": not differences, "official_differences": differences}
+    return recorded(subset, found)

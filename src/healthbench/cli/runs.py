@@ -11,16 +11,16 @@ from typing import Any
 import click
 
 from healthbench.cli.grading import meta_headline
-from healthbench.cli.options import grader_config, grader_options, length_adjustment, length_options, user_errors
+from healthbench.cli.options import grader_options, grading_options, length_adjustment, length_options, user_errors
 from healthbench.data.subsets import DOWNLOADABLE, TASK_SUBSETS
 from healthbench.errors import DataError, RequestFailed
 from healthbench.grading.scoring import LengthAdjustment
 from healthbench.grading.settings import GraderConfig
 from healthbench.reporting.report import rebuild, write_meta_report
-from healthbench.runs.folder import RUN
+from healthbench.runs.folder import RESULTS, STORE, RunFolder
 from healthbench.runs.metaeval import write_meta_metrics
 from healthbench.runs.policy import PolicyConfig
-from healthbench.runs.store import STORE, Store
+from healthbench.runs.store import Store
 
 
 @click.command()
@@ -32,11 +32,6 @@ def download(names: tuple[str, ...]) -> None:
 
     for name in names or DOWNLOADABLE:
         click.echo(f"{name}: {subset_path(name)}")
-
-
-def _run_json(out: Path) -> dict[str, Any]:
-    path = out / RUN
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
 
 
 @click.command()
@@ -53,12 +48,11 @@ def report(
 ) -> None:
     """Rebuild OUT/metrics.json and OUT/report.html from OUT/results.jsonl (of any run, meta-eval included);
     the length adjustment is the run's unless given."""
-    from healthbench.reporting.compare import load_results
-
-    results = load_results(out)
+    folder = RunFolder(out)
+    results = folder.read_results()
     if not results:
-        raise click.ClickException(f"{out / 'results.jsonl'}: no results")
-    run = _run_json(out)
+        raise click.ClickException(f"{folder / RESULTS}: no results")
+    run = folder.read_run()
     failed = run.get("failed", 0)
     if failed:
         raise click.ClickException(
@@ -66,7 +60,7 @@ def report(
         )
     bootstrap_seed = run.get("seed", 0) if seed is None else seed
     if run.get("command") == "meta-eval":
-        meta = write_meta_metrics(out, results, seed=bootstrap_seed)
+        meta = write_meta_metrics(folder, results, seed=bootstrap_seed)
         click.echo(f"{meta_headline(meta)}; report in {write_meta_report(out)}")
         return
     given = length_adjustment_center is not None or length_adjustment_penalty_per_500_chars is not None
@@ -98,12 +92,13 @@ def batches(out: Path, cancel: bool, grader_base_url: str | None, base_url: str 
     """List the batches of the run in OUT not yet collected, with their status; --cancel stops them."""
     from healthbench.api.batch.files import batch_report
 
-    if not (out / STORE).exists():
+    folder = RunFolder(out)
+    if not folder.exists(STORE):
         raise click.ClickException(f"{out}: no run here ({STORE} is missing)")
-    run = _run_json(out)
+    run = folder.read_run()
     grader = GraderConfig.from_env(base_url=grader_base_url or run.get("grader_base_url"))
     policy = PolicyConfig.from_env(base_url=base_url or run.get("base_url"), model=run.get("model", "unknown"))
-    store = Store(out / STORE)
+    store = Store(folder / STORE)
     try:
         records = store.open_batches()
     finally:
@@ -113,7 +108,7 @@ def batches(out: Path, cancel: bool, grader_base_url: str | None, base_url: str 
         return
 
     async def statuses() -> list[str]:
-        chats = {"grader": grader.chat(), "policy": policy.chat()}
+        chats = {"grader": grader.client(), "policy": policy.client()}
         try:
             return await batch_report(chats, records, cancel=cancel)
         finally:
@@ -134,6 +129,7 @@ def batches(out: Path, cancel: bool, grader_base_url: str | None, base_url: str 
 @click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
 @click.option("--n-bootstrap", type=click.IntRange(min=1), default=1000, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@user_errors
 def compare(run_a: Path, run_b: Path, seed: int, n_bootstrap: int, as_json: bool) -> None:
     """Paired per-task difference of the headline scores RUN_B - RUN_A, with a bootstrap interval, overall and
     per theme and axis (per slice for Professional)."""
@@ -175,6 +171,7 @@ def serve(data: Path | None, subsets: tuple[str, ...], host: str, port: int, **f
         raise
     except ValueError as exc:  # --data together with --subset full
         raise click.UsageError(str(exc)) from None
-    graders = {split: grader_config(split, **flags) for split in splits}
+    options = grading_options(flags)
+    graders = {split: options.grader(split) for split in splits}
     adjustments = {split: length_adjustment(split, None, None, False) for split in splits}
     serve_environment(splits, host=host, port=port, grader=graders, adjustments=adjustments)

@@ -20,6 +20,7 @@ from pydantic import (
     StrictStr,
 )
 
+from healthbench.data.tags import PROFESSIONAL_SLICES
 from healthbench.errors import DataError
 
 
@@ -105,7 +106,6 @@ def _id_string(value: Any) -> Any:
 
 _Id = Annotated[StrictStr | None, BeforeValidator(_id_string)]
 ID_FIELDS = ("id", "prompt_id", "task_id")
-TAG_FIELDS = ("use_case", "type", "difficulty", "specialty")
 
 
 class ProfessionalRubricItem(_Model):
@@ -160,7 +160,9 @@ class ProfessionalRow(_Model):
         return Row(
             prompt=self.conversation,
             prompt_id=identity[1],
-            example_tags=[f"{name}:{value}" for name in TAG_FIELDS if (value := getattr(self, name)) and value.strip()],
+            example_tags=[
+                f"{name}:{value}" for name in PROFESSIONAL_SLICES if (value := getattr(self, name)) and value.strip()
+            ],
             rubrics=[
                 RubricItem(criterion=item.criterion_text, points=item.points, tags=[]) for item in self.rubric_items
             ],

@@ -19,17 +19,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from healthbench.data.tags import THEMES
+
 MODEL_F1 = "pairwise_model_f1_balanced"
 PHYSICIAN_F1 = "pairwise_physician_f1_balanced"
-THEMES = (
-    "emergency_referrals",
-    "communication",
-    "hedging",
-    "complex_responses",
-    "health_data_tasks",
-    "global_health",
-    "context_seeking",
-)
 N_BOOTSTRAP = 1000
 _CHUNK = 100  # resamples drawn at once
 

@@ -1,11 +1,9 @@
-"""What the Inspect task and the verifiers taskset share: their arguments, one grader per process, one graded
-sample.
+"""One graded sample: a reply to a task, graded item by item, with the task's metrics and its scores.
 
-Neither framework is imported here, so both adapters (`inspect_task`, `verifiers_env`) stay thin and grade
-exactly as `healthbench grade` does: the same rows (`limit` sampled as the reference samples), the same
-grader settings (the HEALTHBENCH_GRADER_* environment, HealthBench Professional's official defaults), the
-same transcript, task metrics and length adjustment. A reply that cannot be graded raises `GradingError`;
-nothing here turns it into a score.
+This is the one place a reply becomes a score. `healthbench grade`/`eval`/`baseline`, the OpenReward
+environment (its tool and its group scoring), the Inspect task and the verifiers environment all call
+`grade_sample`, so they grade the same transcript the same way and record the same fields. A reply that
+cannot be graded raises `GradingError`: there is no sample, and so no score, for it.
 """
 
 from __future__ import annotations
@@ -13,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from healthbench.data.schema import Row
+from healthbench.api.wire import Usage
+from healthbench.data.schema import Message, Row
 from healthbench.grading.grader import GradedItem, Grader
 from healthbench.grading.prompt import transcript_with_reply
 from healthbench.grading.scoring import LengthAdjustment, task_metrics
@@ -21,37 +20,57 @@ from healthbench.grading.scoring import LengthAdjustment, task_metrics
 
 @dataclass(frozen=True)
 class GradedSample:
-    """One reply graded: its score (length-adjusted when asked), the task's metric dict, every verdict."""
+    """A reply graded against its task's rubric.
 
-    prompt_id: str
+    `transcript` is the graded conversation (a system message the runner sent, the task's prompt, the reply);
+    `score` is the unclipped task score and `adjusted` the unclipped length-adjusted score when an adjustment
+    applies; `reward` is whichever of the two is the headline.
+    """
+
+    row: Row
     repeat: int
-    response: str
-    raw_score: float
-    score: float
+    transcript: tuple[Message, ...]
+    items: tuple[GradedItem, ...]
     metrics: dict[str, float]
-    items: list[GradedItem]
-    usage: dict[str, Any]
+    adjusted: float | None
+    usage: Usage
     grader_model: str
 
+    @property
+    def reply(self) -> str:
+        """The reply that was graded."""
+        return self.transcript[-1].content
+
+    @property
+    def score(self) -> float:
+        """The unclipped task score."""
+        return self.metrics["overall_score"]
+
+    @property
+    def reward(self) -> float:
+        """The headline task score: length-adjusted when an adjustment applies, else the task score."""
+        return self.score if self.adjusted is None else self.adjusted
+
     def record(self) -> dict[str, Any]:
-        """The sample as `healthbench grade` writes it to results.jsonl (the fields the metrics need, and the
-        verdicts with their explanations)."""
+        """The sample as one line of results.jsonl: what the metrics, the report and `compare` read."""
         record: dict[str, Any] = {
-            "prompt_id": self.prompt_id,
+            "prompt_id": self.row.prompt_id,
             "repeat": self.repeat,
-            "score": self.raw_score,
-            "response": self.response,
-            "metrics": self.metrics,
+            "score": self.score,
+            "response": self.reply,
+            "prompt": [message.model_dump() for message in self.transcript[:-1]],
+            "example_tags": list(self.row.example_tags),
+            "metrics": dict(self.metrics),
             "rubric_items": [item.as_dict() for item in self.items],
-            "usage": self.usage,
+            "usage": self.usage.as_dict(),
             "grader_model": self.grader_model,
         }
-        if self.score != self.raw_score:
-            record["length_adjusted_score"] = self.score
+        if self.adjusted is not None:
+            record["length_adjusted_score"] = self.adjusted
         return record
 
 
-async def grade_reply(
+async def grade_sample(
     grader: Grader,
     row: Row,
     reply: str,
@@ -60,24 +79,27 @@ async def grade_reply(
     system_message: str | None = None,
     adjustment: LengthAdjustment | None = None,
 ) -> GradedSample:
-    """Grade one reply to `row` item by item; raises `GradingError` when an item cannot be graded."""
+    """Grade `reply` to `row` (sample `repeat` of it), every rubric item with a call of its own.
+
+    `system_message` is one the runner sent to the model, which heads the graded transcript as in the
+    reference. Raises `GradingError` when an item cannot be graded.
+    """
     transcript = transcript_with_reply(row.prompt, reply, system_message)
-    graded = await grader.grade(row.prompt_id, transcript, row.rubrics)
+    graded = await grader.grade(row.prompt_id, transcript, row.rubrics, ident=f"{row.prompt_id}#{repeat}")
     metrics = task_metrics(
         row.example_tags,
         [item.points for item in graded.items],
         [item.tags for item in graded.items],
         [item.criteria_met for item in graded.items],
     )
-    raw = metrics["overall_score"]
+    adjusted = None if adjustment is None else adjustment.adjust(metrics["overall_score"], reply)
     return GradedSample(
-        prompt_id=row.prompt_id,
+        row=row,
         repeat=repeat,
-        response=reply,
-        raw_score=raw,
-        score=raw if adjustment is None else adjustment.adjust(raw, reply),
+        transcript=tuple(transcript),
+        items=tuple(graded.items),
         metrics=metrics,
-        items=graded.items,
-        usage=graded.usage.as_dict(),
+        adjusted=adjusted,
+        usage=graded.usage,
         grader_model=grader.model,
     )

@@ -20,20 +20,19 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
-from healthbench.api.client import OPENAI_BASE_URL, ApiClient, Budget, Completer, client_for
-from healthbench.api.wire import APIS, ApiName, Effort, Shape, is_reasoning_model
+from healthbench.api.client import OPENAI_BASE_URL, ApiClient, Budget, Completer
+from healthbench.api.endpoint import EndpointSettings
+from healthbench.api.wire import APIS, Api, ApiName, Effort, Shape, is_reasoning_model
 from healthbench.data.subsets import PROFESSIONAL
 from healthbench.grading.grader import DEFAULT_GRADER_MODEL, GRADER_MAX_TOKENS, GRADER_TEMPERATURE, Grader, VerdictCache
+from healthbench.grading.official import PROFESSIONAL_GRADER, Difference, differences, length_adjustment_for
 from healthbench.grading.prompt import TEMPLATE_SHA256
-from healthbench.grading.scoring import PROFESSIONAL_LENGTH_ADJUSTMENT, LengthAdjustment
+from healthbench.grading.scoring import LengthAdjustment
 
 DEFAULT_CONCURRENCY = 64
 
-# HealthBench Professional's official grading (SPEC section 7): gpt-5.4 at low effort, through the Responses API.
-PROFESSIONAL_GRADER: dict[str, Any] = {"model": "gpt-5.4-2026-03-05", "reasoning_effort": "low", "api": "responses"}
 
-
-class GraderConfig(BaseModel):
+class GraderConfig(EndpointSettings):
     """Everything that decides how replies are graded. The key is a secret and is never serialised.
 
     `system_message`: whether the reference's grader system message is sent; by default it is through Chat
@@ -42,20 +41,9 @@ class GraderConfig(BaseModel):
     confirmed, hence the setting).
     """
 
-    model_config = ConfigDict(frozen=True)
-
     model: str = DEFAULT_GRADER_MODEL
-    base_url: str = OPENAI_BASE_URL
-    api_key: SecretStr | None = Field(default=None, exclude=True, repr=False)
     concurrency: int = Field(default=DEFAULT_CONCURRENCY, ge=1)
-    max_attempts: int = Field(default=12, ge=1)
-    timeout: float = Field(default=120.0, gt=0)
-    # The account's rate limits for the grader, when the user knows them (else learned from the server).
-    rpm: float | None = Field(default=None, gt=0)
-    tpm: float | None = Field(default=None, gt=0)
     api: ApiName = "chat"
-    reasoning: bool | None = None
-    reasoning_effort: Effort | None = None
     max_output_tokens: int | None = Field(default=None, ge=1)
     system_message: bool | None = None
 
@@ -104,11 +92,6 @@ class GraderConfig(BaseModel):
         return self
 
     @property
-    def is_reasoning(self) -> bool:
-        """Whether the grader takes a reasoning effort and no temperature: by name unless `reasoning` says."""
-        return self.reasoning if self.reasoning is not None else is_reasoning_model(self.model)
-
-    @property
     def shape(self) -> Shape:
         """How the grader model is asked."""
         if self.is_reasoning:
@@ -137,14 +120,9 @@ class GraderConfig(BaseModel):
         """What a run reports about its grader (never the key)."""
         return self.identity() | {"grader_base_url": self.base_url, "grader_request": self.request_settings()}
 
-    def official_differences(self, official: dict[str, Any]) -> list[str]:
-        """How these settings differ from an official configuration (`PROFESSIONAL_GRADER`), one line each."""
-        mine = {"model": self.model, "reasoning_effort": self.reasoning_effort, "api": self.api}
-        return [
-            f"grader {name.replace('_', ' ')} {mine[name] or 'none'} (official: {value})"
-            for name, value in official.items()
-            if mine[name] != value
-        ]
+    def official_differences(self, adjustment: LengthAdjustment | None) -> list[Difference]:
+        """How these settings, with `adjustment`, differ from HealthBench Professional's official configuration."""
+        return differences(self.model_dump(include={"model", "reasoning_effort", "api"}), adjustment)
 
     def build(
         self,
@@ -154,31 +132,52 @@ class GraderConfig(BaseModel):
     ) -> Grader:
         """A grader with a client of its own, under `budget` if given, else a budget of `concurrency`; `wrap`
         turns the live client into another way of sending (the Batch API)."""
-        chat = self.chat(budget)
-        client = chat if wrap is None else wrap(chat)
+        live = self.client(budget)
+        client = live if wrap is None else wrap(live)
         return Grader(client, self.model, shape=self.shape, system_message=self.sends_system_message, cache=cache)
 
-    def chat(self, budget: Budget | None = None) -> ApiClient:
-        """The live client for the grader's endpoint and API: its key, concurrency, timeout and retry table."""
-        return client_for(self, budget, APIS[self.api])
+    def client(self, budget: Budget | None = None, api: Api | None = None) -> ApiClient:
+        """The live client for the grader's endpoint and its API (`api` for another)."""
+        return super().client(budget, api or APIS[self.api])
 
 
 _REFERENCE_SETTINGS = GraderConfig().request_settings()
 
 
-def length_adjustment_for(
-    subset: str | None, center: float | None, penalty_per_500_chars: float | None
-) -> LengthAdjustment | None:
-    """The settings given (both or neither); with neither, the subset's official adjustment (Professional's),
-    and none for the other subsets, which have no confirmed one."""
-    if (center is None) != (penalty_per_500_chars is None):
-        raise ValueError(
-            "length adjustment: give both length_adjustment_center and length_adjustment_penalty_per_500_chars "
-            "(--length-adjustment-center and --length-adjustment-penalty-per-500-chars), or neither"
-        )
-    if center is not None and penalty_per_500_chars is not None:
-        return LengthAdjustment(center, penalty_per_500_chars)
-    return PROFESSIONAL_LENGTH_ADJUSTMENT if subset == PROFESSIONAL else None
+class GradingOptions(BaseModel):
+    """How replies are graded, as a user gives it: the grading commands' flags, `serve`'s, the Inspect task's
+    arguments and the verifiers environment's settings are these fields.
+
+    What is left unset comes from the grader's environment (`HEALTHBENCH_GRADER_*`; never `OPENAI_BASE_URL`),
+    then from the subset's official settings (HealthBench Professional's), then from the reference's. The length
+    adjustment takes both numbers or neither; with neither, Professional's official one applies to it alone.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    grader_model: str | None = None
+    grader_base_url: str | None = None
+    grader_api: ApiName | None = None
+    grader_reasoning: bool | None = None
+    grader_reasoning_effort: Effort | None = None
+    grader_max_output_tokens: int | None = Field(default=None, ge=1)
+    grader_system_message: bool | None = None
+    grader_concurrency: int | None = Field(default=None, ge=1)
+    grader_max_attempts: int | None = Field(default=None, ge=1)
+    grader_rpm: float | None = Field(default=None, gt=0)
+    grader_tpm: float | None = Field(default=None, gt=0)
+    length_adjustment_center: float | None = Field(default=None, ge=0)
+    length_adjustment_penalty_per_500_chars: float | None = Field(default=None, ge=0)
+
+    def grader(self, subset: str | None) -> GraderConfig:
+        """The grader settings for `subset`."""
+        given = {name.removeprefix("grader_"): value for name, value in self if name.startswith("grader_")}
+        return GraderConfig.for_subset(subset, **given)
+
+    def length_adjustment(self, subset: str | None) -> LengthAdjustment | None:
+        """The length adjustment for `subset`."""
+        center, penalty = self.length_adjustment_center, self.length_adjustment_penalty_per_500_chars
+        return length_adjustment_for(subset, center, penalty)
 
 
 @dataclass

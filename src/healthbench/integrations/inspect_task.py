@@ -25,16 +25,11 @@ from inspect_ai.solver import TaskState, generate
 
 from healthbench.data.schema import Message, Row
 from healthbench.grading import scoring
-from healthbench.grading.sample import GradedSample, grade_reply
+from healthbench.grading.aggregate import aggregate_records
+from healthbench.grading.sample import GradedSample, grade_sample
 from healthbench.grading.scoring import WORST_AT_K, LengthAdjustment
-from healthbench.integrations.common import (
-    GRADERS,
-    grader_config,
-    length_adjustment,
-    load_tasks,
-    reference_metrics,
-    slices_for,
-)
+from healthbench.grading.settings import GradingOptions
+from healthbench.integrations.common import GRADERS, load_tasks, slice_prefixes
 
 ROW_KEY = "healthbench_row"
 
@@ -96,7 +91,7 @@ def _metrics(scores: Sequence[SampleScore], seed: int, adjustment: Mapping[str, 
     )
     if _last is None or _last[0] != key:
         settings = None if adjustment is None else LengthAdjustment.from_dict(adjustment)
-        _last = (key, reference_metrics(records, seed=seed, adjustment=settings))
+        _last = (key, aggregate_records(records, seed=seed, length_adjustment=settings))
     return _last[1]
 
 
@@ -158,27 +153,24 @@ def _system_message(state: TaskState, row: Row) -> str | None:
 def _score(sample: GradedSample, policy_model: str) -> Score:
     met = sum(item.criteria_met for item in sample.items)
     return Score(
-        value=sample.score,
-        answer=sample.response,
-        explanation=f"{met} of {len(sample.items)} rubric items met; task score {sample.raw_score:.4f}",
+        value=sample.reward,
+        answer=sample.reply,
+        explanation=f"{met} of {len(sample.items)} rubric items met; task score {sample.score:.4f}",
         metadata=sample.record() | {"policy_model": policy_model},
     )
 
 
 @scorer(metrics=[], name="healthbench")
-def healthbench_scorer(
-    grader: dict[str, Any] | None = None, subset: str | None = None, length_adjustment: dict[str, float] | None = None
-) -> Scorer:
-    """Grade the model's last reply against its sample's rubric with this project's grader: `grader` holds the
-    `adapters.grader_config` settings given (the rest from HEALTHBENCH_GRADER_*, then `subset`'s official
-    ones); `length_adjustment` is `LengthAdjustment.as_dict()`'s form."""
-    config = grader_config(subset, **(grader or {}))
-    adjustment = None if length_adjustment is None else LengthAdjustment.from_dict(length_adjustment)
+def healthbench_scorer(subset: str | None = None, grading: dict[str, Any] | None = None) -> Scorer:
+    """Grade the model's last reply against its sample's rubric with this project's grader; `grading` holds
+    the `GradingOptions` given (grader settings and length adjustment), the rest as `subset` defaults them."""
+    options = GradingOptions(**(grading or {}))
+    config, adjustment = options.grader(subset), options.length_adjustment(subset)
 
     async def score(state: TaskState, target: Target) -> Score:
         row = Row.model_validate(state.metadata[ROW_KEY])
         async with GRADERS.lease(config) as shared:
-            graded = await grade_reply(
+            graded = await grade_sample(
                 shared,
                 row,
                 state.output.completion,
@@ -191,77 +183,37 @@ def healthbench_scorer(
     return score
 
 
-def _task(
-    subset: str | None,
-    data: str | None,
-    limit: int | None,
-    n_repeats: int,
-    grader: dict[str, Any],
-    center: float | None,
-    penalty: float | None,
-    seed: int,
-) -> Task:
-    rows = load_tasks(subset, data, limit)
-    grader = {name: value for name, value in grader.items() if value is not None}
-    config = grader_config(subset, **grader)
-    adjustment = length_adjustment(subset, center, penalty)
-    settings = None if adjustment is None else adjustment.as_dict()
-    prefixes = list(slices_for(subset))
-    return Task(
-        dataset=MemoryDataset([_sample(row) for row in rows], name=subset or data or "full"),
-        solver=generate(),
-        scorer=healthbench_scorer(grader, subset, settings),
-        metrics=[
-            clipped_mean(),
-            bootstrap_std(seed, settings),
-            slice_scores(prefixes, seed, settings),
-        ],
-        epochs=Epochs(n_repeats) if n_repeats > 1 else None,
-        metadata={"grader": config.describe(), "length_adjustment": settings, "seed": seed},
-    )
-
-
 @task
 def healthbench(
     subset: str | None = None,
     data: str | None = None,
     limit: int | None = None,
     n_repeats: int = 1,
-    grader_model: str | None = None,
-    grader_base_url: str | None = None,
-    grader_api: str | None = None,
-    grader_reasoning_effort: str | None = None,
-    grader_reasoning: bool | None = None,
-    grader_max_output_tokens: int | None = None,
-    grader_concurrency: int | None = None,
-    grader_max_attempts: int | None = None,
-    length_adjustment_center: float | None = None,
-    length_adjustment_penalty_per_500_chars: float | None = None,
     seed: int = 0,
+    **grading: Any,
 ) -> Task:
     """HealthBench: `subset` full (default), hard, consensus or professional, or `data`, a file in the official
-    schema; `limit` tasks sampled as the reference does; each task `n_repeats` times, pooled. The grader's
-    settings default to HEALTHBENCH_GRADER_* (key HEALTHBENCH_GRADER_API_KEY, else OPENAI_API_KEY), then to the
-    subset's official ones; `seed` seeds the bootstrap."""
-    grader = {
-        "model": grader_model,
-        "base_url": grader_base_url,
-        "api": grader_api,
-        "reasoning_effort": grader_reasoning_effort,
-        "reasoning": grader_reasoning,
-        "max_output_tokens": grader_max_output_tokens,
-        "concurrency": grader_concurrency,
-        "max_attempts": grader_max_attempts,
-    }
-    return _task(
-        subset,
-        data,
-        limit,
-        n_repeats,
-        grader,
-        length_adjustment_center,
-        length_adjustment_penalty_per_500_chars,
-        seed,
+    schema; `limit` tasks sampled as the reference does; each task `n_repeats` times, pooled; `seed` seeds the
+    bootstrap. `grading` takes any `GradingOptions` field (`grader_model`, `grader_base_url`, `grader_api`,
+    `grader_reasoning_effort`, ..., `length_adjustment_center`, `length_adjustment_penalty_per_500_chars`); what
+    is left unset comes from HEALTHBENCH_GRADER_* (key HEALTHBENCH_GRADER_API_KEY, else OPENAI_API_KEY), then
+    the subset's official settings."""
+    options = GradingOptions(**grading)
+    rows = load_tasks(subset, data, limit)
+    adjustment = options.length_adjustment(subset)
+    settings = None if adjustment is None else adjustment.as_dict()
+    given = options.model_dump(exclude_none=True)
+    return Task(
+        dataset=MemoryDataset([_sample(row) for row in rows], name=subset or data or "full"),
+        solver=generate(),
+        scorer=healthbench_scorer(subset, given),
+        metrics=[
+            clipped_mean(),
+            bootstrap_std(seed, settings),
+            slice_scores(list(slice_prefixes(subset)), seed, settings),
+        ],
+        epochs=Epochs(n_repeats) if n_repeats > 1 else None,
+        metadata={"grader": options.grader(subset).describe(), "length_adjustment": settings, "seed": seed},
     )
 
 

@@ -19,10 +19,9 @@ import verifiers.v1 as vf  # type: ignore[import-untyped, import-not-found, unus
 from verifiers.v1.harnesses.null import NullHarnessConfig  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
 from healthbench.data.schema import Message, Row
-from healthbench.grading.sample import grade_reply
-from healthbench.grading.scoring import LengthAdjustment
-from healthbench.grading.settings import GraderConfig
-from healthbench.integrations.common import GRADERS, grader_config, length_adjustment, load_tasks
+from healthbench.grading.sample import grade_sample
+from healthbench.grading.settings import GradingOptions
+from healthbench.integrations.common import GRADERS, load_tasks
 
 __all__ = [
     "HealthBenchConfig",
@@ -40,41 +39,10 @@ INFO_KEY = "healthbench"
 _MESSAGE_TYPES = {"system": vf.SystemMessage, "user": vf.UserMessage, "assistant": vf.AssistantMessage}
 
 
-class HealthBenchTaskConfig(vf.TaskConfig):  # type: ignore[misc]
-    """How replies are graded (`--env.taskset.task.*`); unset values fall back to HEALTHBENCH_GRADER_*, then to
-    the subset's official settings."""
+class HealthBenchTaskConfig(vf.TaskConfig, GradingOptions):  # type: ignore[misc]
+    """How replies are graded (`--env.taskset.task.*`): the `GradingOptions` fields, for the taskset's subset."""
 
     subset: str | None = None
-    grader_model: str | None = None
-    grader_base_url: str | None = None
-    grader_api: str | None = None
-    grader_reasoning_effort: str | None = None
-    grader_reasoning: bool | None = None
-    grader_max_output_tokens: int | None = None
-    grader_concurrency: int | None = None
-    grader_max_attempts: int | None = None
-    length_adjustment_center: float | None = None
-    length_adjustment_penalty_per_500_chars: float | None = None
-
-    def grader(self) -> GraderConfig:
-        """The grader these settings describe (the key from the environment, never from the config)."""
-        return grader_config(
-            self.subset,
-            model=self.grader_model,
-            base_url=self.grader_base_url,
-            api=self.grader_api,
-            reasoning_effort=self.grader_reasoning_effort,
-            reasoning=self.grader_reasoning,
-            max_output_tokens=self.grader_max_output_tokens,
-            concurrency=self.grader_concurrency,
-            max_attempts=self.grader_max_attempts,
-        )
-
-    def adjustment(self) -> LengthAdjustment | None:
-        """The length adjustment to apply to each task score, if any."""
-        return length_adjustment(
-            self.subset, self.length_adjustment_center, self.length_adjustment_penalty_per_500_chars
-        )
 
 
 class HealthBenchData(vf.TaskData):  # type: ignore[misc]
@@ -110,17 +78,18 @@ class HealthBenchTask(vf.Task[HealthBenchData, vf.State, HealthBenchTaskConfig])
     async def healthbench(self, trace: vf.Trace) -> float:
         """The unclipped task score; raises `GradingError` (a failed rollout) when an item cannot be graded."""
         row = Row.model_validate(self.data.row)
-        async with GRADERS.lease(self.config.grader()) as grader:
-            graded = await grade_reply(
+        config: HealthBenchTaskConfig = self.config
+        async with GRADERS.lease(config.grader(config.subset)) as grader:
+            graded = await grade_sample(
                 grader,
                 row,
                 _reply(trace),
                 repeat=self.data.repeat,
                 system_message=self.data.system_prompt,
-                adjustment=self.config.adjustment(),
+                adjustment=config.length_adjustment(config.subset),
             )
         trace.info[INFO_KEY] = graded.record()
-        return graded.score
+        return graded.reward
 
 
 class HealthBenchConfig(vf.TasksetConfig):  # type: ignore[misc]
@@ -184,34 +153,14 @@ def load_environment(
     data: str | Path | None = None,
     limit: int | None = None,
     n_repeats: int = 1,
-    grader_model: str | None = None,
-    grader_base_url: str | None = None,
-    grader_api: str | None = None,
-    grader_reasoning_effort: str | None = None,
-    grader_reasoning: bool | None = None,
-    grader_max_output_tokens: int | None = None,
-    grader_concurrency: int | None = None,
-    grader_max_attempts: int | None = None,
-    length_adjustment_center: float | None = None,
-    length_adjustment_penalty_per_500_chars: float | None = None,
-    **env: Any,
+    **settings: Any,
 ) -> Any:
-    """The HealthBench environment with these settings (the Inspect task's arguments); `env` holds other
-    `HealthBenchEnvConfig` fields (`agent=...`, `max_concurrent_agents=...`)."""
-    task = HealthBenchTaskConfig(
-        subset=subset,
-        grader_model=grader_model,
-        grader_base_url=grader_base_url,
-        grader_api=grader_api,
-        grader_reasoning_effort=grader_reasoning_effort,
-        grader_reasoning=grader_reasoning,
-        grader_max_output_tokens=grader_max_output_tokens,
-        grader_concurrency=grader_concurrency,
-        grader_max_attempts=grader_max_attempts,
-        length_adjustment_center=length_adjustment_center,
-        length_adjustment_penalty_per_500_chars=length_adjustment_penalty_per_500_chars,
-    )
+    """The HealthBench environment (the Inspect task's arguments): `settings` holds `GradingOptions` fields
+    (`grader_model=...`, `length_adjustment_center=...`) and other `HealthBenchEnvConfig` fields (`agent=...`,
+    `max_concurrent_agents=...`)."""
+    grading = {name: settings.pop(name) for name in list(settings) if name in GradingOptions.model_fields}
+    task = HealthBenchTaskConfig(subset=subset, **grading)
     taskset = HealthBenchConfig(
         subset=subset, data=None if data is None else str(data), limit=limit, n_repeats=n_repeats, task=task
     )
-    return HealthBenchEnv(HealthBenchEnvConfig(taskset=taskset, **env))
+    return HealthBenchEnv(HealthBenchEnvConfig(taskset=taskset, **settings))

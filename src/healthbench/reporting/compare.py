@@ -13,22 +13,15 @@ or adjusted with other settings), the result says so rather than mixing them sil
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from healthbench.data.tags import EXAMPLE_FAMILIES, UNSLICED_FAMILIES
 from healthbench.errors import DataError
 from healthbench.grading.scoring import LengthAdjustment
-from healthbench.runs.folder import RESULTS, RUN
+from healthbench.runs.folder import RunFolder
 
-# Known example-tag families come in this order; any other follows, by name.
-EXAMPLE_PREFIX_ORDER = ("theme", "use_case", "type", "difficulty", "specialty")
-# These say which consensus criteria a task's physicians agreed apply; the criteria themselves are
-# rubric clusters, so the categories are neither charted nor compared.
-UNSLICED_EXAMPLE_PREFIXES = frozenset({"physician_agreed_category"})
-# Rubric-tag families compared beside the example-tag slices: the axis every graded item carries.
-COMPARED_RUBRIC_PREFIXES = ("axis:",)
 ADJUSTED = "length_adjusted_score"
 
 Key = tuple[str, int]
@@ -48,29 +41,11 @@ def example_prefixes(records: Iterable[Mapping[str, Any]], metric_names: Iterabl
     }
     if not found and any(name.startswith("theme:") for name in metric_names):
         found.add("theme")
-    known = len(EXAMPLE_PREFIX_ORDER)
+    known = len(EXAMPLE_FAMILIES)
     return sorted(
-        found - UNSLICED_EXAMPLE_PREFIXES,
-        key=lambda p: (EXAMPLE_PREFIX_ORDER.index(p) if p in EXAMPLE_PREFIX_ORDER else known, p),
+        found - UNSLICED_FAMILIES,
+        key=lambda p: (EXAMPLE_FAMILIES.index(p) if p in EXAMPLE_FAMILIES else known, p),
     )
-
-
-def load_results(out_dir: str | Path) -> list[dict[str, Any]]:
-    """The records of `out_dir/results.jsonl`, in file order.
-
-    Lines are split on "\\n" only: replies may contain U+2028, which `str.splitlines` would split on.
-    A line that is not a JSON object (one torn by a crash mid-write) is skipped, as a resumed run does.
-    """
-    records: list[dict[str, Any]] = []
-    with (Path(out_dir) / RESULTS).open(encoding="utf-8", newline="\n") as lines:
-        for line in lines:
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict):
-                records.append(record)
-    return records
 
 
 def _by_key(records: Sequence[Mapping[str, Any]], side: str) -> dict[Key, Mapping[str, Any]]:
@@ -78,7 +53,10 @@ def _by_key(records: Sequence[Mapping[str, Any]], side: str) -> dict[Key, Mappin
     for record in records:
         key = (str(record["prompt_id"]), int(record.get("repeat", 0)))
         if key in keyed:
-            raise ValueError(f"run {side}: sample {key[0]!r} repeat {key[1]} appears twice")
+            raise DataError(
+                f"run {side}: sample {key[0]!r} repeat {key[1]} appears twice in its results.jsonl (is it a "
+                "meta-eval run? compare takes runs of grade, eval or baseline)"
+            )
         keyed[key] = record
     return keyed
 
@@ -86,7 +64,7 @@ def _by_key(records: Sequence[Mapping[str, Any]], side: str) -> dict[Key, Mappin
 def _compared_names(
     metric_pairs: Sequence[tuple[Mapping[str, float], Mapping[str, float]]], prefixes: Sequence[str]
 ) -> list[str]:
-    families = (*(f"{p}:" for p in prefixes), *COMPARED_RUBRIC_PREFIXES)
+    families = (*(f"{p}:" for p in prefixes), "axis:")
     names: set[str] = set()
     for a, b in metric_pairs:
         names.update(name for name in a.keys() & b.keys() if name.startswith(families))
@@ -224,15 +202,9 @@ def compare_runs(
 
 def compare_dirs(run_a: str | Path, run_b: str | Path, *, seed: int = 0, n_bootstrap: int = 1000) -> dict[str, Any]:
     """`compare_runs` on two run folders: their results.jsonl, and their run.json when present."""
-    runs = []
-    for folder in (Path(run_a), Path(run_b)):
-        path = folder / RUN
-        run = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
-        if not isinstance(run, dict):
-            raise ValueError(f"{path}: expected a JSON object")
-        runs.append(run)
+    a, b = RunFolder(Path(run_a)), RunFolder(Path(run_b))
     return compare_runs(
-        load_results(run_a), load_results(run_b), seed=seed, n_bootstrap=n_bootstrap, run_a=runs[0], run_b=runs[1]
+        a.read_results(), b.read_results(), seed=seed, n_bootstrap=n_bootstrap, run_a=a.read_run(), run_b=b.read_run()
     )
 
 

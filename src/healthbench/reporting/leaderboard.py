@@ -10,7 +10,6 @@ run with a length adjustment writes as the length-adjusted score.
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,19 +18,18 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from healthbench.data import tags
 from healthbench.errors import DataError
+from healthbench.files import write_atomic
+from healthbench.grading.official import Difference
 from healthbench.grading.scoring import LENGTH_ADJUSTED, LengthAdjustment
 from healthbench.reporting.report.charts import interval
 from healthbench.reporting.report.common import label
-from healthbench.runs.folder import METRICS, RUN
+from healthbench.runs.folder import METRICS, RunFolder
 
 if TYPE_CHECKING:
     from jinja2 import Template
 
-PAGE = "leaderboard.html"
-# The slice families shown, in this order: HealthBench's themes and axes, then Professional's slices (its
-# rubric items carry no tags, so it has no axes). Levels and consensus clusters stay in each run's report.
-FAMILIES = ("theme", "axis", "use_case", "type", "difficulty", "specialty")
 # What, per command, run.json names as the thing graded.
 GRADED = {"eval": "model", "baseline": "completions", "grade": "responses"}
 
@@ -128,18 +126,6 @@ class Entry:
         }
 
 
-def _read(path: Path) -> dict[str, Any]:
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DataError(f"{path.parent}: not a finished run ({path.name} is missing)") from None
-    except ValueError as exc:
-        raise DataError(f"{path}: not valid JSON ({exc})") from None
-    if not isinstance(value, dict):
-        raise DataError(f"{path}: expected a JSON object")
-    return value
-
-
 def _figure(metrics: Mapping[str, Any], name: str) -> Figure:
     std, n = metrics.get(f"{name}:bootstrap_std"), metrics.get(f"{name}:n_samples")
     return Figure(float(metrics[name]), None if std is None else float(std), None if n is None else int(n))
@@ -148,7 +134,7 @@ def _figure(metrics: Mapping[str, Any], name: str) -> Figure:
 def load_entry(folder: Path) -> Entry:
     """One finished run from its folder; a folder that is not one (no metrics.json or run.json, samples
     not graded, a meta-eval) is a DataError naming it."""
-    run = _read(folder / RUN)
+    run = RunFolder(folder).read_run(required=True)
     command = str(run.get("command", "unknown"))
     if command == "meta-eval":
         raise DataError(
@@ -158,10 +144,10 @@ def load_entry(folder: Path) -> Entry:
     for key, why in (("failed", "could not be graded"), ("deferred", "still wait on batches")):
         if run.get(key):
             raise DataError(f"{folder}: not a finished run ({run[key]} samples {why}); finish the run first")
-    metrics = _read(folder / METRICS)
+    metrics = RunFolder(folder).read_metrics(required=True)
     if not isinstance(metrics.get("score"), int | float):
         raise DataError(f"{folder / METRICS}: no score")
-    families = tuple(f"{family}:" for family in FAMILIES)
+    families = tuple(f"{name}:" for name in tags.BREAKDOWN_FAMILIES)
     names = [n for n in metrics if n.startswith(families) and not n.endswith((":n_samples", ":bootstrap_std"))]
     request = run.get("grader_request")
     adjusted = LENGTH_ADJUSTED in metrics
@@ -176,14 +162,14 @@ def load_entry(folder: Path) -> Entry:
         adjusted=adjusted,
         length_adjustment=run.get("length_adjustment") if adjusted else None,
         official=run.get("official_configuration"),
-        official_differences=[str(d) for d in run.get("official_differences") or []],
+        official_differences=[str(Difference.read(d)) for d in run.get("official_differences") or []],
         headline=_figure(metrics, "score"),
         metrics={name: _figure(metrics, name) for name in sorted(names, key=_order)},
     )
 
 
 def _order(name: str) -> tuple[int, str]:
-    return FAMILIES.index(name.split(":", 1)[0]), name
+    return tags.BREAKDOWN_FAMILIES.index(tags.family(name)), name
 
 
 def _request_words(request: Mapping[str, Any] | None) -> str:
@@ -351,12 +337,5 @@ def render_page(board: Mapping[str, Any]) -> str:
 
 
 def write_page(board: Mapping[str, Any], path: Path) -> Path:
-    """Write the page to `path` through a temporary file beside it, so a reader never sees half of it."""
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        temp.write_text(render_page(board), encoding="utf-8", newline="")
-        os.replace(temp, path)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
-    return path
+    """Write the page to `path` atomically, so a reader never sees half of it."""
+    return write_atomic(path, render_page(board))

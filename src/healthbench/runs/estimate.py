@@ -1,10 +1,5 @@
-"""What calls cost: a per-model price table (overridable) and the estimate `--dry-run` prints.
-
-Prices are USD per million tokens, OpenAI's list prices for standard (live) requests; the Batch API
-charges half, unless a table entry gives batch prices of its own. A model is matched by the longest table
-entry its name starts with, so dated snapshots (`gpt-4.1-2025-04-14`) find their family. Unknown models
-cost nothing in the sums and are named as such.
-"""
+"""What `--dry-run` says of a run before anything is sent: its calls and tokens, estimated from the sizes of
+its prompts, their cost live and in batch (`pricing`), and the least wall time under the rate limits."""
 
 from __future__ import annotations
 
@@ -12,9 +7,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from healthbench.api.endpoint import EndpointSettings
+from healthbench.api.ratesignals import DEFAULT_OUTPUT_CAP
 from healthbench.api.wire import Shape, Usage
 from healthbench.data.schema import Message
 from healthbench.grading.prompt import TEMPLATE
+from healthbench.grading.settings import GraderConfig
+from healthbench.runs.policy import PolicyConfig
 from healthbench.runs.pricing import Price, cost
 
 # Rough sizes for the estimate: four characters a token, a typical reply, a typical verdict.
@@ -139,3 +138,26 @@ def paced_seconds(calls: int, tokens: int, rpm: float | None, tpm: float | None)
         "tpm": tpm,
         "limits": "given" if given else "default: OpenAI usage tier 1 for gpt-4.1",
     }
+
+
+def _load(config: EndpointSettings, usage: Usage, cap: int | None) -> Load:
+    """A side's calls and TPM tokens (prompts plus output caps) on its key, with its given limits."""
+    tokens = usage.prompt_tokens + usage.calls * (cap or DEFAULT_OUTPUT_CAP)
+    return Load(config.key_slot, usage.calls, tokens, config.rpm, config.tpm)
+
+
+def dry_run(
+    units: Sequence[Unit],
+    grader: GraderConfig,
+    prices: Mapping[str, Price],
+    policy: PolicyConfig | None = None,
+) -> dict[str, Any]:
+    """What `--dry-run` reports: calls, tokens and cost live and in batch for each side, and the least wall
+    time under the rate limits given (or assumed)."""
+    guess = estimate(units, system_message=policy.system_message if policy else None, grader=grader.shape)
+    report = estimate_report(guess, prices, grader.model, policy.model if policy else None)
+    loads = {"grader": _load(grader, guess.grader, grader.shape.max_output_tokens)}
+    if policy is not None:
+        loads["policy"] = _load(policy, guess.policy, policy.shape.max_output_tokens)
+    summary: dict[str, Any] = {"samples": len(units), **report, "wall_time": wall_time(loads)}
+    return summary

@@ -1,31 +1,109 @@
-"""Running samples through the policy and the grader, and writing the results as they finish.
+"""A run's output folder: the names of its files, how each is written and how each is read back.
 
-Every command that grades (`grade`, `eval`, `baseline`) is a list of jobs run here. Replies and verdicts
-are kept in the run's store as they arrive, and `results.jsonl` gets one line per sample the moment it is
-graded, so a crash loses at most what was in flight. Metrics are aggregated in a fixed order (repeat,
-prompt_id), so the seeded bootstrap depends neither on which task finished first nor on a resume. If any
-sample cannot be graded, no `metrics.json` is written: a partial score would be a wrong score.
+Every command that grades writes here, and every command that reads a run (`report`, `compare`,
+`leaderboard`, `batches`) reads through the same readers, so a file's name, its format and what a missing or
+torn file means are decided once:
+
+- `results.jsonl`: one graded sample a line, appended the moment it is graded (a line torn by a crash is
+  skipped when read, as a resumed run rewrites the file anyway);
+- `metrics.json`: the aggregate, written only once every sample is graded;
+- `run.json`: the settings and counts of the run; `usage.json`: tokens and cost;
+- `progress.sqlite`: the store of replies and verdicts; `report.html`, and a meta-eval's `agreement.json`.
+
+JSON files are written atomically (`files.write_json`).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+from healthbench.errors import DataError
+from healthbench.files import write_json
 
 RESULTS = "results.jsonl"
 METRICS = "metrics.json"
 RUN = "run.json"
 USAGE = "usage.json"
+STORE = "progress.sqlite"
+REPORT = "report.html"
+AGREEMENT = "agreement.json"
 
 
-def write_json_atomic(path: Path, value: Any) -> None:
-    """Write JSON to a temporary file and rename it over `path`, so readers never see half a file."""
-    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(handle, "w", encoding="utf-8") as out:
-        json.dump(value, out, indent=2)
-        out.write("\n")
-    os.chmod(temp, 0o644)  # mkstemp makes it private; results are meant to be read and shared
-    os.replace(temp, path)
+@dataclass(frozen=True)
+class RunFolder:
+    """One run's output folder."""
+
+    path: Path
+
+    def __truediv__(self, name: str) -> Path:
+        return self.path / name
+
+    def exists(self, name: str) -> bool:
+        """Whether the folder holds the file `name`."""
+        return (self.path / name).exists()
+
+    def read_results(self) -> list[dict[str, Any]]:
+        """The records of results.jsonl, in file order; [] when there is no such file.
+
+        Lines are split on "\\n" only: replies may contain U+2028, which `str.splitlines` would split on.
+        A line that is not a JSON object (one torn by a crash mid-write) is skipped.
+        """
+        records: list[dict[str, Any]] = []
+        try:
+            lines = (self.path / RESULTS).open(encoding="utf-8", newline="\n")
+        except FileNotFoundError:
+            return records
+        with lines:
+            for line in lines:
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(record, dict):
+                    records.append(record)
+        return records
+
+    def read_json(self, name: str, *, required: bool = False) -> dict[str, Any]:
+        """A JSON object of the folder: {} when the file is absent (an unfinished run), unless `required`;
+        a `DataError` naming the file when it is not a JSON object."""
+        path = self.path / name
+        try:
+            value = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            if required:
+                raise DataError(f"{self.path}: not a finished run ({name} is missing)") from None
+            return {}
+        except ValueError as exc:
+            raise DataError(f"{path}: not valid JSON ({exc})") from None
+        if not isinstance(value, dict):
+            raise DataError(f"{path}: expected a JSON object")
+        return value
+
+    def read_run(self, *, required: bool = False) -> dict[str, Any]:
+        """run.json."""
+        return self.read_json(RUN, required=required)
+
+    def read_metrics(self, *, required: bool = False) -> dict[str, Any]:
+        """metrics.json."""
+        return self.read_json(METRICS, required=required)
+
+    def read_usage(self) -> dict[str, Any]:
+        """usage.json."""
+        return self.read_json(USAGE)
+
+    def write(self, name: str, value: Any) -> Path:
+        """Write a JSON file of the folder atomically."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        return write_json(self.path / name, value)
+
+    def discard(self, name: str) -> None:
+        """Remove a file an earlier session wrote and this one will write afresh (if at all)."""
+        (self.path / name).unlink(missing_ok=True)
+
+    def open_results(self) -> IO[str]:
+        """results.jsonl, emptied, for this session to write line by line."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        return (self.path / RESULTS).open("w", encoding="utf-8")

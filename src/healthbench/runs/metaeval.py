@@ -1,21 +1,10 @@
-"""Meta-evaluation (SPEC section 5): how well a grader agrees with physicians, measured as OpenAI's reference does.
-
-A meta-eval row is one completion, one consensus criterion and the binary labels of several physicians. The
-grader judges each row once, with the bare criterion text as the rubric item. Every (row, physician label) pair
-is then one prediction (the grader's verdict) against one truth (the label), pooled over all rows and within each
-category. Key names, formulas and edge cases are those of `healthbench_meta_eval.py` in openai/simple-evals,
-down to how it derives F1 and balanced keys by substring replacement (so a category whose name contains
-"precision" gets no F1 figures, and one containing "pos" no balanced ones). The physician baseline is the same
-computation with each physician in turn as the rater and the other physicians of the row as truth; a row with a
-single label gives no pairs. The metric functions are pure; `grade_meta_rows` runs a meta-eval and writes its
-files.
-"""
+"""Running a meta-evaluation: the grader judges each meta-eval row once, and the agreement figures of
+`grading.agreement` are written beside the results."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from healthbench.api.wire import Usage
@@ -24,31 +13,29 @@ from healthbench.errors import Deferred, MetaGradingError, RequestFailed
 from healthbench.grading.agreement import meta_metrics
 from healthbench.grading.grader import Grader
 from healthbench.grading.prompt import grader_prompt, render_conversation, transcript_with_reply
-from healthbench.runs.folder import METRICS, write_json_atomic
+from healthbench.runs.folder import AGREEMENT, METRICS, RunFolder
+from healthbench.runs.progress import Progress, Quiet
 from healthbench.runs.runner import ResultSink, RunOutcome
-
-AGREEMENT = "agreement.json"
-
 
 """Label pairs by (group, the rater's label, the truth label)."""
 
 
-def write_meta_metrics(out_dir: Path, records: Sequence[Mapping[str, Any]], *, seed: int) -> dict[str, float | int]:
+def write_meta_metrics(folder: RunFolder, records: Sequence[Mapping[str, Any]], *, seed: int) -> dict[str, float | int]:
     """Compute and write metrics.json and agreement.json; return the metrics."""
     metrics, agreement = meta_metrics(records, seed=seed)
-    write_json_atomic(out_dir / AGREEMENT, agreement)
-    write_json_atomic(out_dir / METRICS, metrics)
+    folder.write(AGREEMENT, agreement)
+    folder.write(METRICS, metrics)
     return metrics
 
 
 async def grade_meta_rows(
     rows: Sequence[MetaRow],
     grader: Grader,
-    out_dir: Path,
+    folder: RunFolder,
     *,
     seed: int = 0,
-    progress: bool = True,
-    describe_cost: Callable[[Usage, Usage], str] | None = None,
+    progress: Progress | None = None,
+    status: Callable[[Usage, Usage], str] | None = None,
 ) -> RunOutcome:
     """Grade every row's completion against its criterion; write results.jsonl as rows finish, then the metrics.
 
@@ -57,8 +44,8 @@ async def grade_meta_rows(
     that cannot be graded is a failure of the run: no metrics are written.
     """
     outcome = RunOutcome(metrics=None)
-    sink = ResultSink(out_dir, len(rows), outcome, unit="row", progress=progress, describe_cost=describe_cost)
-    (out_dir / AGREEMENT).unlink(missing_ok=True)
+    sink = ResultSink(folder, len(rows), outcome, unit="row", progress=progress or Quiet(), status=status)
+    folder.discard(AGREEMENT)
 
     async def one(index: int, row: MetaRow) -> None:
         conversation = render_conversation(transcript_with_reply(row.prompt, row.completion))
@@ -91,5 +78,5 @@ async def grade_meta_rows(
     finally:
         sink.close()
     if not outcome.failures and not outcome.deferred:
-        outcome.metrics = write_meta_metrics(out_dir, sink.records, seed=seed)
+        outcome.metrics = write_meta_metrics(folder, sink.records, seed=seed)
     return outcome

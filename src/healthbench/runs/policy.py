@@ -12,16 +12,16 @@ refusals that are not the exception, are the caller's mistake, and the run stops
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, model_validator
 
-from healthbench.api.client import OPENAI_BASE_URL, ApiClient, Completer, client_for
-from healthbench.api.wire import Effort, Shape, Usage, is_reasoning_model
+from healthbench.api.client import OPENAI_BASE_URL, ApiClient, Completer
+from healthbench.api.endpoint import EndpointSettings
+from healthbench.api.wire import Shape, Usage
 from healthbench.data.schema import Message
 from healthbench.errors import PolicyMisuse, RequestFailed
 
@@ -30,26 +30,16 @@ def _reply(content: str) -> str:
     return content
 
 
-class PolicyConfig(BaseModel):
-    """How the evaluated model is called. The key is a secret and never serialised."""
+class PolicyConfig(EndpointSettings):
+    """How the evaluated model is called: always through Chat Completions, the API every compatible server has.
 
-    model_config = ConfigDict(frozen=True)
+    `policy_errors`: `grade` grades a prompt the provider refuses with `REFUSED_REPLY`; `fail` makes it a sample
+    that cannot be graded."""
 
-    model: str
-    base_url: str = OPENAI_BASE_URL
-    api_key: SecretStr | None = Field(default=None, exclude=True, repr=False)
+    timeout: float = Field(default=600.0, gt=0)
     system_message: str | None = None
     temperature: float | None = None
     max_tokens: int | None = Field(default=None, ge=1)
-    reasoning: bool | None = None
-    reasoning_effort: Effort | None = None
-    concurrency: int = Field(default=32, ge=1)
-    max_attempts: int = Field(default=12, ge=1)
-    timeout: float = Field(default=600.0, gt=0)
-    # The account's rate limits for the model, when the user knows them (else learned from the server).
-    rpm: float | None = Field(default=None, gt=0)
-    tpm: float | None = Field(default=None, gt=0)
-    # `grade`: a refused prompt is graded with REFUSED_REPLY; `fail`: it is a sample that could not be graded.
     policy_errors: Literal["grade", "fail"] = "grade"
 
     @classmethod
@@ -72,20 +62,11 @@ class PolicyConfig(BaseModel):
         return self
 
     @property
-    def is_reasoning(self) -> bool:
-        """Whether the model takes `max_completion_tokens` and no temperature."""
-        return self.reasoning if self.reasoning is not None else is_reasoning_model(self.model)
-
-    @property
     def shape(self) -> Shape:
-        """How the model is asked: always through Chat Completions, the API every compatible server has."""
+        """How the model is asked."""
         if self.is_reasoning:
             return Shape("chat", True, None, self.max_tokens, self.reasoning_effort)
         return Shape("chat", False, self.temperature, self.max_tokens)
-
-    def chat(self) -> ApiClient:
-        """The live client for the model's endpoint: its key, concurrency, timeout and retry table."""
-        return client_for(self)
 
     def identity(self) -> dict[str, Any]:
         """What decides the replies: recorded with a run, and compared on resume."""
@@ -99,8 +80,8 @@ class Policy:
 
     def __init__(self, config: PolicyConfig, wrap: Callable[[ApiClient], Completer] | None = None) -> None:
         self.config = config
-        chat = config.chat()
-        self.client: Completer = chat if wrap is None else wrap(chat)
+        live = config.client()
+        self.client: Completer = live if wrap is None else wrap(live)
 
     def messages(self, prompt: Sequence[Message]) -> list[Message]:
         """What the model is sent, which is also what the graded transcript starts with."""
@@ -139,7 +120,7 @@ REFUSAL_PROBE = 20
 
 
 @dataclass(frozen=True)
-class Refusal:
+class PromptRefusal:
     """The provider's refusal of a prompt, as results.jsonl records it."""
 
     status: int
@@ -155,32 +136,16 @@ class Refusal:
         return f"HTTP {self.status}{f' {self.code}' if self.code else ''}: {self.message}"
 
 
-def _error_object(body: bytes) -> Mapping[str, Any]:
-    """The error object of an error body (OpenAI's `{"error": {...}}`, vLLM's flat one), or {}."""
-    try:
-        parsed = json.loads(body)
-    except ValueError:
-        return {"message": body.decode("utf-8", "replace")}
-    if not isinstance(parsed, dict):
-        return {}
-    error = parsed.get("error", parsed)
-    if isinstance(error, str):
-        return {"message": error}
-    return error if isinstance(error, dict) else {}
-
-
-def prompt_refusal(failure: RequestFailed) -> Refusal | None:
+def prompt_refusal(failure: RequestFailed) -> PromptRefusal | None:
     """The refusal when `failure` is the provider refusing the prompt itself, else None."""
     if failure.status not in _REFUSAL_STATUSES:
         return None
-    error = _error_object(failure.body)
-    raw_code, param = error.get("code"), error.get("param")
-    code = raw_code if isinstance(raw_code, str) else None
-    message = str(error.get("message") or error.get("detail") or failure.cause)
-    if param not in _PROMPT_PARAMS:
+    error = failure.error
+    if error is None or error.param not in _PROMPT_PARAMS:
         return None
+    code, message = error.code, error.message or failure.cause
     if code in _PROMPT_CODES or any(phrase in message.lower() for phrase in _PROMPT_PHRASES):
-        return Refusal(failure.status, code, message)
+        return PromptRefusal(failure.status, code, message)
     return None
 
 
@@ -192,14 +157,14 @@ class RefusalGuard:
         self.expected = expected
         self.answered = answered
         self.refused = 0
-        self.last: Refusal | None = None
+        self.last: PromptRefusal | None = None
 
     def answer(self) -> None:
         """Count a reply; `PolicyMisuse` when refusals are still most of the answers once enough are in."""
         self.answered += 1
         self._check()
 
-    def refuse(self, refusal: Refusal) -> None:
+    def refuse(self, refusal: PromptRefusal) -> None:
         """Count a refused prompt; `PolicyMisuse` when refusals are now most of the answers."""
         self.refused += 1
         self.last = refusal
@@ -220,6 +185,6 @@ def misuse(failure: RequestFailed, base_url: str) -> PolicyMisuse | None:
     """`PolicyMisuse` for a request refused with a 4xx that is no refusal of the prompt, else None."""
     if failure.status is None or not 400 <= failure.status < 500 or prompt_refusal(failure) is not None:
         return None
-    message = _error_object(failure.body).get("message")
-    said = f"HTTP {failure.status}: {message}" if isinstance(message, str) and message else failure.cause
+    message = failure.error.message if failure.error is not None else ""
+    said = f"HTTP {failure.status}: {message}" if message else failure.cause
     return PolicyMisuse(f"{base_url} refused a request to the model ({said}); no score is written.")

@@ -1,4 +1,4 @@
-"""What calls cost: a per-model price table (overridable) and the estimate `--dry-run` prints.
+"""What calls cost: a per-model price table (overridable), and the meter a run prices its usage with.
 
 Prices are USD per million tokens, OpenAI's list prices for standard (live) requests; the Batch API
 charges half, unless a table entry gives batch prices of its own. A model is matched by the longest table

@@ -11,45 +11,21 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, TypeVar
-
-from tqdm import tqdm
+from typing import Any
 
 from healthbench.api.wire import Usage
-from healthbench.data.schema import Message, Row
+from healthbench.data.schema import Row
 from healthbench.errors import Deferred, GradingError, PolicyMisuse, RequestFailed, SampleError
 from healthbench.grading.aggregate import aggregate_records
-from healthbench.grading.grader import GradedReply, Grader
-from healthbench.grading.prompt import transcript_with_reply
-from healthbench.grading.scoring import (
-    LengthAdjustment,
-    task_metrics,
-)
-from healthbench.runs.folder import METRICS, RESULTS, write_json_atomic
-from healthbench.runs.policy import REFUSED_REPLY, Policy, Refusal, RefusalGuard, misuse, prompt_refusal
+from healthbench.grading.grader import Grader
+from healthbench.grading.sample import grade_sample
+from healthbench.grading.scoring import LengthAdjustment
+from healthbench.runs.folder import METRICS, RunFolder
+from healthbench.runs.policy import REFUSED_REPLY, Policy, PromptRefusal, RefusalGuard, misuse, prompt_refusal
+from healthbench.runs.progress import Progress, Quiet
 from healthbench.runs.store import Store
-
-T = TypeVar("T")
-
-
-def result_record(
-    row: Row, transcript: Sequence[Message], metrics: Mapping[str, float], graded: GradedReply, grader_model: str
-) -> dict[str, Any]:
-    """One results.jsonl line; `transcript` is the graded conversation, ending on the reply."""
-    return {
-        "prompt_id": row.prompt_id,
-        "score": metrics["overall_score"],
-        "response": transcript[-1].content,
-        "prompt": [message.model_dump() for message in transcript[:-1]],
-        "example_tags": list(row.example_tags),
-        "metrics": dict(metrics),
-        "rubric_items": [item.as_dict() for item in graded.items],
-        "usage": graded.usage.as_dict(),
-        "grader_model": grader_model,
-    }
 
 
 @dataclass(frozen=True)
@@ -64,7 +40,8 @@ class Job:
 @dataclass
 class RunOutcome:
     """What a run produced: metrics only when every sample was graded; usage is what this session paid;
-    `deferred` counts samples left waiting in batches for a later session."""
+    `deferred` counts samples left waiting in batches for a later session, `refused` the samples graded with
+    the reference's placeholder for a prompt the model's provider refused."""
 
     metrics: dict[str, float | int] | None
     failures: list[Exception] = field(default_factory=list)
@@ -74,35 +51,33 @@ class RunOutcome:
     done: int = 0
     refused: int = 0
 
-    @property
-    def summary_note(self) -> str:
-        """What the summary line adds after the score: the samples graded with the refusal placeholder."""
-        if not self.refused:
-            return ""
-        return f" ({self.refused} refused by the model and graded as the reply {REFUSED_REPLY!r})"
-
 
 class ResultSink:
-    """results.jsonl written afresh, a line per sample the moment it is done, with the progress bar and the
-    run's counters; shared by every kind of run so they record and report progress alike."""
+    """results.jsonl written afresh, a line per sample the moment it is done, with the run's counters and its
+    progress; shared by every kind of run so they record and report progress alike."""
 
     def __init__(
         self,
-        out_dir: Path,
+        folder: RunFolder,
         total: int,
         outcome: RunOutcome,
         *,
         unit: str,
-        progress: bool,
-        describe_cost: Callable[[Usage, Usage], str] | None,
+        progress: Progress,
+        status: Callable[[Usage, Usage], str] | None = None,
     ) -> None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / METRICS).unlink(missing_ok=True)
+        folder.discard(METRICS)
         self.records: list[dict[str, Any]] = []
         self._outcome = outcome
-        self._describe_cost = describe_cost
-        self._file = (out_dir / RESULTS).open("w", encoding="utf-8")
-        self._bar = tqdm(total=total, unit=unit, desc="healthbench", disable=not progress or None)
+        self._status = status
+        self._file = folder.open_results()
+        self._progress = progress
+        progress.start(total, unit)
+
+    def _describe(self) -> str:
+        if self._status is None:
+            return ""
+        return self._status(self._outcome.policy_usage, self._outcome.grader_usage)
 
     def add(self, record: dict[str, Any]) -> None:
         """Write one finished sample."""
@@ -110,37 +85,78 @@ class ResultSink:
         self._file.flush()
         self.records.append(record)
         self._outcome.done += 1
-        self._bar.update()
-        if self._describe_cost is not None:
-            self._bar.set_postfix_str(
-                self._describe_cost(self._outcome.policy_usage, self._outcome.grader_usage), refresh=False
-            )
+        self._progress.advance(self._describe)
 
     def fail(self, error: Exception) -> None:
         """Count a sample that could not be done."""
         self._outcome.failures.append(error)
-        self._bar.update()
+        self._progress.advance(self._describe)
 
     def defer(self) -> None:
         """Count a sample whose answer is still out in a batch."""
         self._outcome.deferred += 1
 
     def close(self) -> None:
-        """Close the bar and the file."""
-        self._bar.close()
+        """Close the file and end the progress."""
+        self._progress.close()
         self._file.close()
+
+
+Reply = tuple[str, Usage, PromptRefusal | None]
+
+
+class _Sampler:
+    """Where each job's reply comes from: fixed, recorded by an earlier session, or asked of the policy (a
+    prompt its provider refuses gets the reference's placeholder reply)."""
+
+    def __init__(self, jobs: Sequence[Job], store: Store, policy: Policy | None) -> None:
+        self.store = store
+        self.policy = policy
+        asked = [job for job in jobs if job.reply is None]
+        stored = sum(1 for job in asked if store.sample(job.row.prompt_id, job.repeat) is not None)
+        self.guard = RefusalGuard(len(asked), answered=stored)
+
+    async def reply(self, job: Job) -> Reply:
+        if job.reply is not None:
+            return job.reply, Usage(), None
+        recorded = self.store.sample(job.row.prompt_id, job.repeat)
+        if recorded is not None:
+            return recorded[0], Usage(), None
+        if self.policy is None:
+            raise SampleError(job.row.prompt_id, "no reply given and no model to ask")
+        try:
+            reply, usage = await self.policy.sample(job.row.prompt, ident=f"{job.row.prompt_id}#{job.repeat}")
+        except RequestFailed as exc:
+            return self._refused(job, exc)
+        self.store.put_sample(job.row.prompt_id, job.repeat, reply, usage)
+        self.guard.answer()
+        return reply, usage, None
+
+    def _refused(self, job: Job, failure: RequestFailed) -> Reply:
+        assert self.policy is not None
+        if self.policy.config.policy_errors == "fail":
+            raise SampleError(job.row.prompt_id, str(failure)) from None
+        if (stop := misuse(failure, self.policy.config.base_url)) is not None:
+            raise stop from None
+        refusal = prompt_refusal(failure)
+        if refusal is None:
+            raise SampleError(job.row.prompt_id, str(failure)) from None
+        # Not stored: a later session asks again (a refused request costs nothing), and the record keeps the
+        # provider's error only if it is seen again.
+        self.guard.refuse(refusal)
+        return REFUSED_REPLY, Usage(), refusal
 
 
 async def run_jobs(
     jobs: Sequence[Job],
     grader: Grader,
     store: Store,
-    out_dir: Path,
+    folder: RunFolder,
     *,
     policy: Policy | None = None,
     seed: int = 0,
-    progress: bool = True,
-    describe_cost: Callable[[Usage, Usage], str] | None = None,
+    progress: Progress | None = None,
+    status: Callable[[Usage, Usage], str] | None = None,
     sample_first: bool = False,
     length_adjustment: LengthAdjustment | None = None,
 ) -> RunOutcome:
@@ -151,45 +167,17 @@ async def run_jobs(
     per sample as it is graded. With `sample_first`, every reply is in before any grading starts, so a
     batching grader sees all its requests at once instead of a trickle. With `length_adjustment`, each
     line carries `length_adjusted_score` and the headline `score` of metrics.json is the adjusted one.
+    `status` describes the pace and cost for the progress, from the usage so far (policy, grader).
     """
     outcome = RunOutcome(metrics=None)
     system_message = policy.config.system_message if policy else None
-    sink = ResultSink(out_dir, len(jobs), outcome, unit="sample", progress=progress, describe_cost=describe_cost)
-    asked = [job for job in jobs if job.reply is None]
-    stored = sum(1 for job in asked if store.sample(job.row.prompt_id, job.repeat) is not None)
-    guard = RefusalGuard(len(asked), answered=stored)
-
-    async def reply_for(job: Job) -> tuple[str, Usage, Refusal | None]:
-        if job.reply is not None:
-            return job.reply, Usage(), None
-        recorded = store.sample(job.row.prompt_id, job.repeat)
-        if recorded is not None:
-            return recorded[0], Usage(), None
-        if policy is None:
-            raise SampleError(job.row.prompt_id, "no reply given and no model to ask")
-        try:
-            reply, usage = await policy.sample(job.row.prompt, ident=f"{job.row.prompt_id}#{job.repeat}")
-        except RequestFailed as exc:
-            if policy.config.policy_errors == "fail":
-                raise SampleError(job.row.prompt_id, str(exc)) from None
-            if (stop := misuse(exc, policy.config.base_url)) is not None:
-                raise stop from None
-            refusal = prompt_refusal(exc)
-            if refusal is None:
-                raise SampleError(job.row.prompt_id, str(exc)) from None
-            # Not stored: a later session asks again (a refused request costs nothing), and the record
-            # keeps the provider's error only if it is seen again.
-            guard.refuse(refusal)
-            return REFUSED_REPLY, Usage(), refusal
-        store.put_sample(job.row.prompt_id, job.repeat, reply, usage)
-        guard.answer()
-        return reply, usage, None
-
-    sampled: dict[int, tuple[str, Usage, Refusal | None] | SampleError | Deferred] = {}
+    sink = ResultSink(folder, len(jobs), outcome, unit="sample", progress=progress or Quiet(), status=status)
+    sampler = _Sampler(jobs, store, policy)
+    sampled: dict[int, Reply | SampleError | Deferred] = {}
 
     async def prefetch(index: int, job: Job) -> None:
         try:
-            sampled[index] = await reply_for(job)
+            sampled[index] = await sampler.reply(job)
         except (SampleError, Deferred) as exc:
             sampled[index] = exc
 
@@ -198,27 +186,24 @@ async def run_jobs(
             got = sampled.pop(index, None)
             if isinstance(got, Exception):
                 raise got
-            reply, policy_usage, refusal = got if got is not None else await reply_for(job)
+            reply, policy_usage, refusal = got if got is not None else await sampler.reply(job)
             outcome.policy_usage.add(policy_usage)
-            transcript = transcript_with_reply(job.row.prompt, reply, system_message)
-            ident = f"{job.row.prompt_id}#{job.repeat}"
-            graded = await grader.grade(job.row.prompt_id, transcript, job.row.rubrics, ident=ident)
+            sample = await grade_sample(
+                grader,
+                job.row,
+                reply,
+                repeat=job.repeat,
+                system_message=system_message,
+                adjustment=length_adjustment,
+            )
         except (SampleError, GradingError) as exc:
             sink.fail(exc)
             return
         except Deferred:
             sink.defer()
             return
-        outcome.grader_usage.add(graded.usage)
-        metrics = task_metrics(
-            job.row.example_tags,
-            [item.points for item in graded.items],
-            [item.tags for item in graded.items],
-            [item.criteria_met for item in graded.items],
-        )
-        record = result_record(job.row, transcript, metrics, graded, grader.model) | {"repeat": job.repeat}
-        if length_adjustment is not None:
-            record["length_adjusted_score"] = length_adjustment.adjust(metrics["overall_score"], reply)
+        outcome.grader_usage.add(sample.usage)
+        record = sample.record()
         if policy is not None:
             record |= {"policy_model": policy.config.model, "policy_usage": policy_usage.as_dict()}
         if refusal is not None:
@@ -234,7 +219,7 @@ async def run_jobs(
         sink.close()
     if not outcome.failures and not outcome.deferred:
         outcome.metrics = aggregate_records(sink.records, seed=seed, length_adjustment=length_adjustment)
-        write_json_atomic(out_dir / METRICS, outcome.metrics)
+        folder.write(METRICS, outcome.metrics)
     return outcome
 
 

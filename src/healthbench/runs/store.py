@@ -22,8 +22,6 @@ from healthbench.api.wire import Usage
 from healthbench.errors import ConfigMismatch
 from healthbench.grading.grader import Verdict
 
-STORE = "progress.sqlite"
-
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS config (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS samples (

@@ -15,11 +15,12 @@ from healthbench.data.loading import load_rows
 from healthbench.data.schema import Message, Row
 from healthbench.data.subsets import load_subset
 from healthbench.errors import GradingError
-from healthbench.grading.grader import GradedReply
-from healthbench.grading.prompt import render_conversation, transcript_with_reply
+from healthbench.grading.prompt import TEMPLATE_SHA256, render_conversation
+from healthbench.grading.sample import GradedSample, grade_sample
 from healthbench.grading.scoring import LengthAdjustment
 from healthbench.grading.settings import GraderConfig, GraderPool
 
+EXPLANATION_CHARS = 200
 MULTI_TURN_INSTRUCTION = "Write the assistant's reply to the final user turn of this conversation."
 
 
@@ -92,9 +93,9 @@ class Deployment:
             raise ValueError(f"no task with split {split!r} and prompt_id {prompt_id!r}")
         return row
 
-    async def grade(self, split: str, row: Row, response: str, api_key: str | None) -> GradedReply:
-        """Grade `response` as the reply to `row` with its split's settings and the session's key (else the
-        server's own).
+    async def grade(self, split: str, row: Row, response: str, api_key: str | None) -> GradedSample:
+        """Grade `response` as the reply to `row` with its split's settings (its length adjustment included)
+        and the session's key (else the server's own).
 
         Raises `GradingError` when an item cannot be graded; the key never appears in its message.
         """
@@ -104,10 +105,42 @@ class Deployment:
         keyed = config.model_copy(update={"api_key": SecretStr(api_key) if api_key else None})
         async with self._graders.lease(keyed) as grader:
             try:
-                return await grader.grade(row.prompt_id, transcript_with_reply(row.prompt, response), row.rubrics)
+                return await grade_sample(grader, row, response, adjustment=self.adjustments[split])
             except GradingError as exc:
                 # An endpoint may echo the key in an error body, and the cause ends up in the server's log.
                 if api_key and api_key in exc.cause:
                     cause = exc.cause.replace(api_key, "[redacted]")
                     raise GradingError(exc.prompt_id, exc.criterion, cause) from None
                 raise
+
+    def metadata(self, split: str, sample: GradedSample) -> dict[str, Any]:
+        """What a graded reply's tool output carries besides its reward: every verdict (explanations cut
+        short), the task's metrics, both scores and how the grader was asked."""
+        config, adjustment = self.graders[split], self.adjustments[split]
+        items = [
+            {
+                "criteria_met": item.criteria_met,
+                "points": item.points,
+                "tags": item.tags,
+                "explanation": item.explanation[:EXPLANATION_CHARS],
+            }
+            for item in sample.items
+        ]
+        return {
+            "prompt_id": sample.row.prompt_id,
+            "items": items,
+            "metrics": sample.metrics,
+            "score": sample.score,
+            "length_adjusted_score": sample.adjusted,
+            "length_adjustment": None if adjustment is None else adjustment.as_dict(),
+            "grader_model": config.model,
+            "grader_request": config.request_settings(),
+            "template_sha256": TEMPLATE_SHA256,
+            "usage": sample.usage.as_dict(),
+        }
+
+
+def summary(sample: GradedSample) -> str:
+    """The tool output's text: how many items were graded and the scores."""
+    adjusted = "" if sample.adjusted is None else f", length-adjusted {sample.adjusted:.4f}"
+    return f"Graded against {len(sample.items)} rubric items: score {sample.score:.4f}{adjusted}."

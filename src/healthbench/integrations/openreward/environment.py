@@ -24,9 +24,7 @@ from pydantic import BaseModel, SecretStr
 
 from healthbench.data.loading import collection_paused
 from healthbench.data.schema import Row
-from healthbench.grading.grader import GradedReply
-from healthbench.grading.prompt import TEMPLATE_SHA256
-from healthbench.grading.scoring import LengthAdjustment, task_metrics
+from healthbench.grading.scoring import LengthAdjustment
 from healthbench.grading.settings import GraderConfig
 
 
@@ -65,10 +63,9 @@ from openreward.environments import Message as SDKMessage  # noqa: E402
 from openreward.log_utils import get_logger  # noqa: E402
 from openreward.web_service import lookup_secret  # noqa: E402
 
-from healthbench.integrations.openreward.deployment import Deployment, prompt_text  # noqa: E402
+from healthbench.integrations.openreward.deployment import Deployment, prompt_text, summary  # noqa: E402
 
 GRADER_KEY_SECRET = "OPENAI_API_KEY"
-EXPLANATION_CHARS = 200
 
 logger = get_logger("healthbench.environment")
 
@@ -77,37 +74,6 @@ class FinalResponse(BaseModel):
     """The agent's final message."""
 
     response: str
-
-
-def _metadata(
-    row: Row,
-    graded: GradedReply,
-    metrics: dict[str, float],
-    config: GraderConfig,
-    adjustment: LengthAdjustment | None,
-    reward: float,
-) -> dict[str, Any]:
-    items = [
-        {
-            "criteria_met": item.criteria_met,
-            "points": item.points,
-            "tags": item.tags,
-            "explanation": item.explanation[:EXPLANATION_CHARS],
-        }
-        for item in graded.items
-    ]
-    return {
-        "prompt_id": row.prompt_id,
-        "items": items,
-        "metrics": metrics,
-        "score": metrics["overall_score"],
-        "length_adjusted_score": None if adjustment is None else reward,
-        "length_adjustment": None if adjustment is None else adjustment.as_dict(),
-        "grader_model": config.model,
-        "grader_request": config.request_settings(),
-        "template_sha256": TEMPLATE_SHA256,
-        "usage": graded.usage.as_dict(),
-    }
 
 
 # The SDK ships no type information, so its base class and decorators are `Any` to mypy.
@@ -180,24 +146,12 @@ class HealthBench(Environment):  # type: ignore[misc]
         """Grade the final reply against the task's rubric; the reward is the unclipped task score, or for a
         split with a length adjustment (Professional's) the unclipped length-adjusted score."""
         deployment = type(self)._served()
-        split = self.split
         key = self._api_key.get_secret_value() if self._api_key else None
-        graded = await deployment.grade(split, self.row, params.response, key)
-        metrics = task_metrics(
-            self.row.example_tags,
-            [item.points for item in graded.items],
-            [item.tags for item in graded.items],
-            [item.criteria_met for item in graded.items],
-        )
-        adjustment = deployment.adjustments[split]
-        score = metrics["overall_score"]
-        reward = score if adjustment is None else adjustment.adjust(score, params.response)
-        summary = f"score {score:.4f}" + ("" if adjustment is None else f", length-adjusted {reward:.4f}")
-        config = deployment.graders[split]
+        sample = await deployment.grade(self.split, self.row, params.response, key)
         return ToolOutput(
-            blocks=[TextBlock(text=f"Graded against {len(graded.items)} rubric items: {summary}.")],
-            metadata=_metadata(self.row, graded, metrics, config, adjustment, reward),
-            reward=reward,
+            blocks=[TextBlock(text=summary(sample))],
+            metadata=deployment.metadata(self.split, sample),
+            reward=sample.reward,
             finished=True,
         )
 

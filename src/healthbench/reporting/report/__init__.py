@@ -8,8 +8,7 @@ head and the whole), `charts` (slice charts and the metric table), `tasks` (the 
 meta-evaluation's page).
 """
 
-from healthbench.reporting.report.common import REPORT
 from healthbench.reporting.report.meta import render_meta_report, write_meta_report
 from healthbench.reporting.report.page import rebuild, render_report, write_report
 
-__all__ = ["REPORT", "rebuild", "render_meta_report", "render_report", "write_meta_report", "write_report"]
+__all__ = ["rebuild", "render_meta_report", "render_report", "write_meta_report", "write_report"]

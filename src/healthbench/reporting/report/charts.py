@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from healthbench.data.tags import RUBRIC_FAMILIES
 from healthbench.grading.scoring import LENGTH_ADJUSTED, WORST_AT_K
 from healthbench.reporting.report.common import label
 
@@ -19,7 +20,6 @@ Z95 = 1.96
 # Chart geometry (SVG user units); the label column grows with the longest label up to LABEL_MAX.
 CHAR_W, LABEL_MAX, PLOT_W, VALUE_W, ROW_H = 6.6, 380.0, 520.0, 170.0, 22.0
 
-RUBRIC_FAMILIES = ("axis:", "level:", "cluster:")
 
 # Worst-at-k plot geometry: the plot area's size and its margins for the axis labels.
 CURVE_W, CURVE_H, CURVE_LEFT, CURVE_TOP, CURVE_BOTTOM = 520.0, 200.0, 48.0, 16.0, 40.0
@@ -119,7 +119,7 @@ def charts(metrics: Mapping[str, float | int], prefixes: Sequence[str]) -> list[
 
 def metric_rows(metrics: Mapping[str, float | int], prefixes: Sequence[str]) -> list[MetricRow]:
     """Every metric with its bootstrap std, interval and count: headline first, then slice families."""
-    family = ("score", "overall_score", LENGTH_ADJUSTED, *(f"{p}:" for p in prefixes), *RUBRIC_FAMILIES)
+    family = ("score", "overall_score", LENGTH_ADJUSTED, *(f"{p}:" for p in (*prefixes, *RUBRIC_FAMILIES)))
 
     def order(name: str) -> tuple[int, str]:
         rank = next(

@@ -7,9 +7,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from healthbench.reporting.report.common import read_json, settings, write_html
-from healthbench.runs.folder import METRICS, RUN
-from healthbench.runs.metaeval import AGREEMENT
+from healthbench.files import write_atomic
+from healthbench.reporting.report.common import settings
+from healthbench.runs.folder import AGREEMENT, REPORT, RunFolder
 
 _META_TEMPLATE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>HealthBench meta-evaluation</title>
@@ -109,5 +109,6 @@ def render_meta_report(metrics: Mapping[str, Any], agreement: Mapping[str, Any],
 
 def write_meta_report(out_dir: Path) -> Path:
     """Render `out_dir/report.html` of a meta-eval run from its metrics.json, agreement.json and run.json."""
-    html = render_meta_report(read_json(out_dir / METRICS), read_json(out_dir / AGREEMENT), read_json(out_dir / RUN))
-    return write_html(out_dir, html)
+    folder = RunFolder(out_dir)
+    html = render_meta_report(folder.read_metrics(), folder.read_json(AGREEMENT), folder.read_run())
+    return write_atomic(folder / REPORT, html)

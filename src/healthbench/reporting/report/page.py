@@ -12,13 +12,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from healthbench.errors import DataError
+from healthbench.files import write_atomic
+from healthbench.grading import official
 from healthbench.grading.aggregate import aggregate_records
-from healthbench.grading.scoring import LENGTH_ADJUSTED, PROFESSIONAL_LENGTH_ADJUSTMENT, LengthAdjustment
-from healthbench.reporting.compare import example_prefixes, load_results
+from healthbench.grading.official import Difference
+from healthbench.grading.scoring import LENGTH_ADJUSTED, LengthAdjustment
+from healthbench.reporting.compare import example_prefixes
 from healthbench.reporting.report.charts import charts, interval, metric_rows, worst_curve
-from healthbench.reporting.report.common import read_json, settings, write_html
+from healthbench.reporting.report.common import settings
 from healthbench.reporting.report.tasks import task
-from healthbench.runs.folder import METRICS, RESULTS, RUN, USAGE, write_json_atomic
+from healthbench.runs.folder import METRICS, REPORT, RESULTS, RunFolder
 from healthbench.runs.policy import REFUSED_REPLY
 
 if TYPE_CHECKING:
@@ -164,7 +167,7 @@ def render_report(
         adjusted=adjusted,
         unadjusted=_figure(metrics, "overall_score") if adjusted else None,
         official=run.get("official_configuration"),
-        differences=[str(d) for d in run.get("official_differences") or []],
+        differences=[str(Difference.read(d)) for d in run.get("official_differences") or []],
         n_samples=headline.n if headline.n is not None else len(results),
         grader_model=run.get("grader_model") or ", ".join(grader_models) or "unknown",
         policy_model=run.get("model") or ", ".join(policy_models) or None,
@@ -192,30 +195,19 @@ def write_report(out_dir: Path) -> Path:
     results.jsonl is required; metrics.json and run.json may be absent (an incomplete run). The page is
     written to a temporary file and renamed, so a reader never sees half of it.
     """
-    html = render_report(
-        read_json(out_dir / METRICS), load_results(out_dir), read_json(out_dir / RUN), read_json(out_dir / USAGE)
-    )
-    return write_html(out_dir, html)
+    folder = RunFolder(out_dir)
+    html = render_report(folder.read_metrics(), folder.read_results(), folder.read_run(), folder.read_usage())
+    return write_atomic(folder / REPORT, html)
 
 
 def _rescored(run: Mapping[str, Any], adjustment: LengthAdjustment | None) -> dict[str, Any]:
     """run.json as the page describes a rescoring with `adjustment`: those settings, and whether a
-    HealthBench Professional run is still in its official configuration with them. Differences are named by
-    their run.json key first, so the length adjustment's is found and replaced."""
+    HealthBench Professional run is still in its official configuration with them."""
     new = None if adjustment is None else adjustment.as_dict()
     if run.get("length_adjustment") == new:
         return dict(run)
     shown = dict(run) | {"length_adjustment": new, GRADED_WITH: run.get("length_adjustment")}
-    if run.get("official_configuration") is not None:
-        differences = [
-            str(d) for d in run.get("official_differences") or [] if not str(d).startswith("length_adjustment ")
-        ]
-        if adjustment != PROFESSIONAL_LENGTH_ADJUSTMENT:
-            official = PROFESSIONAL_LENGTH_ADJUSTMENT.describe()
-            differences.append(f"length_adjustment {_describe(adjustment)} (official: {official})")
-        shown["official_configuration"] = not differences
-        shown["official_differences"] = differences
-    return shown
+    return shown | official.with_length_adjustment(run, adjustment)
 
 
 def rebuild(out: Path, *, seed: int, length_adjustment: LengthAdjustment | None) -> dict[str, float | int]:
@@ -225,11 +217,12 @@ def rebuild(out: Path, *, seed: int, length_adjustment: LengthAdjustment | None)
     run.json is left as it is; when the settings differ from those it records, the page says so and
     describes the run with the settings used.
     """
-    results = load_results(out)
+    folder = RunFolder(out)
+    results = folder.read_results()
     if not results:
-        raise DataError(f"{out / RESULTS}: no results")
+        raise DataError(f"{folder / RESULTS}: no results")
     metrics = aggregate_records(results, seed=seed, length_adjustment=length_adjustment)
-    write_json_atomic(out / METRICS, metrics)
-    run = _rescored(read_json(out / RUN), length_adjustment)
-    write_html(out, render_report(metrics, results, run, read_json(out / USAGE)))
+    folder.write(METRICS, metrics)
+    run = _rescored(folder.read_run(), length_adjustment)
+    write_atomic(folder / REPORT, render_report(metrics, results, run, folder.read_usage()))
     return metrics

@@ -1,0 +1,80 @@
+"""What the commands show while a run goes and once it is over: the progress bar, status lines, the failures
+and the summary line, and the exit status."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+from tqdm import tqdm
+
+from healthbench.runs.folder import METRICS, STORE
+from healthbench.runs.policy import REFUSED_REPLY
+from healthbench.runs.pricing import CostMeter
+from healthbench.runs.session import SessionResult
+
+Headline = Callable[[dict[str, float | int]], str]
+
+
+class Bar:
+    """A `Progress` on the terminal: a tqdm bar with the pace and cost beside it, and status lines above it."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self._bar: tqdm[Any] | None = None
+
+    def start(self, total: int, unit: str) -> None:
+        """Open the bar (only on a terminal, unless asked not to at all)."""
+        self._bar = tqdm(total=total, unit=unit, desc="healthbench", disable=not self.enabled or None)
+
+    def advance(self, status: Callable[[], str]) -> None:
+        """One more done; the status is computed only when the bar is shown."""
+        if self._bar is None:
+            return
+        self._bar.update()
+        if not self._bar.disable:
+            self._bar.set_postfix_str(status(), refresh=False)
+
+    def note(self, message: str) -> None:
+        """A line above the bar."""
+        tqdm.write(f"healthbench: {message}", file=sys.stderr)
+
+    def close(self) -> None:
+        """Close the bar."""
+        if self._bar is not None:
+            self._bar.close()
+
+
+def finish(result: SessionResult, headline: Headline, unit: str) -> None:
+    """Say how the session ended: each failure and an exit status of 1, samples left in batches, or the score
+    with what the session cost."""
+    outcome, folder = result.outcome, result.folder
+    for failure in outcome.failures:
+        click.echo(f"healthbench: not graded: {failure}", err=True)
+    if outcome.deferred:
+        click.echo(
+            f"healthbench: {outcome.deferred} of {result.samples} {unit} wait on {result.batches_out} batch(es) "
+            "still out, and nothing of theirs is sent again; run the same command again to collect them.",
+            err=True,
+        )
+    if outcome.failures:
+        click.echo(
+            f"healthbench: {len(outcome.failures)} of {result.samples} {unit} could not be graded; no score "
+            f"written. Everything answered is kept in {folder / STORE}: run the same command again to finish.",
+            err=True,
+        )
+        sys.exit(1)
+    if outcome.metrics is None:
+        return
+    calls = outcome.policy_usage.calls + outcome.grader_usage.calls
+    batched = f" in {result.batches_submitted} batches" if result.batched else ""
+    refused = ""
+    if outcome.refused:
+        refused = f" ({outcome.refused} refused by the model and graded as the reply {REFUSED_REPLY!r})"
+    report = f", report in {result.report}" if result.report is not None else ""
+    click.echo(
+        f"{headline(outcome.metrics)}{refused}; {calls} calls this session{batched} ({result.cache_hits} verdicts "
+        f"reused), cost {CostMeter.describe(result.usage['this_session'])}; metrics in {folder / METRICS}{report}"
+    )
