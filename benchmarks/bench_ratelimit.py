@@ -1,16 +1,27 @@
 """`healthbench eval` against OpenAI-style rate limiters: how much of the limit a run reaches, how much is refused.
 
-Prints the table of issue 12: for each kind of limiter (requests or tokens per minute enforced over a one-second
-window, refused requests counted or not, x-ratelimit headers or none), the share of the binding limit the whole
-command reached and the share of requests answered 429; then a quota that runs out partway, and the same
-command run again with quota. Every run's metrics.json is compared with a run against an unlimited endpoint.
+Prints, section by section (`--sections`, all but `tier5` by default):
 
-The fake endpoint runs in this process, on a thread of its own; each `healthbench eval` runs in a process of
-its own, with default settings, policy and grader on the one endpoint and key. The tasks are the first
-`--tasks` of the sample as `--limit` picks them (made-up rows where the sample is absent), 300 +/- 100 ms
-latency, a limit of 100 requests a second or the same in tokens.
+- `matrix`: the table of issue 12 for each kind of limiter (requests or tokens per minute enforced over a one-second
+  window, refused requests counted or not, x-ratelimit headers or none), with exact retry hints and with
+  optimistic ones (computed before the refused request itself is counted): the share of the binding limit the
+  whole command reached and the share of requests answered 429;
+- `noise`: no limit, but 4% of requests answered by a limitless 429 (`Retry-After: 1`, nothing else), against the
+  same run without them;
+- `faults`: `grade` on `--grade-tasks` tasks with 25% of requests faulted (500s, 503s, dropped connections, broken
+  and empty bodies, limitless 429s), against a fault-free run;
+- `quota`: a quota that runs out partway, and the same command run again with quota;
+- `tier5`: a whole run at OpenAI's usage tier 5 (10,000 RPM and 30M TPM, refused requests counted, headers),
+  `--tier5-tasks` made-up tasks at 1 +/- 0.5 s a request, default settings: the wall time against the limit's
+  floor (its requests and tokens at the limits), the requests refused, the most in flight.
 
-    .venv/bin/python benchmarks/bench_ratelimit.py [--tasks 200] [--rate 100] [--latency 0.3] [--jitter 0.1]
+Every run's metrics.json is compared with a run against an unlimited endpoint. The fake endpoint runs in this
+process, on a thread of its own; each command runs in a process of its own, with default settings, policy and
+grader on the one endpoint and key. The tasks are the first `--tasks` of the sample as `--limit` picks them
+(made-up rows where the sample is absent), 300 +/- 100 ms latency, a limit of 100 requests a second or the same
+in tokens.
+
+    .venv/bin/python benchmarks/bench_ratelimit.py [--tasks 200] [--rate 100] [--sections matrix,noise,...]
 """
 
 from __future__ import annotations
@@ -22,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from healthbench.testing import FakeOpenAI
@@ -53,30 +64,51 @@ def made_up_rows(n: int) -> list[dict[str, object]]:
 class Outcome:
     seconds: float
     exit_code: int | None  # None: killed at the timeout
-    answered: int
+    answered: int  # admitted by the limiter, faults injected after it included
     answered_tokens: int
     refused: int
     quota_refused: int
+    faults: int
+    max_in_flight: int
     metrics: bytes | None
     stderr: str
 
 
-def run_eval(data: Path, tasks: int, out: Path, limits: RateLimits, args: argparse.Namespace) -> Outcome:
-    """One `healthbench eval` in a process of its own against a fake limited by `limits`."""
-    with FakeOpenAI(limits=limits, latency=args.latency, latency_jitter=args.jitter, record=False) as server:
+@dataclass(frozen=True)
+class Endpoint:
+    """How the fake answers: its limiter, faults and latency."""
+
+    limits: RateLimits
+    latency: float
+    jitter: float
+    fault_rate: float = 0.0
+    faults: tuple[str, ...] = ()
+
+
+def run(command: list[str], out: Path, endpoint: Endpoint, timeout: float = TIMEOUT) -> Outcome:
+    """One healthbench command (`eval ...`, `grade ...`) in a process of its own against a fake as `endpoint` says;
+    the fake's URL and `out` are added to the command."""
+    with FakeOpenAI(
+        limits=endpoint.limits,
+        latency=endpoint.latency,
+        latency_jitter=endpoint.jitter,
+        fault_rate=endpoint.fault_rate,
+        faults=endpoint.faults,
+        fault_retry_after=1.0,
+        record=False,
+    ) as server:
         assert server.base_url
-        command = [
-            sys.executable, "-m", "healthbench", "eval", "--model", "fake-model", "--base-url", server.base_url,
-            "--grader-base-url", server.base_url, "--data", str(data), "--limit", str(tasks), "--out", str(out),
-            "--no-progress",
-        ]  # fmt: skip
+        urls = ["--grader-base-url", server.base_url]
+        if command[0] == "eval":
+            urls += ["--base-url", server.base_url]
+        full = [sys.executable, "-m", "healthbench", *command, *urls, "--out", str(out), "--no-progress"]
         started = time.perf_counter()
         try:
             done = subprocess.run(
-                command,
+                full,
                 capture_output=True,
                 text=True,
-                timeout=TIMEOUT,
+                timeout=timeout,
                 env={**os.environ, "OPENAI_API_KEY": "sk-bench", "HEALTHBENCH_GRADER_API_KEY": "sk-bench"},
             )
             code: int | None = done.returncode
@@ -84,18 +116,129 @@ def run_eval(data: Path, tasks: int, out: Path, limits: RateLimits, args: argpar
         except subprocess.TimeoutExpired as exc:
             code, stderr = None, str(exc.stderr or "")
         seconds = time.perf_counter() - started
-        limiter = server.limiter
+        kinds = server.responses_by_kind
         metrics_path = out / "metrics.json"
         return Outcome(
             seconds,
             code,
-            limiter.answered,
-            limiter.answered_tokens,
-            server.responses_by_kind["rate_limited"],
-            server.responses_by_kind["quota_exhausted"],
+            server.limiter.answered,
+            server.limiter.answered_tokens,
+            kinds["rate_limited"],
+            kinds["quota_exhausted"],
+            sum(kinds[kind] for kind in endpoint.faults),
+            server.max_in_flight,
             metrics_path.read_bytes() if metrics_path.exists() else None,
             stderr,
         )
+
+
+def eval_command(data: Path, tasks: int) -> list[str]:
+    return ["eval", "--model", "fake-model", "--data", str(data), "--limit", str(tasks)]
+
+
+def finished(got: Outcome) -> str:
+    return "" if got.exit_code == 0 else f" (exit {got.exit_code}: {got.stderr.strip()[-300:]})"
+
+
+def matrix(args: argparse.Namespace, data: Path, work: Path, free: Outcome) -> None:
+    """The share of the limit reached and the requests refused, for each kind of limiter and of retry hint."""
+    tpm = args.rate * 60 * free.answered_tokens / free.answered
+    rpm = args.rate * 60
+    kinds = {
+        "requests/s, refused not counted, no headers": RateLimits(rpm=rpm, count_refused=False, headers=False),
+        "requests/s, refused counted, no headers": RateLimits(rpm=rpm, headers=False),
+        "requests/s, refused counted, x-ratelimit headers": RateLimits(rpm=rpm),
+        "tokens/min, refused counted, no headers": RateLimits(tpm=tpm, headers=False),
+        "tokens/min, refused counted, x-ratelimit headers": RateLimits(tpm=tpm),
+    }
+    print(
+        "| limiter | retry hints | share of the limit reached | requests answered 429 | wall | metrics as unlimited |"
+    )
+    print("|---|---|---|---|---|---|")
+    for optimistic in (False, True):
+        for number, (kind, limits) in enumerate(kinds.items()):
+            limits = replace(limits, optimistic_hints=optimistic)
+            endpoint = Endpoint(limits, args.latency, args.jitter)
+            got = run(eval_command(data, args.tasks), work / f"run{number}-{optimistic}", endpoint)
+            if limits.rpm is not None:
+                share = got.answered / got.seconds / args.rate
+            else:
+                share = got.answered_tokens / got.seconds / (tpm / 60)
+            refused = got.refused / max(1, got.answered + got.refused)
+            same = "yes" if got.metrics == free.metrics else "NO"
+            hints = "optimistic" if optimistic else "exact"
+            print(f"| {kind} | {hints} | {share:.0%}{finished(got)} | {refused:.2%} | {got.seconds:.1f} s | {same} |")
+
+
+def noise(args: argparse.Namespace, data: Path, work: Path, free: Outcome) -> None:
+    """No limit, and 4% of requests answered by a limitless 429."""
+    endpoint = Endpoint(RateLimits(rpm=1e12), args.latency, args.jitter, fault_rate=0.04, faults=("429",))
+    got = run(eval_command(data, args.tasks), work / "noise", endpoint)
+    same = "yes" if got.metrics == free.metrics else "NO"
+    print(
+        f"\nno limit, 4% limitless 429s (Retry-After: 1): {got.faults} of {got.answered} requests "
+        f"refused, {got.seconds:.1f} s against {free.seconds:.1f} s without them ({got.seconds / free.seconds:.2f}x)"
+        f"{finished(got)}; metrics as unlimited: {same}"
+    )
+
+
+def faults(args: argparse.Namespace, work: Path) -> None:
+    """`grade` with a quarter of requests faulted, against a fault-free run."""
+    rows = SAMPLE if SAMPLE.is_file() else work / "grade-rows.jsonl"
+    if not SAMPLE.is_file():
+        rows.write_text("".join(json.dumps(row) + "\n" for row in made_up_rows(args.grade_tasks)))
+    replies = work / "replies.jsonl"
+    with rows.open(encoding="utf-8") as lines:
+        ids = [json.loads(line)["prompt_id"] for line in lines if line.strip()][: args.grade_tasks]
+    reply = "Rest, drink fluids, and see a doctor if the fever passes 39 C or lasts three days."
+    replies.write_text("".join(json.dumps({"prompt_id": i, "response": reply}) + "\n" for i in ids))
+    command = ["grade", "--data", str(rows), "--responses", str(replies)]
+    clean = run(command, work / "grade-clean", Endpoint(RateLimits(rpm=1e12), args.latency, args.jitter))
+    kinds = ("500", "503", "drop", "badjson", "empty", "429")
+    faulted = Endpoint(RateLimits(rpm=1e12), args.latency, args.jitter, fault_rate=0.25, faults=kinds)
+    got = run(command, work / "grade-faults", faulted)
+    same = "yes" if got.metrics is not None and got.metrics == clean.metrics else "NO"
+    print(
+        f"\ngrade, {len(ids)} tasks, 25% of requests faulted ({', '.join(kinds)}; 429s limitless, Retry-After: 1): "
+        f"{got.faults} faults in {got.answered} requests, {got.seconds:.1f} s against "
+        f"{clean.seconds:.1f} s fault-free ({got.seconds / clean.seconds:.2f}x){finished(got)}; metrics identical: "
+        f"{same}"
+    )
+
+
+def quota(args: argparse.Namespace, data: Path, work: Path, free: Outcome) -> None:
+    """A quota that runs out partway, then the same command with quota."""
+    stopped = run(eval_command(data, args.tasks), work / "quota", Endpoint(RateLimits(quota=args.quota), 0.3, 0.1))
+    message = next((line for line in stopped.stderr.splitlines() if "no quota left" in line), "(no message)")
+    resumed = run(eval_command(data, args.tasks), work / "quota", Endpoint(RateLimits(rpm=1e12), 0.3, 0.1))
+    same = "yes" if resumed.metrics == free.metrics else "NO"
+    print(
+        f"\nthe account's quota runs out after {args.quota} requests: stopped after {stopped.seconds:.1f} s, exit "
+        f"{stopped.exit_code}, {stopped.quota_refused} refused for quota; resumed with quota: exit "
+        f"{resumed.exit_code}, {resumed.answered} requests asked again, {resumed.seconds:.1f} s; metrics as "
+        f"unlimited: {same}\nquota message: {message}"
+    )
+
+
+def tier5(args: argparse.Namespace, work: Path) -> None:
+    """A whole run at usage tier 5 with default settings: how close to the limit's floor."""
+    data = work / "tier5.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in made_up_rows(args.tier5_tasks)))
+    limits = RateLimits(rpm=10_000, tpm=30_000_000)
+    endpoint = Endpoint(limits, 1.0, 0.5)
+    got = run(eval_command(data, args.tier5_tasks), work / "tier5", endpoint, timeout=3600)
+    floor = max(got.answered / 10_000, got.answered_tokens / 30_000_000) * 60
+    scored = sum(1 for _ in (work / "tier5" / "results.jsonl").open()) if got.exit_code == 0 else 0
+    refused = got.refused / max(1, got.answered + got.refused)
+    print(
+        f"\ntier 5 (10,000 RPM, 30M TPM, refused counted, headers), {args.tier5_tasks} tasks, 1 +/- 0.5 s, default "
+        f"settings: {got.answered} requests, {got.answered_tokens / 1e6:.1f}M tokens, {got.seconds:.0f} s against "
+        f"a floor of {floor:.0f} s ({got.seconds / floor:.0%}), {refused:.2%} refused, at most {got.max_in_flight} "
+        f"in flight, {scored} tasks scored{finished(got)}"
+    )
+
+
+SECTIONS = ("matrix", "noise", "faults", "quota", "tier5")
 
 
 def main() -> None:
@@ -105,7 +248,12 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.3)
     parser.add_argument("--jitter", type=float, default=0.1)
     parser.add_argument("--quota", type=int, default=600, help="answered requests before the quota runs out")
+    parser.add_argument("--grade-tasks", type=int, default=500, help="tasks graded in the faults section")
+    parser.add_argument("--tier5-tasks", type=int, default=5000)
+    parser.add_argument("--sections", default="matrix,noise,faults,quota", help=f"of {','.join(SECTIONS)}")
     args = parser.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # each row as it is measured
+    sections = args.sections.split(",")
     work = Path(tempfile.mkdtemp(prefix="bench-ratelimit-"))
     if SAMPLE.is_file():
         data, source = SAMPLE, f"{args.tasks} tasks of the sample"
@@ -114,46 +262,25 @@ def main() -> None:
         data.write_text("".join(json.dumps(row) + "\n" for row in made_up_rows(args.tasks)))
         source = f"{args.tasks} made-up tasks (no sample at {SAMPLE})"
 
-    # Unlimited, but counted: the reference metrics, and what a request costs in tokens on average.
-    free = run_eval(data, args.tasks, work / "free", RateLimits(rpm=1e12), args)
-    assert free.exit_code == 0 and free.metrics is not None, free.stderr
-    tpm = args.rate * 60 * free.answered_tokens / free.answered
-    rpm = args.rate * 60
-    print(
-        f"{source}, {args.latency * 1000:.0f} +/- {args.jitter * 1000:.0f} ms latency; unlimited: {free.answered} "
-        f"requests in {free.seconds:.1f} s ({free.answered / free.seconds:.0f}/s), "
-        f"{free.answered_tokens / free.answered:.0f} tokens a request as TPM counts them\n"
-    )
-    kinds = {
-        "requests/s, refused not counted, no headers": RateLimits(rpm=rpm, count_refused=False, headers=False),
-        "requests/s, refused counted, no headers": RateLimits(rpm=rpm, headers=False),
-        "requests/s, refused counted, x-ratelimit headers": RateLimits(rpm=rpm),
-        "tokens/min, refused counted, no headers": RateLimits(tpm=tpm, headers=False),
-        "tokens/min, refused counted, x-ratelimit headers": RateLimits(tpm=tpm),
-    }
-    print("| limiter | share of the limit reached | requests answered 429 | wall | metrics as unlimited |")
-    print("|---|---|---|---|---|")
-    for number, (kind, limits) in enumerate(kinds.items()):
-        got = run_eval(data, args.tasks, work / f"run{number}", limits, args)
-        if limits.rpm is not None:
-            share = got.answered / got.seconds / args.rate
-        else:
-            share = got.answered_tokens / got.seconds / (tpm / 60)
-        finished = "" if got.exit_code == 0 else f" (exit {got.exit_code}: {got.stderr.strip()[-300:]})"
-        refused = got.refused / max(1, got.answered + got.refused)
-        same = "yes" if got.metrics == free.metrics else "NO"
-        print(f"| {kind} | {share:.0%}{finished} | {refused:.2%} | {got.seconds:.1f} s | {same} |")
-
-    quota = run_eval(data, args.tasks, work / "quota", RateLimits(quota=args.quota), args)
-    message = next((line for line in quota.stderr.splitlines() if "no quota left" in line), "(no message)")
-    resumed = run_eval(data, args.tasks, work / "quota", RateLimits(rpm=1e12), args)
-    same = "yes" if resumed.metrics == free.metrics else "NO"
-    print(
-        f"| the account's quota runs out after {args.quota} requests | stopped after {quota.seconds:.1f} s, exit "
-        f"{quota.exit_code} | {quota.quota_refused} refused for quota | resumed with quota: exit {resumed.exit_code}, "
-        f"{resumed.answered} requests asked again, {resumed.seconds:.1f} s | {same} |"
-    )
-    print(f"\nquota message: {message}")
+    if {"matrix", "noise", "quota"} & set(sections):
+        # Unlimited, but counted: the reference metrics, and what a request costs in tokens on average.
+        free = run(
+            eval_command(data, args.tasks), work / "free", Endpoint(RateLimits(rpm=1e12), args.latency, args.jitter)
+        )
+        assert free.exit_code == 0 and free.metrics is not None, free.stderr
+        print(
+            f"{source}, {args.latency * 1000:.0f} +/- {args.jitter * 1000:.0f} ms latency; unlimited: {free.answered} "
+            f"requests in {free.seconds:.1f} s ({free.answered / free.seconds:.0f}/s), "
+            f"{free.answered_tokens / free.answered:.0f} tokens a request as TPM counts them\n",
+            flush=True,
+        )
+        for name, section in (("matrix", matrix), ("noise", noise), ("quota", quota)):
+            if name in sections:
+                section(args, data, work, free)
+    if "faults" in sections:
+        faults(args, work)
+    if "tier5" in sections:
+        tier5(args, work)
 
 
 if __name__ == "__main__":

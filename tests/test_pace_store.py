@@ -67,24 +67,27 @@ def test_the_store_keeps_the_rules_of_the_local_pace(redis: RedisServer, request
 def test_with_no_limit_known_the_store_sets_a_free_rate_as_the_local_pace_does(
     redis: RedisServer, request: pytest.FixtureRequest
 ) -> None:
-    async def main() -> None:
+    async def main() -> tuple[dict[Any, Any], float | None]:
         store = PaceStore(redis.url)
         pace = store.pace(key_slot("https://free.test/v1", request.node.name)).remote
-        local = LocalPace(shared=True)
         for _ in range(100):
             await pace.admit(1, 0.0, (True, True), (None, None))
-            local.admit_at(0.0, 1)
-        noise = Effects(slow=Slowdown(0.05, hard=False))
-        await pace.apply(noise)  # noise never starts a pace
-        assert (await pace.admit(1, 0.0, (True, True), (None, None))).request_rate is None
+        await pace.apply(Effects(slow=Slowdown(0.05, hard=False)))  # noise never starts a pace
+        unpaced = (await pace.admit(1, 0.0, (True, True), (None, None))).request_rate
         await pace.apply(Effects(slow=Slowdown(0.5, hard=True)))
-        local.apply_at(0.0, Effects(slow=Slowdown(0.5, hard=True)))
-        shared = (await pace.admit(1, 0.0, (True, True), (None, None))).request_rate
-        assert shared is not None and local.free is not None
-        assert shared == pytest.approx(local.free, rel=0.1)  # the same rule, on the store's clock
+        fields = await store.client().hgetall(pace.keys[0])
         await store.aclose()
+        return fields, unpaced
 
-    _run(main())
+    fields, unpaced = _run(main())
+    local = LocalPace()
+    for _ in range(100):
+        local.admit_at(0.0, 1)
+    local.apply_at(0.0, Effects(slow=Slowdown(0.5, hard=True)))
+    assert unpaced is None and local.free is not None
+    # The same rule on either clock: half the start rate, regrowing fast up to nine tenths of it.
+    assert float(fields["free"]) / float(fields["free_top"]) == pytest.approx(local.free / local.free_top, rel=1e-3)
+    assert local.free / local.free_top == pytest.approx(0.5 / 0.9)
 
 
 def test_two_processes_share_one_pace(redis: RedisServer, request: pytest.FixtureRequest) -> None:

@@ -189,6 +189,18 @@ def test_limitless_429s_are_noise_until_more_than_usual_are_refused() -> None:
     assert retry == 0.0 and effects.hold == pytest.approx(1.01) and effects.slow and effects.slow.hard
 
 
+def test_a_429_is_a_limit_by_its_headers_only_when_they_show_the_limit_spent() -> None:
+    pacer = Pacer()
+    tickets = [pacer.start(i / 100, COST) for i in range(100)]
+    refusal = read_refusal(SLOW_DOWN, {})
+    plenty = {"x-ratelimit-limit-requests": "10000", "x-ratelimit-remaining-requests": "9000", "retry-after": "1"}
+    effects, retry = pacer.on_refused(1.0, tickets[0], COST, refusal, plenty)
+    assert effects.hold is None and retry is None  # a gateway in front of a server with room: noise
+    spent = plenty | {"x-ratelimit-remaining-requests": "0"}
+    effects, retry = pacer.on_refused(1.0, tickets[1], COST, refusal, spent)
+    assert effects.hold is not None and retry == 0.0
+
+
 def test_noise_never_starts_a_pace_and_a_free_rate_regrows_multiplicatively() -> None:
     pace = LocalPace()
     for i in range(200):
@@ -208,8 +220,6 @@ def test_noise_never_starts_a_pace_and_a_free_rate_regrows_multiplicatively() ->
 
 def _hard(share: float) -> Effects:
     return Effects(slow=Slowdown(share, hard=True))
-
-
 
 
 def test_a_reported_empty_budget_is_waited_out_before_the_next_start() -> None:

@@ -265,7 +265,7 @@ class Pacer:
         if refusal.dimension == "tokens" and refusal.requested:
             # Our prompt estimate runs short of the server's count: scale every later estimate up to it.
             self._token_scale = min(2.0, max(self._token_scale, refusal.requested / max(cost, 1)))
-        named = refusal.dimension is not None or any(f"x-ratelimit-limit-{d}" in headers for d in self.mirrors)
+        named = refusal.dimension is not None or self._spent(cost, headers)
         share, excess, limit = self._judge(now, named)
         if not limit:
             # Noise (a gateway's "slow down", another tenant's burst): this request waits, the others go on.
@@ -286,6 +286,15 @@ class Pacer:
             retry = max(spent / rate if rate else 0.0, min(8.0, 0.25 * 2.0 ** (self._in_row - 1)))
         self._held(now + retry)
         return Effects(tuple(learned), max(retry, seen.hold or 0.0), Slowdown(share, hard=True)), 0.0
+
+    def _spent(self, cost: int, headers: Mapping[str, str]) -> bool:
+        """Whether a 429's headers say a limit had too little left for the request (then it is that limit; a 429
+        whose headers show plenty left is someone else's: a gateway's, an overloaded upstream's)."""
+        for (mirror, spent, _), dimension in zip(self._each(cost), self.mirrors, strict=True):
+            remaining = header_number(headers.get(f"x-ratelimit-remaining-{dimension}"))
+            if remaining is not None and remaining < min(spent, mirror.ceiling or spent):
+                return True
+        return False
 
     def _judge(self, now: float, named: bool) -> tuple[float, float, bool]:
         """The share of the last window's starts refused, how much of it is more than usual, and whether the
