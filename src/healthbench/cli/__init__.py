@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import click
 
-from healthbench.cli.grading import baseline, evaluate, grade, meta_eval
+from healthbench.cli.grading import evaluate, grade
 from healthbench.cli.leaderboard import leaderboard
+from healthbench.cli.physicians import baseline, meta_eval
 from healthbench.cli.runs import batches, compare, download, report, serve
 
 

@@ -10,12 +10,13 @@ from typing import Any
 
 import click
 
-from healthbench.cli.grading import meta_headline
 from healthbench.cli.options import grader_options, grading_options, length_adjustment, length_options, user_errors
+from healthbench.cli.physicians import meta_headline
 from healthbench.data.subsets import DOWNLOADABLE, TASK_SUBSETS
 from healthbench.errors import DataError, RequestFailed
 from healthbench.grading.scoring import LengthAdjustment
 from healthbench.grading.settings import GraderConfig
+from healthbench.integrations.openreward.deployment import ENVIRONMENT, ENVIRONMENTS
 from healthbench.reporting.report import rebuild, write_meta_report
 from healthbench.runs.folder import RESULTS, STORE, RunFolder
 from healthbench.runs.metaeval import write_meta_metrics
@@ -155,10 +156,23 @@ def compare(run_a: Path, run_b: Path, seed: int, n_bootstrap: int, as_json: bool
 @click.option(
     "--port", type=click.IntRange(0, 65535), default=8080, show_default=True, envvar="PORT", help="[env: PORT]"
 )
+@click.option(
+    "--default-environment",
+    type=click.Choice(ENVIRONMENTS),
+    default=ENVIRONMENT,
+    show_default=True,
+    envvar="HEALTHBENCH_DEFAULT_ENVIRONMENT",
+    help="The environment of the bare paths, for clients that name none: healthbench_answer for harnesses "
+    "that only call listed tools [env: HEALTHBENCH_DEFAULT_ENVIRONMENT].",
+)
 @grader_options
 @user_errors
-def serve(data: Path | None, subsets: tuple[str, ...], host: str, port: int, **flags: Any) -> None:
-    """Serve HealthBench as an OpenReward environment; sessions send the grader key as secret OPENAI_API_KEY.
+def serve(
+    data: Path | None, subsets: tuple[str, ...], host: str, port: int, default_environment: str, **flags: Any
+) -> None:
+    """Serve HealthBench as OpenReward environments: healthbench (a hidden terminal tool) and
+    healthbench_answer (a listed answer tool). Sessions send the grader key as secret chat_api_key or
+    OPENAI_API_KEY, else the server's own applies (HEALTHBENCH_GRADER_API_KEY, CHAT_API_KEY, OPENAI_API_KEY).
 
     Grader flags apply to every split; what they leave unset is, for the professional split, its official
     setting (gpt-5.4 at low effort through the Responses API), whose reward is also length-adjusted."""
@@ -172,6 +186,8 @@ def serve(data: Path | None, subsets: tuple[str, ...], host: str, port: int, **f
     except ValueError as exc:  # --data together with --subset full
         raise click.UsageError(str(exc)) from None
     options = grading_options(flags)
-    graders = {split: options.grader(split) for split in splits}
+    graders = {split: options.grader(split, served=True) for split in splits}
     adjustments = {split: length_adjustment(split, None, None, False) for split in splits}
-    serve_environment(splits, host=host, port=port, grader=graders, adjustments=adjustments)
+    serve_environment(
+        splits, host=host, port=port, grader=graders, adjustments=adjustments, default=default_environment
+    )

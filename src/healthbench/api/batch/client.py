@@ -23,7 +23,6 @@ import itertools
 import json
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import aiohttp
@@ -37,7 +36,7 @@ from healthbench.api.batch.files import (
     split_lines,
     status_line,
 )
-from healthbench.api.batch.records import TERMINAL, BatchLedger, BatchSettings
+from healthbench.api.batch.records import TERMINAL, BatchLedger, BatchSettings, OpenBatch, QueuedRequest
 from healthbench.api.client import ApiClient
 from healthbench.api.wire import Usage, request_key
 from healthbench.errors import Deferred, InvalidResponse, RequestFailed
@@ -52,29 +51,6 @@ _CHECK_FAILURES = 10
 _REFUSED = "token_limit_exceeded"
 _REFUSALS = 20
 _SHOW_COUNTS_EVERY = 300.0
-
-
-@dataclass
-class _Request:
-    custom_id: str
-    line: bytes
-    parse: Callable[[str], Any]
-    attempts: int = 0
-    usage: Usage = field(default_factory=lambda: Usage(batch=True))
-    waiters: list[asyncio.Future[tuple[Any, Usage]]] = field(default_factory=list)
-
-
-@dataclass
-class _Batch:
-    input_file_id: str
-    batch_id: str | None
-    created: float
-    members: set[str] = field(default_factory=set)
-    tokens: int = 0
-    status: str = "submitted"
-    shown_status: str = ""
-    shown_at: float = 0.0
-    unclaimed: int = 0
 
 
 class BatchClient:
@@ -96,12 +72,12 @@ class BatchClient:
         self.notify = notify or (lambda _message: None)
         self.batches_submitted = 0
         self.requests_submitted = 0
-        self._requests: dict[str, _Request] = {}
-        self._queue: dict[str, _Request] = {}
+        self._requests: dict[str, QueuedRequest] = {}
+        self._queue: dict[str, QueuedRequest] = {}
         self._queued_bytes = 0
         self._last_queued = 0.0
         self._open = {
-            record.input_file_id: _Batch(record.input_file_id, record.batch_id, record.created)
+            record.input_file_id: OpenBatch(record.input_file_id, record.batch_id, record.created)
             for record in ledger.open_batches()
             if record.purpose == purpose
         }
@@ -120,7 +96,7 @@ class BatchClient:
         request = self._requests.get(custom_id)
         if request is None:
             line = input_line(self.chat.wire, custom_id, payload)
-            request = self._requests[custom_id] = _Request(custom_id, line, parse)
+            request = self._requests[custom_id] = QueuedRequest(custom_id, line, parse)
             self._place(request)
         waiter: asyncio.Future[tuple[Any, Usage]] = asyncio.get_running_loop().create_future()
         request.waiters.append(waiter)
@@ -137,7 +113,7 @@ class BatchClient:
                 self._abandon(request, waiter)
         return value, usage
 
-    def _place(self, request: _Request) -> None:
+    def _place(self, request: QueuedRequest) -> None:
         record = self.ledger.batch_request(request.custom_id)
         batch = self._open.get(record[0]) if record is not None else None
         if record is not None and batch is not None and batch.status not in TERMINAL:
@@ -148,13 +124,13 @@ class BatchClient:
         elif request.custom_id not in self._unclaimed:
             self._enqueue(request)
 
-    def _enqueue(self, request: _Request, *, fresh: bool = True) -> None:
+    def _enqueue(self, request: QueuedRequest, *, fresh: bool = True) -> None:
         self._queue[request.custom_id] = request
         self._queued_bytes += len(request.line)
         if fresh:  # follow-ups arrive all at once from a collected batch: no reason to wait for more
             self._last_queued = time.monotonic()
 
-    def _abandon(self, request: _Request, waiter: asyncio.Future[tuple[Any, Usage]]) -> None:
+    def _abandon(self, request: QueuedRequest, waiter: asyncio.Future[tuple[Any, Usage]]) -> None:
         """A caller gave up (its task failed elsewhere): a request nobody waits for is not sent."""
         with contextlib.suppress(ValueError):
             request.waiters.remove(waiter)
@@ -170,11 +146,11 @@ class BatchClient:
             if batch.unclaimed == 0 and batch.status in TERMINAL:
                 self._close(batch)
 
-    def _close(self, batch: _Batch) -> None:
+    def _close(self, batch: OpenBatch) -> None:
         self._open.pop(batch.input_file_id, None)
         self.ledger.close_batch(batch.input_file_id)
 
-    def _apply(self, request: _Request, outcome: Outcome) -> None:
+    def _apply(self, request: QueuedRequest, outcome: Outcome) -> None:
         """Settle a request with a batch result: answer its callers, queue a follow-up, or fail it."""
         request.usage.add(outcome.usage)
         cause, retryable = outcome.cause, outcome.retryable
@@ -192,7 +168,7 @@ class BatchClient:
             return
         self._finish(request, RequestFailed(cause, request.attempts))
 
-    def _finish(self, request: _Request, result: tuple[Any, Usage] | RequestFailed | Deferred) -> None:
+    def _finish(self, request: QueuedRequest, result: tuple[Any, Usage] | RequestFailed | Deferred) -> None:
         self._requests.pop(request.custom_id, None)
         for waiter in request.waiters:
             if waiter.done():
@@ -288,7 +264,7 @@ class BatchClient:
                 for request in chunk:
                     self._finish(request, error)
 
-    async def _submit(self, chunk: list[_Request]) -> None:
+    async def _submit(self, chunk: list[QueuedRequest]) -> None:
         data = b"".join(request.line for request in chunk)
 
         def upload() -> aiohttp.FormData:
@@ -302,7 +278,7 @@ class BatchClient:
             request.attempts += 1
         self.ledger.record_upload(uploaded["id"], self.purpose, [(r.custom_id, r.attempts) for r in chunk])
         members = {r.custom_id for r in chunk}
-        batch = _Batch(uploaded["id"], None, time.time(), members, sum(line_tokens(r.line) for r in chunk))
+        batch = OpenBatch(uploaded["id"], None, time.time(), members, sum(line_tokens(r.line) for r in chunk))
         self._open[batch.input_file_id] = batch
         try:
             await self._create(batch)
@@ -314,7 +290,7 @@ class BatchClient:
         megabytes = len(data) / 1e6
         self.notify(f"batch {batch.batch_id}: submitted {len(chunk)} {self.purpose} requests ({megabytes:.1f} MB)")
 
-    async def _create(self, batch: _Batch) -> None:
+    async def _create(self, batch: OpenBatch) -> None:
         body = {
             "input_file_id": batch.input_file_id,
             "endpoint": self.chat.wire.batch_url,
@@ -325,7 +301,7 @@ class BatchClient:
         batch.batch_id = created["id"]
         self.ledger.record_batch_id(batch.input_file_id, created["id"])
 
-    async def _find(self, batch: _Batch) -> None:
+    async def _find(self, batch: OpenBatch) -> None:
         """The id of a batch created from `batch`'s file by a process that died before recording it; or, if
         there is none, the batch created now."""
         found = await find_batch(self.chat, batch.input_file_id)
@@ -352,7 +328,7 @@ class BatchClient:
                 await self._collect(batch, state)
             batch.status = status
 
-    async def _collect(self, batch: _Batch, state: Mapping[str, Any]) -> None:
+    async def _collect(self, batch: OpenBatch, state: Mapping[str, Any]) -> None:
         outcomes = await read_outcomes(self.chat, state)
         status = state.get("status")
         missing = f"no result in batch {batch.batch_id} ({status})"
@@ -378,7 +354,7 @@ class BatchClient:
         if batch.unclaimed == 0:
             self._close(batch)
 
-    def _refused(self, batch: _Batch, cause: str) -> None:
+    def _refused(self, batch: OpenBatch, cause: str) -> None:
         """A batch the organization's enqueued-token limit turned away: its requests go again, without
         spending an attempt, in smaller batches that wait for this client's others to finish."""
         self._close(batch)

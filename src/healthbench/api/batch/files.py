@@ -1,5 +1,5 @@
-"""The Batch API's objects as this project uses them: settings, the ledger that remembers batches across
-processes, the lines of input and output files, and a batch's status as a line of text.
+"""The Batch API's files and objects as this project reads and writes them: the lines of input and output
+files, how lines are split into batches, a batch's status as a line of text, and the lookups of a batch.
 
 A batch line's `url` and a batch's `endpoint` are those of the client's API (`wire.Api.batch_url`): Chat
 Completions lines for a chat grader, `/v1/responses` lines for a Responses grader. A line's body is spliced in

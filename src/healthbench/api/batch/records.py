@@ -1,16 +1,14 @@
-"""The Batch API's objects as this project uses them: settings, the ledger that remembers batches across
-processes, the lines of input and output files, and a batch's status as a line of text.
-
-A batch line's `url` and a batch's `endpoint` are those of the client's API (`wire.Api.batch_url`): Chat
-Completions lines for a chat grader, `/v1/responses` lines for a Responses grader. A line's body is spliced in
-as the very bytes a live request sends.
-"""
+"""What the batch client keeps: its settings, the ledger that remembers batches across processes, and its own
+record of each request waiting for an answer and each batch still open."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Protocol
+import asyncio
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from healthbench.api.wire import Usage
 
 # The Batch API's limits per batch: 50,000 requests and a 200 MB input file.
 MAX_REQUESTS = 50_000
@@ -62,3 +60,31 @@ class BatchRecord:
     purpose: str
     requests: int
     created: float
+
+
+@dataclass
+class QueuedRequest:
+    """A request the batch client was asked for: its line, how to read its answer, the attempts it has had, and
+    the callers waiting for it (equal requests are sent once)."""
+
+    custom_id: str
+    line: bytes
+    parse: Callable[[str], Any]
+    attempts: int = 0
+    usage: Usage = field(default_factory=lambda: Usage(batch=True))
+    waiters: list[asyncio.Future[tuple[Any, Usage]]] = field(default_factory=list)
+
+
+@dataclass
+class OpenBatch:
+    """A batch submitted and not yet collected: its requests, their estimated tokens, and its last status."""
+
+    input_file_id: str
+    batch_id: str | None
+    created: float
+    members: set[str] = field(default_factory=set)
+    tokens: int = 0
+    status: str = "submitted"
+    shown_status: str = ""
+    shown_at: float = 0.0
+    unclaimed: int = 0
