@@ -106,6 +106,15 @@ class GradingError(HealthBenchError):
         self.cause = cause
 
 
+class CandidateError(HealthBenchError):
+    """A candidate of a group (OpenReward's `score_group`) that cannot be scored: it has no reply, or its reply
+    could not be graded. The message names the candidate's index."""
+
+    def __init__(self, index: int, cause: str) -> None:
+        super().__init__(f"candidate {index}: {cause}")
+        self.index = index
+
+
 class SampleError(HealthBenchError):
     """The evaluated model gave no usable reply for a task within the retry bound."""
 

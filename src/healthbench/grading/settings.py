@@ -2,7 +2,9 @@
 
 The grader's endpoint and key are its own: `HEALTHBENCH_GRADER_BASE_URL` and `HEALTHBENCH_GRADER_API_KEY`
 (else `OPENAI_API_KEY`). `OPENAI_BASE_URL` is never read here, because trainers and harnesses point it at
-the policy being evaluated, and a grader silently following it would grade with the wrong model.
+the policy being evaluated, and a grader silently following it would grade with the wrong model. A served
+environment also takes the OpenReward SDK's judge channel (`openreward.chat_backends`); the one order of
+precedence for it is below (`SESSION_KEY_SECRETS`, `SERVED_KEY_VARIABLES`, `SERVED_BASE_URL_VARIABLES`).
 
 A grader that is not a reasoning model is asked as the reference asks gpt-4.1 (temperature 0.5, max_tokens
 2048). A reasoning model (o-series, gpt-5 and later, or `reasoning=True`) gets no temperature and no
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +32,31 @@ from healthbench.grading.prompt import TEMPLATE_SHA256
 from healthbench.grading.scoring import LengthAdjustment
 
 DEFAULT_CONCURRENCY = 64
+
+# Where the grader's key and endpoint come from, first found wins. The grading commands read the project's own
+# variables; `serve` reads a session's secrets first (the caller pays for its grading), then the server's
+# variables, the SDK's judge channel (`CHAT_*`) after the project's. `OPENAI_BASE_URL` is in no list.
+KEY_VARIABLES = ("HEALTHBENCH_GRADER_API_KEY", "OPENAI_API_KEY")
+BASE_URL_VARIABLES = ("HEALTHBENCH_GRADER_BASE_URL",)
+SESSION_KEY_SECRETS = ("chat_api_key", "OPENAI_API_KEY")
+SERVED_KEY_VARIABLES = ("HEALTHBENCH_GRADER_API_KEY", "CHAT_API_KEY", "OPENAI_API_KEY")
+SERVED_BASE_URL_VARIABLES = ("HEALTHBENCH_GRADER_BASE_URL", "CHAT_BASE_URL")
+
+
+def _first(values: Mapping[str, Any], names: tuple[str, ...]) -> str | None:
+    """The first non-blank value of `names` in `values`, stripped."""
+    for name in names:
+        value = values.get(name)
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+    return None
+
+
+def session_grader_key(secrets: Mapping[str, Any]) -> str | None:
+    """The grader key an OpenReward session brings: its `chat_api_key` secret (the SDK's judge channel), else
+    its `OPENAI_API_KEY`, names matched case-insensitively as the SDK matches them; None when it brings
+    neither and the server's own key applies."""
+    return _first({name.lower(): value for name, value in secrets.items()}, tuple(map(str.lower, SESSION_KEY_SECRETS)))
 
 
 class GraderConfig(EndpointSettings):
@@ -55,10 +82,12 @@ class GraderConfig(EndpointSettings):
         base_url: str | None = None,
         api_key: str | None = None,
         defaults: dict[str, Any] | None = None,
+        served: bool = False,
         **overrides: Any,
     ) -> GraderConfig:
-        """Settings from explicit values, falling back to the grader's own environment variables, then to
-        `defaults` (a subset's official settings), then to the reference's."""
+        """Settings from explicit values, falling back to the grader's own environment variables (with
+        `served`, a served environment's, the SDK's `CHAT_*` included), then to `defaults` (a subset's official
+        settings), then to the reference's."""
         env = os.environ
         given = {name: value for name, value in overrides.items() if value is not None}
         settings: dict[str, Any] = {**(defaults or {}), **given}
@@ -70,10 +99,12 @@ class GraderConfig(EndpointSettings):
         reasons = is_reasoning_model(settings.get("model", DEFAULT_GRADER_MODEL)) if forced is None else forced
         if "reasoning_effort" not in given and not reasons:
             settings.pop("reasoning_effort", None)
-        key = api_key or env.get("HEALTHBENCH_GRADER_API_KEY") or env.get("OPENAI_API_KEY")
+        key = api_key or _first(env, SERVED_KEY_VARIABLES if served else KEY_VARIABLES)
         return cls(
             **settings,
-            base_url=base_url or env.get("HEALTHBENCH_GRADER_BASE_URL") or OPENAI_BASE_URL,
+            base_url=base_url
+            or _first(env, SERVED_BASE_URL_VARIABLES if served else BASE_URL_VARIABLES)
+            or OPENAI_BASE_URL,
             api_key=SecretStr(key) if key else None,
         )
 
@@ -169,10 +200,10 @@ class GradingOptions(BaseModel):
     length_adjustment_center: float | None = Field(default=None, ge=0)
     length_adjustment_penalty_per_500_chars: float | None = Field(default=None, ge=0)
 
-    def grader(self, subset: str | None) -> GraderConfig:
-        """The grader settings for `subset`."""
+    def grader(self, subset: str | None, *, served: bool = False) -> GraderConfig:
+        """The grader settings for `subset` (with `served`, for `serve`: see `GraderConfig.from_env`)."""
         given = {name.removeprefix("grader_"): value for name, value in self if name.startswith("grader_")}
-        return GraderConfig.for_subset(subset, **given)
+        return GraderConfig.for_subset(subset, served=served, **given)
 
     def length_adjustment(self, subset: str | None) -> LengthAdjustment | None:
         """The length adjustment for `subset`."""

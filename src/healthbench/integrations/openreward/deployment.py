@@ -1,10 +1,11 @@
 """What one OpenReward server serves: its rows by split, the task prompt, and the grading every session of
-the server shares (one grader per key and settings, under one concurrency budget). Nothing here imports the
-SDK, so it can be built and tested without it.
+the server shares (one grader per key and settings, under one concurrency budget), for one reply or for a
+group of candidates. Nothing here imports the SDK, so it can be built and tested without it.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from pydantic import SecretStr
 from healthbench.data.loading import load_rows
 from healthbench.data.schema import Message, Row
 from healthbench.data.subsets import load_subset
-from healthbench.errors import GradingError
+from healthbench.errors import CandidateError, GradingError
 from healthbench.grading.prompt import TEMPLATE_SHA256, render_conversation
 from healthbench.grading.sample import GradedSample, grade_sample
 from healthbench.grading.scoring import LengthAdjustment
@@ -22,6 +23,14 @@ from healthbench.grading.settings import GraderConfig, GraderPool
 
 EXPLANATION_CHARS = 200
 MULTI_TURN_INSTRUCTION = "Write the assistant's reply to the final user turn of this conversation."
+# The environments one server serves: the SDK's terminal-tool design, and the variant for harnesses that only
+# call listed tools (inspect-openreward, firehorse, TRL, OpenReward's cookbook loops).
+ENVIRONMENT = "healthbench"
+ANSWER_ENVIRONMENT = "healthbench_answer"
+ENVIRONMENTS = (ENVIRONMENT, ANSWER_ENVIRONMENT)
+# The one sentence the answer-tool variant adds to a task's prompt.
+ANSWER_INSTRUCTION = "Send your reply to the user by calling the `answer` tool with it."
+ANSWER_SUFFIX = "\n\n" + ANSWER_INSTRUCTION
 
 
 def prompt_text(messages: Sequence[Message]) -> str:
@@ -29,6 +38,11 @@ def prompt_text(messages: Sequence[Message]) -> str:
     if len(messages) == 1:
         return messages[0].content
     return MULTI_TURN_INSTRUCTION + "\n\n" + render_conversation(messages)
+
+
+def answer_prompt_text(messages: Sequence[Message]) -> str:
+    """The answer-tool variant's prompt: the task's, then the sentence asking for the `answer` tool."""
+    return prompt_text(messages) + ANSWER_SUFFIX
 
 
 def load_splits(data: Path | None = None, subsets: Sequence[str] = ()) -> dict[str, list[Row]]:
@@ -112,6 +126,39 @@ class Deployment:
                     cause = exc.cause.replace(api_key, "[redacted]")
                     raise GradingError(exc.prompt_id, exc.criterion, cause) from None
                 raise
+
+    async def grade_group(
+        self, split: str, row: Row, replies: Sequence[str | None], api_key: str | None
+    ) -> list[GradedSample]:
+        """Grade each of a group's candidate replies to `row` as `grade` grades one, all at once under the
+        server's one budget; the samples come back index-aligned.
+
+        A candidate without a reply (None) fails the group before any grader call; one that cannot be graded
+        stops the others. Either raises `CandidateError` naming the candidate's index: there is no score for
+        the group then, not even for the candidates that were graded.
+        """
+        texts: list[str] = []
+        for index, reply in enumerate(replies):
+            if reply is None:
+                raise CandidateError(index, "it has no assistant text to grade")
+            texts.append(reply)
+        if not texts:
+            return []
+        tasks = [asyncio.ensure_future(self.grade(split, row, text, api_key)) for text in texts]
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        finally:
+            # Also on cancellation from outside: no grader call outlives the request.
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        for index, task in enumerate(tasks):
+            failure = None if task.cancelled() else task.exception()
+            if isinstance(failure, GradingError):
+                raise CandidateError(index, str(failure)) from failure
+            if failure is not None:
+                raise failure
+        return [task.result() for task in tasks]
 
     def metadata(self, split: str, sample: GradedSample) -> dict[str, Any]:
         """What a graded reply's tool output carries besides its reward: every verdict (explanations cut

@@ -1,13 +1,19 @@
-"""HealthBench as an OpenReward environment: one task per row, graded when the agent's final message arrives.
+"""HealthBench as OpenReward environments: one task per row, graded when the agent's reply arrives.
 
-The agent sees the task's conversation (SPEC section 2) and no tools. Its final plain message goes to the
-hidden `@terminal` tool, which grades it item by item (SPEC section 3) and returns the unclipped task score
-as the reward; a reply that cannot be graded makes the tool raise, so no reward exists for it. Rows are
-loaded once per process and bound to the served class before the server starts; a session only looks its
-row up. The grader key arrives with each session's secrets; the endpoint, the model and one concurrency
-budget belong to the server and are shared by all of its sessions. Each split may grade with settings of its
-own (HealthBench Professional's split: gpt-5.4 at low effort, and a length-adjusted reward), all under that
-one budget.
+Two environments on one server, over the same rows and the same grading. `healthbench` follows the SDK's
+`@terminal` design: the agent sees the task's conversation (SPEC section 2) and no tools, and its final plain
+message goes to the hidden terminal tool `respond`. `healthbench_answer` is for harnesses that only call the
+tools `list_tools` shows (inspect-openreward, firehorse, TRL, OpenReward's cookbook loops): its prompt adds
+one sentence asking for the `answer` tool, which grades the reply exactly as `respond` does (`respond` stays
+on it too). Either grades the reply item by item (SPEC section 3) and returns the unclipped task score as the
+reward; a reply that cannot be graded makes the tool raise, so no reward exists for it. Both score a group of
+candidate replies (`score_group`, for GRPO) the same way.
+
+Rows are loaded once per process and bound to the served classes before the server starts; a session only
+looks its row up. The grader key arrives with each session's secrets (`grading.settings` gives the order);
+the endpoint, the model and one concurrency budget belong to the server and are shared by all of its
+sessions and both environments. Each split may grade with settings of its own (HealthBench Professional's
+split: gpt-5.4 at low effort, and a length-adjusted reward), all under that one budget.
 """
 
 from __future__ import annotations
@@ -20,12 +26,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, cast
 
 from fastapi import HTTPException
-from pydantic import BaseModel, SecretStr
+from pydantic import BaseModel, Field, SecretStr
 
 from healthbench.data.loading import collection_paused
 from healthbench.data.schema import Row
 from healthbench.grading.scoring import LengthAdjustment
-from healthbench.grading.settings import GraderConfig
+from healthbench.grading.settings import GraderConfig, session_grader_key
 
 
 def _defer_package_init(name: str) -> None:
@@ -58,14 +64,33 @@ def _defer_package_init(name: str) -> None:
 
 _defer_package_init("openreward")
 
-from openreward.environments import Environment, Server, Split, TextBlock, ToolOutput, terminal, tool  # noqa: E402
+from openreward.environments import (  # noqa: E402
+    Environment,
+    GroupScore,
+    Server,
+    Split,
+    TextBlock,
+    ToolOutput,
+    terminal,
+    tool,
+)
 from openreward.environments import Message as SDKMessage  # noqa: E402
 from openreward.log_utils import get_logger  # noqa: E402
-from openreward.web_service import lookup_secret  # noqa: E402
 
-from healthbench.integrations.openreward.deployment import Deployment, prompt_text, summary  # noqa: E402
+from healthbench.integrations.openreward.deployment import (  # noqa: E402
+    ANSWER_ENVIRONMENT,
+    ANSWER_SUFFIX,
+    ENVIRONMENT,
+    ENVIRONMENTS,
+    Deployment,
+    answer_prompt_text,
+    prompt_text,
+    summary,
+)
+from healthbench.integrations.openreward.routing import DeploymentRouter  # noqa: E402
 
-GRADER_KEY_SECRET = "OPENAI_API_KEY"
+# The tools a candidate of a group may have submitted its reply with.
+SUBMIT_TOOLS = ("answer", "respond")
 
 logger = get_logger("healthbench.environment")
 
@@ -74,6 +99,28 @@ class FinalResponse(BaseModel):
     """The agent's final message."""
 
     response: str
+
+
+class Answer(BaseModel):
+    """The reply the `answer` tool sends."""
+
+    response: str = Field(description="Your complete reply to the user's last message, exactly as they should read it.")
+
+
+def candidate_reply(candidate: Any) -> str | None:
+    """The reply a group candidate (a `GroupCandidate`) gives: the `response` of its last call to a submit tool
+    (`answer`, `respond`), which is what its episode was graded on; else the text of its final assistant
+    message (the SDK judges' "output" view), text blocks joined by newlines. None when it has neither.
+    """
+    turns = [message for message in candidate.messages if message.role == "assistant"]
+    for message in reversed(turns):
+        for block in reversed(message.blocks):
+            if block.type == "tool_call" and block.name in SUBMIT_TOOLS:
+                response = block.input.get("response")
+                if isinstance(response, str):
+                    return response
+    texts = [block.text for block in turns[-1].blocks if block.type == "text"] if turns else []
+    return "\n".join(texts) if texts else None
 
 
 # The SDK ships no type information, so its base class and decorators are `Any` to mypy.
@@ -129,7 +176,7 @@ class HealthBench(Environment):  # type: ignore[misc]
         self.row = type(self)._served().row(task_spec)
         self.split: str = task_spec["split"]
         # Kept as it came: on the hosted platform it is a placeholder the egress proxy substitutes.
-        key = lookup_secret(secrets, GRADER_KEY_SECRET)
+        key = session_grader_key(secrets)
         self._api_key = SecretStr(key) if key else None
 
     async def get_prompt(self) -> list[Any]:
@@ -145,9 +192,12 @@ class HealthBench(Environment):  # type: ignore[misc]
     async def respond(self, params: FinalResponse) -> ToolOutput:
         """Grade the final reply against the task's rubric; the reward is the unclipped task score, or for a
         split with a length adjustment (Professional's) the unclipped length-adjusted score."""
+        return await self._graded(params.response)
+
+    async def _graded(self, response: str) -> ToolOutput:
+        """The tool output for `response`: the reward, the verdicts, and the end of the episode."""
         deployment = type(self)._served()
-        key = self._api_key.get_secret_value() if self._api_key else None
-        sample = await deployment.grade(self.split, self.row, params.response, key)
+        sample = await deployment.grade(self.split, self.row, response, self._key())
         return ToolOutput(
             blocks=[TextBlock(text=summary(sample))],
             metadata=deployment.metadata(self.split, sample),
@@ -155,15 +205,68 @@ class HealthBench(Environment):  # type: ignore[misc]
             finished=True,
         )
 
+    def _key(self) -> str | None:
+        return self._api_key.get_secret_value() if self._api_key else None
+
+    async def score_group(self, candidates: Sequence[Any]) -> list[Any]:
+        """One `GroupScore` per candidate, in order: its reply (see `candidate_reply`) graded as the tools grade
+        it, with the same reward and metadata, all candidates at once under the server's one budget. A
+        candidate with no reply, or one that cannot be graded, fails the whole call naming its index."""
+        deployment = type(self)._served()
+        replies = [candidate_reply(candidate) for candidate in candidates]
+        samples = await deployment.grade_group(self.split, self.row, replies, self._key())
+        return [GroupScore(reward=s.reward, metadata=deployment.metadata(self.split, s)) for s in samples]
+
+
+class HealthBenchAnswer(HealthBench):
+    """HealthBench tasks with a listed `answer` tool, for harnesses that only call the tools they are shown."""
+
+    @classmethod
+    def name(cls) -> str:
+        """Served as `healthbench_answer`, whatever the bound class is called."""
+        return ANSWER_ENVIRONMENT
+
+    async def get_prompt(self) -> list[Any]:
+        """The task as one text block, then the sentence asking for the `answer` tool."""
+        return [TextBlock(text=answer_prompt_text(self.row.prompt))]
+
+    async def get_messages(self) -> list[Any]:
+        """The task's conversation, its last (user) turn followed by the sentence asking for the `answer` tool."""
+        *earlier, last = await super().get_messages()
+        [block] = last.blocks
+        return [*earlier, SDKMessage(role=last.role, blocks=[TextBlock(text=block.text + ANSWER_SUFFIX)])]
+
+    @tool  # type: ignore[untyped-decorator]
+    async def answer(self, params: Answer) -> ToolOutput:
+        """Send your reply to the user. Call it once, with the complete reply; the conversation ends there."""
+        return await self._graded(params.response)
+
 
 def build_server(
     splits: Mapping[str, Sequence[Row]],
     grader: GraderConfig | Mapping[str, GraderConfig],
     adjustments: Mapping[str, LengthAdjustment | None] | None = None,
+    default: str = ENVIRONMENT,
 ) -> Any:
-    """An OpenReward `Server` for these rows, with `healthbench` as its (only, so default) environment;
-    `grader` and `adjustments` as `Deployment` takes them."""
-    return Server([HealthBench.bound(Deployment(splits, grader, adjustments))])
+    """An OpenReward `Server` for these rows serving `healthbench` and `healthbench_answer` (the variant), with
+    `default` the environment bare paths reach; `grader` and `adjustments` as `Deployment` takes them."""
+    return _server(Deployment(splits, grader, adjustments), default)
+
+
+def _server(deployment: Deployment, default: str) -> Any:
+    if default not in ENVIRONMENTS:
+        raise ValueError(f"no environment {default!r} to make the default: choose from {', '.join(ENVIRONMENTS)}")
+    classes = {ENVIRONMENT: HealthBench.bound(deployment), ANSWER_ENVIRONMENT: HealthBenchAnswer.bound(deployment)}
+    # The SDK serves its first environment at the bare paths.
+    server = Server([classes[default], *(cls for name, cls in classes.items() if name != default)])
+    # The per-environment routes' first segments, read from the app so a later SDK's new routes are covered.
+    scoped = {
+        path.split("/")[2] for route in server.app.routes if (path := getattr(route, "path", "")).startswith("/{")
+    }
+    # `healthbench` is also the deployment's own name, which clients send for the server as a whole: only the
+    # variant is chosen by the header, so a server whose default is the variant keeps it for them.
+    server.app.add_middleware(DeploymentRouter, variants={ANSWER_ENVIRONMENT}, scoped=scoped)
+    return server
 
 
 def serve(
@@ -173,20 +276,23 @@ def serve(
     port: int = 8080,
     grader: GraderConfig | Mapping[str, GraderConfig] | None = None,
     adjustments: Mapping[str, LengthAdjustment | None] | None = None,
+    default: str = ENVIRONMENT,
 ) -> None:
-    """Serve the environment over HTTP until interrupted (the SDK's uvicorn server, one worker).
+    """Serve both environments over HTTP until interrupted (the SDK's uvicorn server, one worker), `default`
+    at the bare paths.
 
-    `grader` (the settings of every split, or of each split) defaults to the server's environment
-    (`HEALTHBENCH_GRADER_MODEL`, `HEALTHBENCH_GRADER_BASE_URL`); sessions bring the key as their
-    `OPENAI_API_KEY` secret.
+    `grader` (the settings of every split, or of each split) defaults to the server's environment (see
+    `GraderConfig.from_env` with `served`); sessions bring the key as a secret.
     """
     with collection_paused():
-        deployment = Deployment(splits, grader or GraderConfig.from_env(), adjustments)
-        server = Server([HealthBench.bound(deployment)])
+        deployment = Deployment(splits, grader or GraderConfig.from_env(served=True), adjustments)
+        server = _server(deployment, default)
     # The rows live as long as the process: keep them out of every later collection's scan.
     gc.freeze()
     logger.info(
         "healthbench_serving",
+        environments=list(ENVIRONMENTS),
+        default_environment=default,
         splits={name: len(rows) for name, rows in splits.items()},
         graders={name: config.describe() for name, config in deployment.graders.items()},
         length_adjustments={name: a.as_dict() for name, a in deployment.adjustments.items() if a is not None},
