@@ -26,6 +26,8 @@ __all__ = ["CHAT", "ENDPOINTS", "RESPONSES", "Endpoint", "Prompt", "endpoint_for
 _BAD_REQUEST = "invalid_request_error"
 _ROLES = ("user", "assistant", "system", "developer")
 _TEXT_PARTS = ("input_text", "output_text")  # an assistant turn sent back as input carries output_text
+# A tool-calling conversation's other input items, by the field that holds their text.
+_TOOL_ITEMS = {"function_call": "arguments", "function_call_output": "output"}
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,11 @@ class _Chat(Endpoint):
 
 
 def _item_text(item: Any) -> str | None:
-    """The text of one input message, or None if it is not a message the Responses API takes."""
+    """The text of one input item (a message, or a tool call or its result: see ``agent``), or None if it is
+    not an item the Responses API takes."""
+    if isinstance(item, dict) and (field := _TOOL_ITEMS.get(str(item.get("type")))) is not None:
+        value = item.get(field)
+        return value if isinstance(value, str) else None
     if not isinstance(item, dict) or item.get("type", "message") != "message" or item.get("role") not in _ROLES:
         return None
     content = item.get("content")

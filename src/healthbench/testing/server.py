@@ -2,8 +2,9 @@
 
 It is a real HTTP server on loopback (no mocks), so clients exercise their actual networking,
 retry and parsing code. Replies are deterministic (see ``replies``): grader prompts get a verdict
-that is a pure function of the prompt text, everything else gets a reply derived from the messages.
-Faults and rate limiting can be injected deterministically from a seed.
+that is a pure function of the prompt text, everything else gets a reply derived from the messages
+(offered a tool named ``answer``, it calls it: see ``agent``). Faults and rate limiting can be injected
+deterministically from a seed.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from types import TracebackType
 
 from aiohttp import web
 
+from healthbench.testing.agent import answer_call, with_tool_call
 from healthbench.testing.batch import FakeBatchAPI
 from healthbench.testing.endpoints import ENDPOINTS, Endpoint, Prompt, endpoint_for
 from healthbench.testing.limits import Limiter, RateLimits
@@ -226,6 +228,10 @@ class FakeOpenAI:
 
     def _respond(self, kind: str, request: web.Request, endpoint: Endpoint, body: Body, prompt: Prompt) -> web.Response:
         content: str | None
+        if kind == "ok" and (call := answer_call(body, prompt.items)) is not None:
+            serial = f"fake-{self.requests_total}"
+            payload = with_tool_call(endpoint.payload(body, prompt, None, serial), call, serial)
+            return web.Response(text=json.dumps(payload), content_type="application/json")
         if kind == "ok":
             content = self._ok_content(body, prompt)
         elif kind in ("prose", "fail_always"):
