@@ -5,13 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-import subprocess
-import sys
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +19,7 @@ from openreward.api.errors import ToolFailed
 from healthbench.testing import GRADER_MARKER, FakeOpenAI, policy_reply
 from tests.conftest import write_jsonl
 from tests.reference import KEY, made_up_rows
+from tests.serving import served
 from tests.test_grade_cli import grade
 
 DOC = Path(__file__).parents[1] / "docs" / "integrations.md"
@@ -37,41 +33,6 @@ def recipe() -> Callable[..., Any]:
     exec(compile(blocks[-1], str(DOC), "exec"), namespace)
     evaluate: Callable[..., Any] = namespace["evaluate"]
     return evaluate
-
-
-@contextmanager
-def serve(data: Path, grader_url: str) -> Iterator[str]:
-    """`healthbench serve --data ...` in a process of its own; yields its URL."""
-    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "HEALTHBENCH_GRADER_API_KEY")}
-    # The grader must follow its own setting, never the policy's OPENAI_BASE_URL.
-    env.update(PYTHONUNBUFFERED="1", HEALTHBENCH_GRADER_BASE_URL=grader_url, OPENAI_BASE_URL="http://127.0.0.1:9")
-    command = [sys.executable, "-m", "healthbench", "serve", "--data", str(data), "--host", "127.0.0.1", "--port", "0"]
-    process = subprocess.Popen(
-        [*command, "--max-attempts", "2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    lines: list[str] = []
-    started = threading.Event()
-
-    def read() -> None:
-        assert process.stdout is not None
-        for line in process.stdout:
-            lines.append(line)
-            if "Uvicorn running on" in line:
-                started.set()
-        started.set()  # the process ended: the assertion below shows its output
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    try:
-        assert started.wait(120), "server did not start"
-        found = re.search(r"Uvicorn running on (http://127\.0\.0\.1:\d+)", "".join(lines))
-        assert found, "".join(lines)
-        yield found.group(1)
-    finally:
-        process.terminate()
-        process.wait(60)
-        reader.join()
-    assert KEY not in "".join(lines)
 
 
 def test_the_documented_loop_gets_the_rewards_grade_gives(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -88,7 +49,7 @@ def test_the_documented_loop_gets_the_rewards_grade_gives(tmp_path: Path, monkey
         monkeypatch.setenv("OPENAI_API_KEY", POLICY_KEY)
         monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)  # the policy; the server's grader ignores it
         monkeypatch.setenv("HEALTHBENCH_GRADER_API_KEY", KEY)
-        with serve(data, fake.base_url) as url:
+        with served(data, fake.base_url) as url:
             rewards = asyncio.run(evaluate(url, "policy"))
             graded_with = set(fake.auth_headers)
             failing["on"] = True

@@ -1,0 +1,82 @@
+"""`healthbench serve` as a user runs it: a process of its own on a free loopback port, graded by the fake, and the
+replies a harness submitted graded again by `healthbench grade` for comparison."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import write_jsonl
+from tests.reference import KEY
+from tests.test_grade_cli import grade
+
+# What a server must never read for its grader: set to a port nothing listens on, so following it would fail.
+POLICY_BASE_URL = "http://127.0.0.1:9/v1"
+
+
+@contextmanager
+def served(data: Path, grader_url: str | None, *flags: str, env: Mapping[str, str] | None = None) -> Iterator[str]:
+    """`healthbench serve --data DATA FLAGS` with its grader at `grader_url` (None: as `env` says); yields the
+    server's URL.
+
+    The server's environment has no grader key of its own unless `env` gives one, and points
+    `OPENAI_BASE_URL` at nothing, as a trainer that sets it for its policy would. On exit the key must not
+    appear anywhere in the server's output.
+    """
+    names = ("OPENAI_API_KEY", "HEALTHBENCH_GRADER_API_KEY", "CHAT_API_KEY", "CHAT_BASE_URL")
+    environ = {k: v for k, v in os.environ.items() if k not in names and k != "HEALTHBENCH_DEFAULT_ENVIRONMENT"}
+    environ.pop("HEALTHBENCH_GRADER_BASE_URL", None)
+    environ.update(PYTHONUNBUFFERED="1", OPENAI_BASE_URL=POLICY_BASE_URL, **(env or {}))
+    if grader_url is not None:
+        environ["HEALTHBENCH_GRADER_BASE_URL"] = grader_url
+    command = [sys.executable, "-m", "healthbench", "serve", "--data", str(data), "--host", "127.0.0.1", "--port", "0"]
+    process = subprocess.Popen(
+        [*command, "--max-attempts", "2", *flags],
+        env=environ,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: list[str] = []
+    started = threading.Event()
+
+    def read() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.append(line)
+            if "Uvicorn running on" in line:
+                started.set()
+        started.set()  # the process ended: the assertion below shows its output
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert started.wait(120), "server did not start"
+        found = re.search(r"Uvicorn running on (http://127\.0\.0\.1:\d+)", "".join(lines))
+        assert found, "".join(lines)
+        yield found.group(1)
+    finally:
+        process.terminate()
+        process.wait(60)
+        reader.join()
+    assert KEY not in "".join(lines)
+
+
+def graded_by_cli(
+    tmp: Path, data: Path, replies: Mapping[str, str], grader_url: str, out: str = "grade"
+) -> dict[str, dict[str, Any]]:
+    """`healthbench grade` on `replies` (prompt_id to reply) against the same grader, into `tmp/out`: the
+    results by prompt_id."""
+    responses = write_jsonl(tmp / f"{out}.jsonl", [{"prompt_id": k, "response": v} for k, v in replies.items()])
+    result = grade(tmp, data, responses, out, grader_url)
+    assert result.exit_code == 0, result.output
+    lines = (tmp / out / "results.jsonl").read_text(encoding="utf-8").split("\n")[:-1]
+    return {record["prompt_id"]: record for record in map(json.loads, lines)}
