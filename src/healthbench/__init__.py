@@ -1,4 +1,8 @@
-"""HealthBench: OpenAI's physician-rubric health benchmark, graded exactly as the reference does."""
+"""HealthBench: OpenAI's physician-rubric health benchmark, graded exactly as the reference does.
+
+The public API: rows and their loading, the grader and its settings, one graded sample (`grade_sample`), pure
+scoring, the client of an OpenAI-compatible endpoint, and every error the package raises (`HealthBenchError`).
+"""
 
 from typing import Any
 
@@ -9,7 +13,8 @@ from healthbench.api.wire import CHAT, RESPONSES, Api, Shape, Usage, is_reasonin
 from healthbench.data.loading import load_meta_rows, load_professional_rows, load_rows
 from healthbench.data.schema import IdealCompletions, Message, MetaRow, Row, RubricItem
 from healthbench.data.subsets import SUBSETS, TASK_SUBSETS, load_meta_subset, load_subset, subset_path
-from healthbench.errors import DataError, GradingError, InvalidResponse, RequestFailed
+from healthbench.errors import DataError, GradingError, HealthBenchError, InvalidResponse, RequestFailed, SettingsError
+from healthbench.grading.aggregate import aggregate_records
 from healthbench.grading.grader import DEFAULT_GRADER_MODEL, GradedItem, GradedReply, Grader, Verdict, parse_verdict
 from healthbench.grading.official import PROFESSIONAL_GRADER
 from healthbench.grading.prompt import (
@@ -20,6 +25,7 @@ from healthbench.grading.prompt import (
     rubric_item_text,
     transcript_with_reply,
 )
+from healthbench.grading.sample import GradedSample, grade_sample
 from healthbench.grading.scoring import (
     PROFESSIONAL_LENGTH_ADJUSTMENT,
     LengthAdjustment,
@@ -29,6 +35,7 @@ from healthbench.grading.scoring import (
     task_metrics,
 )
 from healthbench.grading.settings import GraderConfig, GradingOptions
+from healthbench.runs.folder import RunFolder
 
 __all__ = [
     "CHAT",
@@ -48,11 +55,13 @@ __all__ = [
     "DataError",
     "GradedItem",
     "GradedReply",
+    "GradedSample",
     "Grader",
     "GraderConfig",
     "GradingError",
     "GradingOptions",
     "HealthBenchEnv",
+    "HealthBenchError",
     "HealthBenchTaskset",
     "IdealCompletions",
     "InvalidResponse",
@@ -63,11 +72,15 @@ __all__ = [
     "RetryPolicy",
     "Row",
     "RubricItem",
+    "RunFolder",
+    "SettingsError",
     "Shape",
     "Usage",
     "Verdict",
     "aggregate",
+    "aggregate_records",
     "clipped_mean",
+    "grade_sample",
     "grader_prompt",
     "is_reasoning_model",
     "load_environment",

@@ -1,9 +1,5 @@
-"""HealthBench rows: the official JSONL schemas, validated on load.
-
-Two task schemas exist: HealthBench's own (`prompt`, `rubrics`; the full, hard and consensus files) and
-HealthBench Professional's (`conversation`, `rubric_items`; SPEC section 7), which is converted to the same
-`Row` on load. Every problem in a file is reported with the file, the line and the field, because a 60 MB
-file with one bad row is otherwise impossible to fix by hand.
+"""Loading a JSONL file of rows: every problem reported with the file, the line and the field, because a 60 MB
+file with one bad row is otherwise impossible to fix by hand. The first row tells a file's schema.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
-"""HealthBench rows: the official JSONL schemas, validated on load.
+"""HealthBench rows as the official JSONL files hold them, validated field by field.
 
 Two task schemas exist: HealthBench's own (`prompt`, `rubrics`; the full, hard and consensus files) and
-HealthBench Professional's (`conversation`, `rubric_items`; SPEC section 7), which is converted to the same
-`Row` on load. Every problem in a file is reported with the file, the line and the field, because a 60 MB
-file with one bad row is otherwise impossible to fix by hand.
+HealthBench Professional's (`conversation`, `rubric_items`; SPEC section 7), which becomes the same `Row`. Each
+model says what makes a row unusable (`problem`), so the loader can name the line and field.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Running samples through the policy and the grader, and writing the results as they finish.
-
-Every command that grades (`grade`, `eval`, `baseline`) is a list of jobs run here. Replies and verdicts
-are kept in the run's store as they arrive, and `results.jsonl` gets one line per sample the moment it is
-graded, so a crash loses at most what was in flight. Metrics are aggregated in a fixed order (repeat,
-prompt_id), so the seeded bootstrap depends neither on which task finished first nor on a resume. If any
-sample cannot be graded, no `metrics.json` is written: a partial score would be a wrong score.
+"""The metrics of a run from its samples' records, as metrics.json holds them: the reference's aggregate in a
+fixed order (repeat, prompt_id), so the seeded bootstrap depends neither on which sample finished first nor on a
+resume; the length-adjusted headline and worst-at-k when they apply.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ category. Key names, formulas and edge cases are those of `healthbench_meta_eval
 down to how it derives F1 and balanced keys by substring replacement (so a category whose name contains
 "precision" gets no F1 figures, and one containing "pos" no balanced ones). The physician baseline is the same
 computation with each physician in turn as the rater and the other physicians of the row as truth; a row with a
-single label gives no pairs. The metric functions are pure; `grade_meta_rows` runs a meta-eval and writes its
-files.
+single label gives no pairs. These functions are pure;
+`runs.metaeval` runs a meta-evaluation and writes its files.
 """
 
 from __future__ import annotations

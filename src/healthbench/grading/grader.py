@@ -1,10 +1,8 @@
 """Grading one reply against its rubric, item by item, exactly as OpenAI's reference does.
 
-The grader prompt is the reference template (shipped byte-for-byte as package data) with the
-conversation and the rubric item substituted by plain string replacement, in that order. A verdict is valid
-only when `criteria_met` is a JSON boolean; anything else is asked again within the client's retry bound,
-and an item that never gets a valid verdict makes the whole task fail with `GradingError`. No partial
-score is ever produced.
+Every rubric item gets a grader call of its own. A verdict is valid only when `criteria_met` is a JSON boolean;
+anything else is asked again within the client's retry bound, and an item that never gets a valid verdict makes
+the whole reply fail with `GradingError`. No partial score is ever produced.
 """
 
 from __future__ import annotations

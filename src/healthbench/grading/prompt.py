@@ -1,10 +1,8 @@
-"""Grading one reply against its rubric, item by item, exactly as OpenAI's reference does.
+"""The grader prompt, exactly as OpenAI's reference builds it.
 
-The grader prompt is the reference template (shipped byte-for-byte as package data) with the
-conversation and the rubric item substituted by plain string replacement, in that order. A verdict is valid
-only when `criteria_met` is a JSON boolean; anything else is asked again within the client's retry bound,
-and an item that never gets a valid verdict makes the whole task fail with `GradingError`. No partial
-score is ever produced.
+The template is shipped byte for byte as package data (with the MIT notice of simple-evals); the conversation and
+the rubric item are substituted by plain string replacement, in that order. A conversation is rendered as
+`role: content` turns joined by a blank line, a rubric item as `[points] criterion`.
 """
 
 from __future__ import annotations

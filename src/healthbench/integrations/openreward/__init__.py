@@ -1,0 +1,1 @@
+"""HealthBench as OpenReward environments, served by one server (`healthbench serve`)."""
