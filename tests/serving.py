@@ -80,3 +80,20 @@ def graded_by_cli(
     assert result.exit_code == 0, result.output
     lines = (tmp / out / "results.jsonl").read_text(encoding="utf-8").split("\n")[:-1]
     return {record["prompt_id"]: record for record in map(json.loads, lines)}
+
+
+DOC = Path(__file__).parents[1] / "docs" / "integrations.md"
+
+
+def doc_block(name: str) -> str:
+    """The Python block of docs/integrations.md whose first line names the file `name` (`# name: ...`)."""
+    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), flags=re.DOTALL)
+    [block] = [b for b in blocks if b.startswith(f"# {name}:")]
+    return str(block)
+
+
+def doc_function(name: str, function: str) -> Any:
+    """Function `function` of the documented file `name`, defined as a reader who runs the file would."""
+    namespace: dict[str, Any] = {"__name__": name.removesuffix(".py")}
+    exec(compile(doc_block(name), str(DOC), "exec"), namespace)
+    return namespace[function]

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,26 +17,16 @@ from openreward.api.errors import ToolFailed
 from healthbench.testing import GRADER_MARKER, FakeOpenAI, policy_reply
 from tests.conftest import write_jsonl
 from tests.reference import KEY, made_up_rows
-from tests.serving import served
+from tests.serving import doc_function, served
 from tests.test_grade_cli import grade
 
-DOC = Path(__file__).parents[1] / "docs" / "integrations.md"
 POLICY_KEY = "sk-policy-0123456789"
-
-
-def recipe() -> Callable[..., Any]:
-    """The `evaluate` function of the documentation's last Python block, defined as a reader would run it."""
-    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), flags=re.DOTALL)
-    namespace: dict[str, Any] = {"__name__": "recipe"}
-    exec(compile(blocks[-1], str(DOC), "exec"), namespace)
-    evaluate: Callable[..., Any] = namespace["evaluate"]
-    return evaluate
 
 
 def test_the_documented_loop_gets_the_rewards_grade_gives(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     rows = made_up_rows()[:6]
     data = write_jsonl(tmp_path / "rows.jsonl", rows)
-    evaluate = recipe()
+    evaluate = doc_function("sdk_loop.py", "evaluate")
     failing = {"on": False}
 
     def grader_fails(body: dict[str, Any]) -> bool:

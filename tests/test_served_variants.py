@@ -23,7 +23,7 @@ from healthbench.integrations.openreward.deployment import ANSWER_INSTRUCTION
 from healthbench.testing import GRADER_MARKER, FakeOpenAI
 from tests.conftest import write_jsonl
 from tests.reference import KEY, made_up_rows
-from tests.serving import graded_by_cli, served
+from tests.serving import doc_function, graded_by_cli, served
 
 UNGRADABLE = "UNGRADABLE"
 ROWS = made_up_rows()[:5]
@@ -239,3 +239,15 @@ def test_the_variant_as_default_with_the_sdk_grader_channel(data: Path, fake: Fa
     assert [t.name for t in seen["bare"]] == ["answer"] and seen["terminal"] == []
     assert seen["rewards"] == pytest.approx(scores, abs=1e-9)
     assert set(fake.auth_headers) == {f"Bearer {KEY}", "Bearer sk-server-chat-key"}
+
+
+def test_the_documented_score_group_recipe(url: str, data: Path, fake: FakeOpenAI, tmp_path: Path) -> None:
+    score_replies = doc_function("score_group.py", "score_replies")
+    replies = [reply(i) for i in range(4)]
+    row = ROWS[2]
+    assert fake.base_url
+    expected = [
+        graded_by_cli(tmp_path, data, {row["prompt_id"]: text}, fake.base_url, f"g{i}")[row["prompt_id"]]["score"]
+        for i, text in enumerate(replies)
+    ]
+    assert asyncio.run(score_replies(url, 2, replies, KEY)) == pytest.approx(expected, abs=1e-9)
