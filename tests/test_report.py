@@ -18,7 +18,7 @@ from healthbench.grading.scoring import (
     aggregate,
     task_metrics,
 )
-from healthbench.reporting.report import rebuild, render_report, write_report
+from healthbench.reporting.report import rebuild, render_meta_report, render_report, write_report
 
 XSS = "<script>alert(1)</script>"
 RUN = {
@@ -137,11 +137,30 @@ def test_negative_task_score_and_no_clusters() -> None:
     assert '<div class="v">0.000</div>' in html  # the mean is clipped, the task score is not
 
 
-def test_repeats_are_shown_and_incomplete_runs_have_no_score() -> None:
+def test_repeats_are_named_and_samples_told_from_tasks() -> None:
+    records = [make_record(t, [(1, k == 0, [])], repeat=k) for t in ("r", "s") for k in (0, 1)]
+    html = render_report(metrics_of(records), records, {"n_repeats": 2, "samples": 4})
+    assert "4 samples graded: 2 tasks, 2 repeats each" in html and "tasks graded" not in html
+    assert "<small>repeat 1 of 2</small>" in html and "<small>repeat 2 of 2</small>" in html and "<small>#" not in html
+    assert html.count('data-id="r"') == 2 and '<span id="count" data-unit="samples">4 samples</span>' in html
+    single = render()
+    assert "3 tasks graded" in single and "repeat 1 of" not in single and "samples graded" not in single
+
+
+def test_incomplete_runs_have_no_score_and_say_what_is_missing() -> None:
     records = [make_record("r", [(1, True, [])], repeat=0), make_record("r", [(1, False, [])], repeat=1)]
     html = render_report({}, records, {})
-    assert "No score" in html and "#1" in html
-    assert html.count('data-id="r"') == 2
+    banner = html.split('id="unfinished"')[1].split("</div>")[0]
+    assert "This run is not finished: no score." in banner and "run.json is missing" in banner
+    assert "metrics.json is missing" in banner and "Run the same command again" in banner
+    assert '<div class="v">—</div>' in html
+    assert 'id="unfinished"' not in render()  # a finished run has no such banner
+
+
+def test_every_page_warns_against_publishing_it() -> None:
+    for html in (render(), render_report({}, RECORDS, {}), render_meta_report({}, {}, {})):
+        note = html.split('id="private">')[1].split("</p>")[0]
+        assert "HealthBench" in note and "not be posted online in plain text" in note
 
 
 def test_write_report_reads_the_run_folder(tmp_path: Path) -> None:
@@ -160,7 +179,7 @@ def test_write_report_reads_the_run_folder(tmp_path: Path) -> None:
 def test_write_report_without_metrics_or_run(tmp_path: Path) -> None:
     (tmp_path / "results.jsonl").write_text(json.dumps(RECORDS[0]) + "\n", encoding="utf-8")
     html = write_report(tmp_path).read_text(encoding="utf-8")
-    assert "No score" in html and "task-a" in html
+    assert "no score" in html and "task-a" in html
 
 
 def test_spending_per_side_with_the_batch_share() -> None:
@@ -171,9 +190,9 @@ def test_spending_per_side_with_the_batch_share() -> None:
         }
     }
     html = render_report(metrics_of(RECORDS), RECORDS, RUN, spent)
-    row = re.search(r"<tr><td>grader</td>(.*?)</tr>", html.split("spent (whole run)")[1])
+    row = re.search(r"<tr><td>grader</td>(.*?)</tr>", html.split("whole run<span>")[1])
     assert row is not None
-    assert re.findall(r">([^<]+)<", row.group(1)) == ["gpt-4.1-2025-04-14", "5,962", "5,900", "$6.70"]
+    assert re.findall(r">([^<]+)<", row.group(1)) == ["gpt-4.1-2025-04-14", "5,962", "5,900", *"0000", "$6.70"]
     assert "idle" not in html  # a side that made no calls is not listed
     assert "in batches" not in render()
 

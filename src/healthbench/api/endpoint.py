@@ -4,15 +4,31 @@ bound, a rate limit and the reasoning-model rule mean the same on both sides."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+import os
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from healthbench.api.client import OPENAI_BASE_URL, ApiClient, Budget, RetryPolicy, key_slot
+from healthbench.api.pacing.storeurl import PACE_STORE_VARIABLE, validated
 from healthbench.api.wire import CHAT, Api, Effort, is_reasoning_model
+
+# In flight at most when the budget follows the limit: tier 5's 10,000 RPM at a few seconds a request, with room.
+MAX_IN_FLIGHT = 1024
+
+
+def pace_store_from_env() -> str | None:
+    """The pace store named by `HEALTHBENCH_PACE_STORE`, if any."""
+    return os.environ.get(PACE_STORE_VARIABLE, "").strip() or None
 
 
 class EndpointSettings(BaseModel):
     """How a model is reached: endpoint, key (a secret, never serialised), concurrency, timeout, attempts and
     the account's rate limits when the user knows them (else learned from the server's answers).
+
+    The in-flight budget starts at `concurrency` and, once the limits are known, follows what they and the
+    latency need, up to `max_concurrency`; a `concurrency` given without a `max_concurrency` is a ceiling the
+    budget stays at. `pace_store` (a Redis URL) shares each key's pace with every process naming it.
 
     `reasoning` says whether the model is a reasoning model (no temperature, no `max_tokens`, a reasoning
     effort); None decides by name (o-series, gpt-5 and later).
@@ -24,12 +40,26 @@ class EndpointSettings(BaseModel):
     base_url: str = OPENAI_BASE_URL
     api_key: SecretStr | None = Field(default=None, exclude=True, repr=False)
     concurrency: int = Field(default=32, ge=1)
+    max_concurrency: int | None = Field(default=MAX_IN_FLIGHT, ge=1)
+    pace_store: str | None = None
     max_attempts: int = Field(default=12, ge=1)
     timeout: float = Field(default=120.0, gt=0)
     rpm: float | None = Field(default=None, gt=0)
     tpm: float | None = Field(default=None, gt=0)
     reasoning: bool | None = None
     reasoning_effort: Effort | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _a_given_concurrency_is_a_ceiling(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("concurrency") is not None and "max_concurrency" not in data:
+            return {**data, "max_concurrency": None}
+        return data
+
+    @field_validator("pace_store")
+    @classmethod
+    def _a_redis_url(cls, url: str | None) -> str | None:
+        return None if url is None else validated(url)
 
     @property
     def is_reasoning(self) -> bool:
@@ -43,14 +73,28 @@ class EndpointSettings(BaseModel):
 
     def client(self, budget: Budget | None = None, api: Api = CHAT) -> ApiClient:
         """The live client of `api` for these settings, under `budget` if given, else one of `concurrency`."""
+        store = None
+        if self.pace_store is not None:
+            from healthbench.api.pacing.store import shared_store  # the Redis client, only for a shared pace
+
+            store = shared_store(self.pace_store)
         return ApiClient(
             self.base_url,
             self.api_key.get_secret_value() if self.api_key else None,
             concurrency=self.concurrency,
+            max_concurrency=self.max_concurrency,
             timeout=self.timeout,
             retry=RetryPolicy(max_attempts=self.max_attempts),
             budget=budget,
             api=api,
             rpm=self.rpm,
             tpm=self.tpm,
+            pace_store=store,
         )
+
+    def check_pace_store(self) -> None:
+        """Reach the pace store, if there is one, before anything is sent: `PaceStoreUnreachable` if it cannot."""
+        if self.pace_store is not None:
+            from healthbench.api.pacing.store import shared_store
+
+            shared_store(self.pace_store).check()

@@ -72,6 +72,9 @@ def execute(
     length_adjustment: LengthAdjustment | None = None,
 ) -> None:
     """Run jobs in `out` and say how it went (exit 1 on failures); with `html`, write the report too."""
+    for config in (grader, policy):
+        if config is not None:
+            config.check_pace_store()  # a shared pace out of reach stops the run before anything is sent
     folder = RunFolder(out)
     start = jobs_start(jobs, folder, seed=seed, sample_first=batch is not None, length_adjustment=length_adjustment)
     result = run_session(

@@ -101,7 +101,12 @@ def grade(
 @click.option("--max-tokens", type=click.IntRange(min=1), help="Reply length cap.")
 @click.option("--reasoning/--no-reasoning", default=None, help="Treat as a reasoning model [default: by name].")
 @click.option("--reasoning-effort", type=click.Choice(["minimal", "low", "medium", "high"]))
-@click.option("--policy-concurrency", type=click.IntRange(min=1), default=32, show_default=True)
+@click.option(
+    "--policy-concurrency",
+    type=click.IntRange(min=1),
+    help="Model calls in flight at once [default: 32, growing with the model key's limits as --concurrency does; "
+    "a value given is a ceiling].",
+)
 @click.option(
     "--rpm",
     type=click.FloatRange(min=0, min_open=True),
@@ -137,7 +142,7 @@ def evaluate(
     max_tokens: int | None,
     reasoning: bool | None,
     reasoning_effort: str | None,
-    policy_concurrency: int,
+    policy_concurrency: int | None,
     rpm: float | None,
     tpm: float | None,
     policy_batch: bool,
@@ -171,6 +176,7 @@ def evaluate(
         rpm=rpm,
         tpm=tpm,
         max_attempts=grader.max_attempts,  # the one --max-attempts flag bounds both sides
+        pace_store=grader.pace_store,  # one store for the process: the model's key may be the grader's
         policy_errors=policy_errors,
     )
     jobs = [Job(row, repeat) for repeat in range(n_repeats) for row in rows]

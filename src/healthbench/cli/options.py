@@ -12,6 +12,8 @@ import click
 from pydantic import ValidationError
 
 from healthbench.api.batch.records import BatchSettings
+from healthbench.api.endpoint import MAX_IN_FLIGHT
+from healthbench.api.pacing.storeurl import PACE_STORE_VARIABLE
 from healthbench.api.wire import EFFORTS
 from healthbench.data.loading import load_rows
 from healthbench.data.schema import Row
@@ -82,9 +84,9 @@ grader_options = options(
         "--concurrency",
         "grader_concurrency",
         type=click.IntRange(min=1),
-        default=DEFAULT_CONCURRENCY,
-        show_default=True,
-        help="Grader calls in flight at once, one budget for the whole process.",
+        help=f"Grader calls in flight at once, one budget for the whole process [default: {DEFAULT_CONCURRENCY}, "
+        f"growing once the limits are known to what they and the latency need, up to {MAX_IN_FLIGHT:,}; a value "
+        "given is a ceiling the budget stays at].",
     ),
     click.option(
         "--max-attempts",
@@ -104,6 +106,13 @@ grader_options = options(
         type=click.FloatRange(min=0, min_open=True),
         help="The grader key's tokens-per-minute limit (prompt plus max_tokens, as OpenAI counts) [default: "
         "learned from the server's answers].",
+    ),
+    click.option(
+        "--pace-store",
+        "grader_pace_store",
+        metavar="redis://HOST:PORT/DB",
+        help="Share each key's pace (its limits, how fast it may go, a 429's hold) with every process naming "
+        f"this Redis: replicas, parallel runs [default: ${PACE_STORE_VARIABLE}, else each process alone].",
     ),
 )
 

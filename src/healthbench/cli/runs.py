@@ -187,6 +187,8 @@ def serve(
         raise click.UsageError(str(exc)) from None
     options = grading_options(flags)
     graders = {split: options.grader(split, served=True) for split in splits}
+    for config in graders.values():
+        config.check_pace_store()  # a shared pace out of reach: no server, rather than one that overruns the key
     adjustments = {split: length_adjustment(split, None, None, False) for split in splits}
     serve_environment(
         splits, host=host, port=port, grader=graders, adjustments=adjustments, default=default_environment

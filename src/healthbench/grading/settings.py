@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from healthbench.api.client import OPENAI_BASE_URL, ApiClient, Budget, Completer
-from healthbench.api.endpoint import EndpointSettings
+from healthbench.api.endpoint import EndpointSettings, pace_store_from_env
 from healthbench.api.wire import APIS, Api, ApiName, Effort, Shape, is_reasoning_model
 from healthbench.data.subsets import PROFESSIONAL
 from healthbench.grading.grader import DEFAULT_GRADER_MODEL, GRADER_MAX_TOKENS, GRADER_TEMPERATURE, Grader, VerdictCache
@@ -86,8 +86,8 @@ class GraderConfig(EndpointSettings):
         **overrides: Any,
     ) -> GraderConfig:
         """Settings from explicit values, falling back to the grader's own environment variables (with
-        `served`, a served environment's, the SDK's `CHAT_*` included), then to `defaults` (a subset's official
-        settings), then to the reference's."""
+        `served`, a served environment's, the SDK's `CHAT_*` included; the pace store from
+        `HEALTHBENCH_PACE_STORE`), then to `defaults` (a subset's official settings), then to the reference's."""
         env = os.environ
         given = {name: value for name, value in overrides.items() if value is not None}
         settings: dict[str, Any] = {**(defaults or {}), **given}
@@ -100,6 +100,7 @@ class GraderConfig(EndpointSettings):
         if "reasoning_effort" not in given and not reasons:
             settings.pop("reasoning_effort", None)
         key = api_key or _first(env, SERVED_KEY_VARIABLES if served else KEY_VARIABLES)
+        settings.setdefault("pace_store", pace_store_from_env())
         return cls(
             **settings,
             base_url=base_url
@@ -197,6 +198,8 @@ class GradingOptions(BaseModel):
     grader_max_attempts: int | None = Field(default=None, ge=1)
     grader_rpm: float | None = Field(default=None, gt=0)
     grader_tpm: float | None = Field(default=None, gt=0)
+    # A Redis URL: each key's pace shared with every process naming it (the model's too, for `eval`).
+    grader_pace_store: str | None = None
     length_adjustment_center: float | None = Field(default=None, ge=0)
     length_adjustment_penalty_per_500_chars: float | None = Field(default=None, ge=0)
 
@@ -222,11 +225,12 @@ class GraderPool:
 
     Callers of one key share connections and the client's rate pacing; the last one to finish closes the
     client, so a key seen once leaves nothing behind. With `concurrency`, every grader draws on one budget of
-    that size; without, each on its own settings' budget.
+    that size (growing with the limits up to `ceiling`, if that is larger); without, each on its own settings'
+    budget.
     """
 
-    def __init__(self, concurrency: int | None = None) -> None:
-        self._budget = Budget(concurrency) if concurrency is not None else None
+    def __init__(self, concurrency: int | None = None, ceiling: int | None = None) -> None:
+        self._budget = Budget(concurrency, ceiling) if concurrency is not None else None
         # Keyed by a digest, so the raw key is held only where it is used: the client's headers.
         self._leases: dict[str, _Lease] = {}
 

@@ -8,6 +8,8 @@ torn file means are decided once:
   skipped when read, as a resumed run rewrites the file anyway);
 - `metrics.json`: the aggregate, written only once every sample is graded;
 - `run.json`: the settings and counts of the run; `usage.json`: tokens and cost;
+- `failures.jsonl`: each sample the last session could not grade (which, and why), written with run.json and
+  removed by a session without failures, so a report can say what a failed run is missing;
 - `progress.sqlite`: the store of replies and verdicts; `report.html`, and a meta-eval's `agreement.json`.
 
 JSON files are written atomically (`files.write_json`).
@@ -16,12 +18,13 @@ JSON files are written atomically (`files.write_json`).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from healthbench.errors import DataError
-from healthbench.files import write_json
+from healthbench.files import write_atomic, write_json
 
 RESULTS = "results.jsonl"
 METRICS = "metrics.json"
@@ -30,6 +33,18 @@ USAGE = "usage.json"
 STORE = "progress.sqlite"
 REPORT = "report.html"
 AGREEMENT = "agreement.json"
+FAILURES = "failures.jsonl"
+
+
+def failure_record(error: Exception, where: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """One line of failures.jsonl: which sample (`where`: prompt_id and repeat, when known), the error's
+    message, and its rubric item and cause when the error names them."""
+    record: dict[str, Any] = dict(where or {})
+    for field in ("criterion", "cause"):
+        value = getattr(error, field, None)
+        if isinstance(value, str):
+            record[field] = value
+    return record | {"error": str(error)}
 
 
 @dataclass(frozen=True)
@@ -51,9 +66,24 @@ class RunFolder:
         Lines are split on "\\n" only: replies may contain U+2028, which `str.splitlines` would split on.
         A line that is not a JSON object (one torn by a crash mid-write) is skipped.
         """
+        return self._read_lines(RESULTS)
+
+    def read_failures(self) -> list[dict[str, Any]]:
+        """The records of failures.jsonl (see `failure_record`); [] when the last session had none."""
+        return self._read_lines(FAILURES)
+
+    def write_failures(self, records: Sequence[Mapping[str, Any]]) -> None:
+        """failures.jsonl, written atomically; removed when there are no failures."""
+        if not records:
+            self.discard(FAILURES)
+            return
+        self.path.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.path / FAILURES, "".join(json.dumps(record) + "\n" for record in records))
+
+    def _read_lines(self, name: str) -> list[dict[str, Any]]:
         records: list[dict[str, Any]] = []
         try:
-            lines = (self.path / RESULTS).open(encoding="utf-8", newline="\n")
+            lines = (self.path / name).open(encoding="utf-8", newline="\n")
         except FileNotFoundError:
             return records
         with lines:

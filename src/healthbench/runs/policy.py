@@ -20,7 +20,7 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, model_validator
 
 from healthbench.api.client import OPENAI_BASE_URL, ApiClient, Completer
-from healthbench.api.endpoint import EndpointSettings
+from healthbench.api.endpoint import EndpointSettings, pace_store_from_env
 from healthbench.api.wire import Shape, Usage
 from healthbench.data.schema import Message
 from healthbench.errors import PolicyMisuse, RequestFailed
@@ -44,12 +44,14 @@ class PolicyConfig(EndpointSettings):
 
     @classmethod
     def from_env(cls, *, base_url: str | None = None, **values: Any) -> PolicyConfig:
-        """Settings for the policy: URL from the flag or `OPENAI_BASE_URL`, key from `OPENAI_API_KEY`."""
+        """Settings for the policy: URL from the flag or `OPENAI_BASE_URL`, key from `OPENAI_API_KEY`, pace store
+        from `HEALTHBENCH_PACE_STORE` unless given."""
         key = os.environ.get("OPENAI_API_KEY")
+        given = {name: value for name, value in values.items() if value is not None}
         return cls(
             base_url=base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_BASE_URL,
             api_key=SecretStr(key) if key else None,
-            **{name: value for name, value in values.items() if value is not None},
+            **{"pace_store": pace_store_from_env(), **given},
         )
 
     @model_validator(mode="after")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,11 @@ def cost(usage: Usage, model: str, prices: Mapping[str, Price], *, batch: bool |
     return (fresh * fresh_rate + usage.cached_prompt_tokens * cached_rate + usage.completion_tokens * output_rate) / 1e6
 
 
+# Seconds of answers the progress bar's rate is taken over: the span of the pace's own "req/s", so the two
+# figures it shows side by side measure the same stretch of time.
+RATE_SPAN = 5.0
+
+
 class CostMeter:
     """Prices a run's usage for the progress bar, usage.json and the summary line.
 
@@ -118,6 +124,7 @@ class CostMeter:
         self.grader_model = grader_model
         self.policy_model = policy_model
         self.started = time.monotonic()
+        self._seen: deque[tuple[float, int]] = deque()
 
     def _side(self, model: str, parts: Sequence[Usage]) -> dict[str, Any]:
         """Summed tokens of one side, its batch calls, and its cost with each part at its own prices."""
@@ -154,6 +161,12 @@ class CostMeter:
         return text
 
     def progress(self, policy: Usage, grader: Usage) -> str:
-        """Calls per second and cost so far, for the progress bar."""
-        rate = (policy.calls + grader.calls) / max(time.monotonic() - self.started, 1e-9)
-        return f"{rate:.0f} calls/s, {self.describe(self.usage_report(policy, grader))}"
+        """Calls answered per second over the last few seconds (both sides; a reused verdict is no call) and
+        the cost so far, for the progress bar: "answered 58 calls/s, $1.23 so far"."""
+        now, calls = time.monotonic(), policy.calls + grader.calls
+        self._seen.append((now, calls))
+        while len(self._seen) > 1 and self._seen[1][0] <= now - RATE_SPAN:
+            self._seen.popleft()
+        since, before = self._seen[0] if now - self._seen[0][0] >= 1.0 else (self.started, 0)
+        rate = (calls - before) / max(now - since, 1e-9)
+        return f"answered {rate:.0f} calls/s, {self.describe(self.usage_report(policy, grader))} so far"

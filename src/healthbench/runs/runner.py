@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +21,7 @@ from healthbench.grading.aggregate import aggregate_records
 from healthbench.grading.grader import Grader
 from healthbench.grading.sample import grade_sample
 from healthbench.grading.scoring import LengthAdjustment
-from healthbench.runs.folder import METRICS, RunFolder
+from healthbench.runs.folder import METRICS, RunFolder, failure_record
 from healthbench.runs.policy import REFUSED_REPLY, Policy, PromptRefusal, RefusalGuard, misuse, prompt_refusal
 from healthbench.runs.progress import Progress, Quiet
 from healthbench.runs.store import Store
@@ -40,10 +40,12 @@ class Job:
 class RunOutcome:
     """What a run produced: metrics only when every sample was graded; usage is what this session paid;
     `deferred` counts samples left waiting in batches for a later session, `refused` the samples graded with
-    the reference's placeholder for a prompt the model's provider refused."""
+    the reference's placeholder for a prompt the model's provider refused; `failed` holds a failures.jsonl
+    record per failure (which sample, and why)."""
 
     metrics: dict[str, float | int] | None
     failures: list[Exception] = field(default_factory=list)
+    failed: list[dict[str, Any]] = field(default_factory=list)
     deferred: int = 0
     policy_usage: Usage = field(default_factory=Usage)
     grader_usage: Usage = field(default_factory=Usage)
@@ -86,9 +88,10 @@ class ResultSink:
         self._outcome.done += 1
         self._progress.advance(self._describe)
 
-    def fail(self, error: Exception) -> None:
-        """Count a sample that could not be done."""
+    def fail(self, error: Exception, where: Mapping[str, Any] | None = None) -> None:
+        """Count a sample that could not be done; `where` names it (prompt_id, repeat) for failures.jsonl."""
         self._outcome.failures.append(error)
+        self._outcome.failed.append(failure_record(error, where))
         self._progress.advance(self._describe)
 
     def defer(self) -> None:
@@ -196,7 +199,7 @@ async def run_jobs(
                 adjustment=length_adjustment,
             )
         except (SampleError, GradingError) as exc:
-            sink.fail(exc)
+            sink.fail(exc, {"prompt_id": job.row.prompt_id, "repeat": job.repeat})
             return
         except Deferred:
             sink.defer()

@@ -126,12 +126,13 @@ def run_session(
     try:
         store.bind_config(identity)
         built = _build(grader_config, policy, batch, store, progress)
-        started = time.time()
+        started, paid_before = time.time(), store.spent()
         outcome = _run(start, built, store, costs, progress, folder)
-        result = _account(folder, outcome, built, store, costs, samples)
+        result = _account(folder, outcome, built, store, costs, samples, paid_before)
     finally:
         store.close()
     counts = {"seed": seed, "samples": samples, "failed": len(outcome.failures), "deferred": outcome.deferred}
+    folder.write_failures(outcome.failed)
     timing = {"seconds": round(time.time() - started, 3), "cost_usd": result.usage["whole_run"]["cost_usd"]}
     folder.write(RUN, identity | grader_config.describe() | dict(extra or {}) | counts | timing)
     if report is not None:
@@ -195,10 +196,21 @@ def _run(
 
 
 def _account(
-    folder: RunFolder, outcome: RunOutcome, built: _Built, store: Store, costs: CostMeter, samples: int
+    folder: RunFolder,
+    outcome: RunOutcome,
+    built: _Built,
+    store: Store,
+    costs: CostMeter,
+    samples: int,
+    paid_before: tuple[list[Usage], list[Usage]],
 ) -> SessionResult:
-    """Write usage.json: this session's tokens and cost beside the whole run's, and the batches made."""
+    """Write usage.json: this session's tokens and cost beside the whole run's, and the batches made.
+
+    This session's figures are what it added to the store, every call paid for and answered, including those
+    of samples that then failed (a later session reuses them for nothing): so the sessions' figures add up to
+    the whole run's."""
     paid_policy, paid_grader = store.spent()
+    session_policy, session_grader = _since(paid_before[0], paid_policy), _since(paid_before[1], paid_grader)
     batches_made, batch_requests = store.batch_totals()
     submitted = sum(b.batches_submitted for b in built.batchers)
     batches = {
@@ -206,7 +218,7 @@ def _account(
         "whole_run": {"batches": batches_made, "requests": batch_requests},
     }
     usage = {
-        "this_session": costs.usage_report(outcome.policy_usage, outcome.grader_usage),
+        "this_session": costs.usage_report(session_policy, session_grader),
         "whole_run": costs.usage_report(paid_policy, paid_grader),
         "verdict_cache_hits": store.hits,
         "batches": batches,
@@ -224,11 +236,24 @@ def _account(
     )
 
 
+def _since(before: Sequence[Usage], after: Sequence[Usage]) -> list[Usage]:
+    """Each part of `after` (live, batch) less the same part of `before`."""
+    parts = []
+    for old, new in zip(before, after, strict=True):
+        spent = old.as_dict()
+        numbers = {key: value - spent.get(key, 0) for key, value in new.as_dict().items() if key != "batch"}
+        parts.append(Usage(**numbers, batch=new.batch))
+    return parts
+
+
 def status_line(costs: CostMeter, clients: Mapping[str, Completer | None]) -> Callable[[Usage, Usage], str]:
-    """What the progress shows after the counts: calls per second, cost so far, and each live key's pace."""
+    """What the progress shows after the counts: calls answered per second and the cost so far, then each live
+    key's request starts per second (retries included), both over the last five seconds:
+    "answered 58 calls/s, $1.23 so far; started policy+grader: 61 req/s, TPM-bound"."""
 
     def line(policy: Usage, grader: Usage) -> str:
-        return ", ".join(part for part in (costs.progress(policy, grader), describe_pace(clients)) if part)
+        pace = describe_pace(clients)
+        return costs.progress(policy, grader) + (f"; started {pace}" if pace else "")
 
     return line
 

@@ -25,7 +25,6 @@ import uuid
 from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
@@ -35,7 +34,8 @@ from redis.exceptions import RedisError
 
 from healthbench.api.pacing import state
 from healthbench.api.pacing.state import DIMENSIONS, Admission, Effects, Learned, Limits, LocalPace
-from healthbench.errors import PaceStoreUnreachable, SettingsError
+from healthbench.api.pacing.storeurl import redacted, validated
+from healthbench.errors import PaceStoreUnreachable
 
 log = logging.getLogger("healthbench.pacing")
 
@@ -44,7 +44,6 @@ STORE_ERRORS = (RedisError, OSError)
 _TIMEOUT = 1.0  # seconds a store may take to answer before it counts as lost
 _RETRY_EVERY = 2.0  # seconds between two pings of a store that was lost
 _MEMBER_EVERY = 2.0  # seconds between two re-registrations of this process among the key's users
-_SCHEMES = ("redis", "rediss", "unix")
 
 
 def _script(name: str) -> str:
@@ -73,32 +72,12 @@ def _script(name: str) -> str:
 _SCRIPTS = {"admit": _script("admit.lua"), "apply": _script("apply.lua")}
 
 
-def redacted(url: str) -> str:
-    """The URL without its password, for messages and logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = f"{parts.username}:***@" if parts.username else ":***@"
-    host = parts.hostname or ""
-    return urlunsplit(parts._replace(netloc=user + host + (f":{parts.port}" if parts.port else "")))
-
-
-def _validated(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.scheme not in _SCHEMES:
-        raise SettingsError(f"pace store {redacted(url)}: not a Redis URL (redis://HOST:PORT/DB, rediss://, unix://)")
-    # redis-py reads a path that is no number as database 0: a typo would share a pace in the wrong place.
-    if parts.scheme != "unix" and parts.path.strip("/") and not parts.path.strip("/").isdigit():
-        raise SettingsError(f"pace store {redacted(url)}: the database must be a number (redis://HOST:PORT/0)")
-    return url
-
-
 class PaceStore:
     """One Redis server that processes share their paces through; see the module docstring. A client is made
     per running event loop, as the HTTP session is."""
 
     def __init__(self, url: str) -> None:
-        self.url = _validated(url)
+        self.url = validated(url)
         self.name = redacted(url)
         self.member = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"  # this process, among a key's users
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -172,6 +151,17 @@ class PaceStore:
         if self._client is not None and self._loop is asyncio.get_running_loop():
             await self._client.aclose()
         self._client = self._loop = None
+
+
+_STORES: dict[str, PaceStore] = {}
+
+
+def shared_store(url: str) -> PaceStore:
+    """The one `PaceStore` of this process for `url`: every client naming it shares its connections."""
+    store = _STORES.get(url)
+    if store is None:
+        store = _STORES[url] = PaceStore(url)
+    return store
 
 
 class RedisPace:

@@ -93,7 +93,9 @@ class Deployment:
                 self._rows[name, row.prompt_id] = row
             # Built once: the SDK asks for the listing again on every request.
             self._specs[name] = [{"split": name, "prompt_id": row.prompt_id} for row in rows]
-        self._graders = GraderPool(max(config.concurrency for config in self.graders.values()))
+        configs = self.graders.values()
+        ceilings = [config.max_concurrency for config in configs if config.max_concurrency is not None]
+        self._graders = GraderPool(max(config.concurrency for config in configs), max(ceilings, default=None))
 
     def specs(self, split: str) -> list[dict[str, str]]:
         """The task specs of a split, in file order: small, the row stays on the server."""

@@ -3,12 +3,13 @@ criterion, as one self-contained, autoescaped page."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from healthbench.files import write_atomic
 from healthbench.reporting.report.common import settings
+from healthbench.reporting.report.status import counts, status
 from healthbench.runs.folder import AGREEMENT, REPORT, RunFolder
 
 _META_TEMPLATE = """<!DOCTYPE html>
@@ -22,11 +23,24 @@ th{background:#f6f8fa}td.r{text-align:right;font-variant-numeric:tabular-nums}
 .rg{position:relative;width:220px;height:14px;background:#eef1f4;border-radius:3px}
 .rg i{position:absolute;top:3px;height:8px;background:#9ab3e6}.rg b{position:absolute;top:0;width:3px;height:14px;
 background:#cf222e}.rg u{position:absolute;top:1px;width:1px;height:12px;background:#24292f}
+.private{color:#656d76;font-size:12.5px}.banner{background:#fde8e8;color:#cf222e;border:2px solid #cf222e;
+border-radius:8px;padding:12px 16px}.banner ul{color:#1f2328}.fails td{vertical-align:top;overflow-wrap:anywhere}
 </style></head><body>
 <h1>HealthBench meta-evaluation</h1>
+<p class="private" id="private">This page holds HealthBench meta-evaluation conversations and completions verbatim.
+OpenAI asks that HealthBench examples not be posted online in plain text: share the figures, not this page.</p>
+{% if not state.finished %}<div class="banner" id="unfinished" role="alert"><b>This run is not finished: no score.</b>
+<ul>{% for problem in state.problems %}<li>{{ problem }}</li>{% endfor %}</ul>
+Run the same command again on this folder to finish it: nothing already answered is asked again.</div>{% endif %}
 <p>Grader <b>{{ grader }}</b>: macro F1 <b>{{ score }}</b> against physicians' labels over {{ rows }} rows;
 physicians against each other, pooled: <b>{{ physicians }}</b>.</p>
 {% for note in notes %}<p class="note">{{ note }}</p>{% endfor %}
+{% if state.failures %}<h2 id="failures">Failures</h2>
+<p>{{ state.failures|length + state.unlisted }} rows of the last session could not be graded:</p>
+<table class="fails"><tr><th>row</th></tr>{% for f in state.failures %}<tr><td>{{ f.cause }}</td></tr>{% endfor %}
+</table>{% if state.unlisted %}<p>And {{ state.unlisted }} more: failures.jsonl in the run folder lists them all.</p>
+{% endif %}
+{% endif %}
 {% for title, column, groups in tables %}<h2>{{ title }}</h2>
 <table><tr><th>{{ column }}</th><th>rows</th><th>physician labels</th><th>grader F1</th><th>physicians pooled</th>
 <th>physicians min / median / max (n)</th><th>grader (red) in physicians' range (0 to 1)</th></tr>
@@ -69,15 +83,21 @@ def _meta_group(figures: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def render_meta_report(metrics: Mapping[str, Any], agreement: Mapping[str, Any], run: Mapping[str, Any]) -> str:
-    """The report of a meta-eval run (metrics.json, agreement.json, run.json; each may be empty) as one
-    self-contained, autoescaped HTML page."""
+def render_meta_report(
+    metrics: Mapping[str, Any],
+    agreement: Mapping[str, Any],
+    run: Mapping[str, Any],
+    results: Sequence[Mapping[str, Any]] = (),
+    failures: Sequence[Mapping[str, Any]] = (),
+) -> str:
+    """The report of a meta-eval run (metrics.json, agreement.json, run.json, the records of results.jsonl
+    and failures.jsonl; each may be empty) as one self-contained, autoescaped HTML page; a run that is not
+    finished says what is missing and lists the rows that could not be graded."""
     from jinja2 import Environment
 
     notes = []
-    if not metrics:
-        notes.append("No figures: metrics.json is missing (a run writes it only once every row is graded).")
-    elif "score" not in metrics:
+    state = status(run, metrics, results, counts(run, results), failures, unit="rows")
+    if metrics and "score" not in metrics:
         notes.append("The grader's macro F1 is undefined: it gave the same verdict on every row.")
     pooled = [
         (f"{metric} {cls}", *(_figure(metrics.get(f"pairwise_{who}_{metric}_{cls}")) for who in ("model", "physician")))
@@ -98,8 +118,9 @@ def render_meta_report(metrics: Mapping[str, Any], agreement: Mapping[str, Any],
             grader=run.get("grader_model", "unknown"),
             score=_figure(metrics.get("score")) or "undefined",
             physicians=_figure(metrics.get("pairwise_physician_f1_balanced")) or "undefined",
-            rows=metrics.get("score:n_samples", 0),
+            rows=metrics.get("score:n_samples", len(results)),
             notes=notes,
+            state=state,
             tables=tables,
             pooled=pooled,
             settings=settings(run),
@@ -110,5 +131,11 @@ def render_meta_report(metrics: Mapping[str, Any], agreement: Mapping[str, Any],
 def write_meta_report(out_dir: Path) -> Path:
     """Render `out_dir/report.html` of a meta-eval run from its metrics.json, agreement.json and run.json."""
     folder = RunFolder(out_dir)
-    html = render_meta_report(folder.read_metrics(), folder.read_json(AGREEMENT), folder.read_run())
+    html = render_meta_report(
+        folder.read_metrics(),
+        folder.read_json(AGREEMENT),
+        folder.read_run(),
+        folder.read_results(),
+        folder.read_failures(),
+    )
     return write_atomic(folder / REPORT, html)

@@ -4,7 +4,7 @@ run settings and the per-task drill-down, rendered from report.html.j2."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -20,6 +20,8 @@ from healthbench.grading.scoring import LENGTH_ADJUSTED, LengthAdjustment
 from healthbench.reporting.compare import example_prefixes
 from healthbench.reporting.report.charts import charts, interval, metric_rows, worst_curve
 from healthbench.reporting.report.common import settings
+from healthbench.reporting.report.spending import spending
+from healthbench.reporting.report.status import counts, status
 from healthbench.reporting.report.tasks import task
 from healthbench.runs.folder import METRICS, REPORT, RESULTS, RunFolder
 from healthbench.runs.policy import REFUSED_REPLY
@@ -27,7 +29,6 @@ from healthbench.runs.policy import REFUSED_REPLY
 if TYPE_CHECKING:
     from jinja2 import Template
 
-USAGE_FIELDS = ("calls", "prompt_tokens", "cached_prompt_tokens", "completion_tokens", "reasoning_tokens")
 # Set by `rebuild` when it rescores with other settings than the run was graded with.
 GRADED_WITH = "length_adjustment_when_graded"
 
@@ -68,40 +69,6 @@ def _run_adjustment(run: Mapping[str, Any], notes: list[str]) -> LengthAdjustmen
         return None
 
 
-def _usage_totals(usages: Iterable[Any]) -> dict[str, int] | None:
-    """Field-wise sums of the usage dicts present; None when there are none."""
-    totals: dict[str, int] | None = None
-    for usage in usages:
-        if isinstance(usage, Mapping):
-            totals = totals or dict.fromkeys(USAGE_FIELDS, 0)
-            for field in USAGE_FIELDS:
-                totals[field] += int(usage.get(field, 0) or 0)
-    return totals
-
-
-def _usage(run: Mapping[str, Any], results: Sequence[Mapping[str, Any]], key: str) -> dict[str, int] | None:
-    """The run's total when run.json has it, else the sum over the samples."""
-    return _usage_totals([run[key]] if key in run else (record.get(key) for record in results))
-
-
-def _spending(spent: Mapping[str, Any]) -> list[tuple[str, str, str, str, str]]:
-    """Per side of the whole run: who, model, calls, calls made in batches, and USD."""
-    rows = []
-    for who in ("policy", "grader"):
-        side = (spent.get("whole_run") or {}).get(who)
-        if isinstance(side, Mapping) and side.get("calls"):
-            cost = side.get("cost_usd")
-            price = _dollars(cost) if isinstance(cost, int | float) else "unpriced"
-            calls, batched = int(side["calls"]), int(side.get("batch_calls") or 0)
-            rows.append((who, str(side.get("model", "")), f"{calls:,}", f"{batched:,}", price))
-    return rows
-
-
-def _dollars(cost: float) -> str:
-    # Cents hide the cost of a small run, so small amounts keep four decimals.
-    return f"${cost:,.2f}" if cost >= 1 else f"${cost:.4f}"
-
-
 @cache
 def _template() -> Template:
     # Deferred: jinja2 costs 0.1 s of import, which every other CLI command would pay.
@@ -117,21 +84,23 @@ def render_report(
     results: Sequence[Mapping[str, Any]],
     run: Mapping[str, Any],
     spent: Mapping[str, Any] | None = None,
+    failures: Sequence[Mapping[str, Any]] = (),
 ) -> str:
     """The report of one run as a self-contained HTML document.
 
     `metrics` is metrics.json (may be empty for an incomplete run), `results` the records of results.jsonl
-    in any order, `run` run.json, `spent` usage.json; every key of `run` and `spent` and every field beyond
-    `prompt_id` is optional. The headline is length-adjusted when metrics.json has the adjusted score (or,
-    without metrics, when run.json records a length adjustment); its settings come from run.json.
+    in any order, `run` run.json, `spent` usage.json, `failures` the records of failures.jsonl; every key of
+    `run` and `spent` and every field beyond `prompt_id` is optional. The headline is length-adjusted when
+    metrics.json has the adjusted score (or, without metrics, when run.json records a length adjustment); its
+    settings come from run.json. A run that is not finished says what is missing and lists its failures.
     """
     notes: list[str] = []
     adjustment = _run_adjustment(run, notes)
     adjusted = LENGTH_ADJUSTED in metrics or (not metrics and adjustment is not None)
     headline = _figure(metrics, "score") if "score" in metrics else _figure(metrics, "overall_score")
-    if headline.value is None:
-        notes.append("No score: metrics.json is missing or empty (a run writes it only once every task is graded).")
-    elif headline.n is not None and headline.n != len(results):
+    tally = counts(run, results)
+    state = status(run, metrics, results, tally, failures, unit="samples" if tally.repeats > 1 else "tasks")
+    if headline.n is not None and headline.n != len(results):
         notes.append(f"metrics.json covers {headline.n} samples but results.jsonl holds {len(results)}.")
     if metrics and not adjusted and adjustment is not None:
         notes.append(
@@ -153,13 +122,18 @@ def render_report(
     prefixes = example_prefixes(results, metrics)
     ordered = sorted(results, key=lambda r: (str(r.get("prompt_id", "")), int(r.get("repeat") or 0)))
     tasks = [
-        task(i, record, prefix=prefixes[0] if prefixes else None, adjustment=adjustment, adjusted_headline=adjusted)
+        task(
+            i,
+            record,
+            prefix=prefixes[0] if prefixes else None,
+            adjustment=adjustment,
+            adjusted_headline=adjusted,
+            repeat=tally.repeat,
+        )
         for i, record in enumerate(ordered)
     ]
     grader_models = sorted({str(r["grader_model"]) for r in results if r.get("grader_model")})
     policy_models = sorted({str(r["policy_model"]) for r in results if r.get("policy_model")})
-    usage = [(who, _usage(run, results, key)) for who, key in (("grader", "usage"), ("policy", "policy_usage"))]
-    cost = run.get("cost_usd")
     refused = sum(1 for record in results if record.get("policy_error"))
     return _template().render(
         headline=headline,
@@ -168,14 +142,12 @@ def render_report(
         unadjusted=_figure(metrics, "overall_score") if adjusted else None,
         official=run.get("official_configuration"),
         differences=[str(Difference.read(d)) for d in run.get("official_differences") or []],
-        n_samples=headline.n if headline.n is not None else len(results),
+        counts=tally,
+        state=state,
         grader_model=run.get("grader_model") or ", ".join(grader_models) or "unknown",
         policy_model=run.get("model") or ", ".join(policy_models) or None,
         template_sha256=run.get("template_sha256"),
-        cost=_dollars(cost) if isinstance(cost, int | float) else None,
-        usage=[(who, totals) for who, totals in usage if totals is not None],
-        usage_fields=USAGE_FIELDS,
-        spending=_spending(spent or {}),
+        spending=spending(spent or {}, run, results),
         notes=notes,
         charts=charts(metrics, prefixes),
         curve=worst_curve(metrics),
@@ -196,7 +168,9 @@ def write_report(out_dir: Path) -> Path:
     written to a temporary file and renamed, so a reader never sees half of it.
     """
     folder = RunFolder(out_dir)
-    html = render_report(folder.read_metrics(), folder.read_results(), folder.read_run(), folder.read_usage())
+    html = render_report(
+        folder.read_metrics(), folder.read_results(), folder.read_run(), folder.read_usage(), folder.read_failures()
+    )
     return write_atomic(folder / REPORT, html)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,13 +27,14 @@ class Task:
     """One drill-down row; the fields older runs did not write are empty.
 
     `score` is the task's headline score (length-adjusted when the run's headline is), `raw_score` the
-    unadjusted one, `adjusted` the length-adjusted one or None, and `chars` the reply's length. `refusal`
+    unadjusted one, `adjusted` the length-adjusted one or None, and `chars` the reply's length. `repeat`
+    names the sample among its task's ("repeat 2 of 3"; "" without repeats). `refusal`
     is the provider's error when the model refused the prompt (the reply graded is then a placeholder).
     """
 
     index: int
     id: str
-    repeat: int | None
+    repeat: str
     slice: str
     score: float | None
     raw_score: float | None
@@ -76,6 +77,7 @@ def task(
     prefix: str | None,
     adjustment: LengthAdjustment | None,
     adjusted_headline: bool,
+    repeat: Callable[[int | None], str] = lambda _: "",
 ) -> Task:
     """A drill-down row of one results.jsonl record; with `adjustment` the adjusted score is computed
     afresh from the reply, else the record's own `length_adjusted_score` is shown when it has one."""
@@ -93,11 +95,11 @@ def task(
         for m in record.get("prompt") or []
         if isinstance(m, Mapping)
     ]
-    repeat = record.get("repeat")
+    number = record.get("repeat")
     return Task(
         index=index,
         id=str(record.get("prompt_id", "")),
-        repeat=int(repeat) if repeat is not None else None,
+        repeat=repeat(int(number) if isinstance(number, int) else None),
         slice=slice_of(record, prefix),
         score=score,
         raw_score=raw_score,

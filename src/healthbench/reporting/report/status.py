@@ -1,0 +1,173 @@
+"""Where a run stands, as its page says it: how many samples of how many tasks and repeats are graded, whether
+the run is finished, and, when it is not, what is missing and why (from failures.jsonl).
+
+A run is finished when metrics.json has a score and run.json counts no failed or deferred sample; anything
+else gets a banner saying what is missing, and the failures of the last session are listed by cause and by
+sample.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# Failed samples listed one by one, at most; failures.jsonl holds them all.
+MAX_LISTED = 1000
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Samples graded (lines of results.jsonl), of how many tasks and repeats, against what run.json planned.
+
+    `planned`, `failed` and `deferred` are run.json's `samples`, `failed` and `deferred` (None when run.json
+    does not say); `reference` is True for a baseline of reference completions, whose repeats are the
+    completions of a task.
+    """
+
+    samples: int
+    tasks: int
+    repeats: int
+    planned: int | None
+    failed: int
+    deferred: int
+    reference: bool = False
+
+    @property
+    def unreached(self) -> int:
+        """Planned samples neither graded, failed nor deferred: the session stopped before it got to them."""
+        if self.planned is None:
+            return 0
+        return max(0, self.planned - self.samples - self.failed - self.deferred)
+
+    @property
+    def graded(self) -> str:
+        """What was graded: "200 samples graded: 100 tasks, 2 repeats each", "100 tasks graded", or, for a
+        run not finished, "171 of 200 samples graded (100 tasks, 2 repeats each)"."""
+        per = "reference completions" if self.reference else "repeats"
+        planned = self.planned if self.planned != self.samples else None
+        if self.repeats <= 1:
+            of = "" if planned is None else f" of {planned:,}"
+            return f"{self.samples:,}{of} task{'s' * (self.samples != 1 or bool(of))} graded"
+        if planned is not None:
+            tasks = planned // self.repeats if planned % self.repeats == 0 else None
+            shape = f" ({tasks:,} tasks, {self.repeats} {per} each)" if tasks else ""
+            return f"{self.samples:,} of {planned:,} samples graded{shape}"
+        if self.samples == self.tasks * self.repeats:
+            return f"{self.samples:,} samples graded: {self.tasks:,} tasks, {self.repeats} {per} each"
+        return f"{self.samples:,} samples graded, of {self.tasks:,} tasks (up to {self.repeats} {per} each)"
+
+    def repeat(self, index: int | None) -> str:
+        """A sample's repeat as a reader counts it: "repeat 1 of 2"; "" for a run without repeats."""
+        if index is None or self.repeats <= 1:
+            return ""
+        return f"{'reference completion' if self.reference else 'repeat'} {index + 1} of {self.repeats}"
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def counts(run: Mapping[str, Any], results: Sequence[Mapping[str, Any]]) -> Counts:
+    """The counts of a run from its run.json and results.jsonl records."""
+    repeats = [r for r in (_int(record.get("repeat")) for record in results) if r is not None]
+    n_repeats = _int(run.get("n_repeats")) or (max(repeats) + 1 if repeats else 1)
+    return Counts(
+        samples=len(results),
+        tasks=len({str(record.get("prompt_id", "")) for record in results}),
+        repeats=max(n_repeats, max(repeats, default=0) + 1),
+        planned=_int(run.get("samples")),
+        failed=_int(run.get("failed")) or 0,
+        deferred=_int(run.get("deferred")) or 0,
+        reference=run.get("command") == "baseline" and bool(run.get("references")),
+    )
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One failed sample as listed: task, repeat (as words), rubric item and cause."""
+
+    task: str
+    repeat: str
+    criterion: str
+    cause: str
+
+
+@dataclass(frozen=True)
+class Status:
+    """What the page says of the run's state: `finished`, the banner's lines when it is not, and the failures
+    of the last session (grouped by cause, then listed)."""
+
+    finished: bool
+    problems: list[str]
+    causes: list[tuple[str, int]]
+    failures: list[Failure]
+    unlisted: int
+
+
+def status(
+    run: Mapping[str, Any],
+    metrics: Mapping[str, Any],
+    results: Sequence[Mapping[str, Any]],
+    tally: Counts,
+    failures: Sequence[Mapping[str, Any]],
+    *,
+    unit: str = "samples",
+) -> Status:
+    """Whether the run is finished and, when it is not, what is missing: failed samples (from failures.jsonl),
+    samples waiting on batches, samples the session never reached."""
+
+    def many(n: int) -> str:
+        return f"{n:,} {unit if n != 1 else unit.removesuffix('s')}"
+
+    problems = []
+    if not run:
+        problems.append(
+            f"run.json is missing: the run's first session did not end (it was killed or interrupted); "
+            f"{many(tally.samples)} graded before it stopped"
+        )
+    elif tally.planned is not None:
+        problems.append(f"{tally.samples:,} of {many(tally.planned)} graded")
+    if tally.failed:
+        problems.append(f"{many(tally.failed)} could not be graded: see Failures below for which and why")
+    if tally.deferred:
+        problems.append(f"{many(tally.deferred)} still waiting on batches")
+    if tally.unreached:
+        problems.append(f"{many(tally.unreached)} not reached: the last session stopped before")
+    if not metrics:
+        problems.append("metrics.json is missing: a run writes it only once every sample is graded")
+    finished = bool(metrics) and not (tally.failed or tally.deferred or tally.unreached)
+    # A failure of an earlier session whose sample a later one graded (before it was killed) is stale.
+    done = {(str(record.get("prompt_id", "")), _int(record.get("repeat")) or 0) for record in results}
+    ordered = sorted(failures, key=lambda f: (str(f.get("prompt_id", "")), _int(f.get("repeat")) or 0))
+    listed = [
+        Failure(
+            task=str(f.get("prompt_id", "")),
+            repeat=tally.repeat(_int(f.get("repeat"))),
+            criterion=str(f.get("criterion", "")),
+            cause=str(f.get("cause") or f.get("error", "")),
+        )
+        for f in ordered
+        if "repeat" not in f or (str(f.get("prompt_id", "")), _int(f.get("repeat")) or 0) not in done
+    ]
+    causes = Counter(failure.cause for failure in listed).most_common()
+    return Status(finished, [] if finished else problems, causes, listed[:MAX_LISTED], max(0, len(listed) - MAX_LISTED))
+
+
+def unfinished(run: Mapping[str, Any], results: Sequence[Mapping[str, Any]]) -> str | None:
+    """What keeps a run from being scored, in words ("29 samples could not be graded"), or None when every
+    sample it planned is graded. A folder without run.json is a first session that never ended."""
+    if not run:
+        return "run.json is missing: its first session did not end"
+    tally = counts(run, results)
+    missing = [
+        f"{n:,} sample{'s' * (n != 1)} {why}"
+        for n, why in (
+            (tally.failed, "could not be graded"),
+            (tally.deferred, "still waiting on batches"),
+            (tally.unreached, "not reached"),
+        )
+        if n
+    ]
+    return "; ".join(missing) or None
