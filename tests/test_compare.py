@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from healthbench.cli import main
 from healthbench.grading.scoring import PROFESSIONAL_LENGTH_ADJUSTMENT
 from healthbench.reporting.compare import compare_dirs, compare_runs, format_comparison
 from healthbench.runs.folder import RunFolder
@@ -208,3 +210,51 @@ def test_a_run_rescored_after_grading_is_adjusted_from_its_replies() -> None:
         compare_runs(A, A, run_b={"length_adjustment": PRO})
     with pytest.raises(ValueError, match=r"run A: run.json: field length_adjustment"):
         compare_runs(A, A, run_a={"length_adjustment": {"center": 2000}})
+
+
+def test_means_are_clipped_as_metrics_json_clips_them_and_differences_are_not() -> None:
+    # Task scores can fall below 0 (penalties) and a length-adjusted one can rise above 1.
+    a = [record("p1", -0.5, theme__x=-0.5), record("p2", -0.25, theme__x=-0.25)]
+    b = [record("p1", 0.25, theme__x=0.25), record("p2", -0.25, theme__x=-0.25)]
+    result = compare_runs(a, b)
+    overall = result["metrics"]["overall_score"]
+    assert (overall["mean_a"], overall["mean_b"]) == (0.0, 0.0)  # as metrics.json would show each run
+    assert (overall["mean_a_unclipped"], overall["mean_b_unclipped"]) == (-0.375, 0.0)
+    assert overall["diff"] == 0.375 == overall["mean_b_unclipped"] - overall["mean_a_unclipped"]
+    assert overall["clipped"] is True
+    high = compare_runs(adjusted(A, 0.5), adjusted(A, 0.0), run_a={"length_adjustment": PRO})["metrics"]["score"]
+    assert high["mean_a"] == 1.0 and high["mean_a_unclipped"] > 1.0 and high["mean_b"] < 1.0
+    text = format_comparison(result)
+    assert "0.000    0.000   +0.375" in text and text.count("] ^") == 2  # overall_score and theme:x
+    assert "B - A is not mean B - mean A" in text
+    plain = compare_runs(A, B)
+    assert not any(m["clipped"] for m in plain["metrics"].values())
+    assert "^ marks" not in format_comparison(plain) and "Means are clipped to [0, 1]" in format_comparison(plain)
+
+
+def write_run(folder: Path, records: list[dict[str, Any]], run: dict[str, Any] | None = None) -> Path:
+    folder.mkdir()
+    (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    if run is not None:
+        (folder / "run.json").write_text(json.dumps(run), encoding="utf-8")
+    return folder
+
+
+def test_the_table_and_json_name_run_a_and_run_b(tmp_path: Path) -> None:
+    first, second = write_run(tmp_path / "gpt-4.1", A), write_run(tmp_path / "o3", B)
+    result = compare_dirs(first, second, n_bootstrap=20)
+    assert (result["a"], result["b"]) == (str(first), str(second))
+    text = format_comparison(result)
+    assert text.startswith(f"A: {first}\nB: {second}\n")
+    cli = CliRunner().invoke(main, ["compare", str(first), str(second), "--json", "--n-bootstrap", "20"])
+    assert cli.exit_code == 0, cli.output
+    assert (json.loads(cli.output)["a"], json.loads(cli.output)["b"]) == (str(first), str(second))
+
+
+def test_a_meta_eval_run_or_an_empty_folder_is_refused_by_name(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "run", A)
+    meta = write_run(tmp_path / "meta", [{"prompt_id": "p1", "index": i} for i in range(2)], {"command": "meta-eval"})
+    (empty := tmp_path / "empty").mkdir()
+    for other, said in ((meta, f"{meta}: a meta-eval run grades the grader"), (empty, f"{empty}/results.jsonl: no")):
+        result = CliRunner().invoke(main, ["compare", str(run), str(other)])
+        assert result.exit_code == 1 and said in result.output and "Traceback" not in result.output

@@ -1,9 +1,15 @@
 """Comparing two graded runs sample by sample.
 
 Two runs on the same tasks are compared on paired samples, keyed by (prompt_id, repeat), so each task is
-measured against itself and task difficulty cancels out. The interval is a percentile bootstrap over pairs
-of the mean difference B - A; per-task values are not clipped, unlike the headline aggregates, because a
-difference of clipped means would hide how far below zero a run went.
+measured against itself and task difficulty cancels out. Run A is the first folder given, B the second; the
+result names both. The interval is a percentile bootstrap over pairs of the mean difference B - A.
+
+What is clipped: each run's mean (`mean_a`, `mean_b`) is clipped to [0, 1], as metrics.json, the report and
+the leaderboard clip theirs, so the same run shows the same figure everywhere. The per-task values and their
+differences are not: `diff` is the mean of the unclipped per-task differences B - A (and the interval is
+its interval), because a difference of clipped means would hide how far below zero a run went. Where
+clipping changed a mean, `diff` is not `mean_b - mean_a`; `mean_a_unclipped` and `mean_b_unclipped` are the
+means it is the difference of, and `clipped` says so.
 
 The headline is compared as each run scores it: per task the `length_adjusted_score` when the run carries
 one (or, for a run rescored after grading, the score adjusted with its run.json's settings), else the
@@ -20,7 +26,7 @@ from typing import Any
 from healthbench.data.tags import EXAMPLE_FAMILIES, UNSLICED_FAMILIES
 from healthbench.errors import DataError
 from healthbench.grading.scoring import LengthAdjustment
-from healthbench.runs.folder import RunFolder
+from healthbench.runs.folder import RESULTS, RunFolder
 
 ADJUSTED = "length_adjusted_score"
 
@@ -46,6 +52,10 @@ def example_prefixes(records: Iterable[Mapping[str, Any]], metric_names: Iterabl
         found - UNSLICED_FAMILIES,
         key=lambda p: (EXAMPLE_FAMILIES.index(p) if p in EXAMPLE_FAMILIES else known, p),
     )
+
+
+def _clip(value: float) -> float:
+    return min(max(value, 0.0), 1.0)
 
 
 def _by_key(records: Sequence[Mapping[str, Any]], side: str) -> dict[Key, Mapping[str, Any]]:
@@ -131,21 +141,25 @@ def compare_runs(
     n_bootstrap: int = 1000,
     run_a: Mapping[str, Any] | None = None,
     run_b: Mapping[str, Any] | None = None,
+    names: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     """Compare run B to run A on samples paired by (prompt_id, repeat or 0); `run_a` and `run_b` are the
-    runs' run.json, which say how a length-adjusted headline was adjusted.
+    runs' run.json, which say how a length-adjusted headline was adjusted, and `names` what to call the runs
+    (their folders).
 
-    Returns `n_pairs`, `only_a`, `only_b` (unpaired sample counts), `seed`, `n_bootstrap`, `headline` (the
+    Returns `a` and `b` (the runs' names, or None), `n_pairs`, `only_a`, `only_b` (unpaired sample counts),
+    `seed`, `n_bootstrap`, `headline` (the
     metric that is the headline: `score` when either run is length-adjusted, else `overall_score`),
     `headlines` (per run, `length_adjusted` and its `length_adjustment` settings), `headline_mismatch` (None,
     or a sentence saying how the two headlines differ), and `metrics`: for the headline `score` (per task
     the `length_adjusted_score` where a run carries one, else the score adjusted with the run's
     `length_adjustment` where it has one, else the `score`), `overall_score`, each
     example-tag slice (`theme:*`; `use_case:*`, `type:*`, ... for HealthBench Professional) and each
-    `axis:*` metric, over the pairs where both samples have it, `{n, mean_a, mean_b, diff, ci_low, ci_high}`
-    with `diff` the mean of B - A and [ci_low, ci_high] its 95% percentile bootstrap interval (pairs
-    resampled with replacement). Pairs are taken in key order, so the result does not depend on the order of
-    the records.
+    `axis:*` metric, over the pairs where both samples have it, `{n, mean_a, mean_b, diff, ci_low, ci_high,
+    mean_a_unclipped, mean_b_unclipped, clipped}`: each run's mean clipped to [0, 1] as metrics.json clips it,
+    `diff` the mean of the unclipped per-task differences B - A and [ci_low, ci_high] its 95% percentile
+    bootstrap interval (pairs resampled with replacement), and `clipped` whether clipping changed either
+    mean. Pairs are taken in key order, so the result does not depend on the order of the records.
     """
     import numpy as np  # deferred: numpy costs 0.5 s of CLI start-up, and only this function needs it
 
@@ -179,15 +193,21 @@ def compare_runs(
         rng = np.random.default_rng(seed)
         means = diffs[rng.integers(0, len(diffs), size=(n_bootstrap, len(diffs)))].mean(axis=1)
         low, high = np.percentile(means, [2.5, 97.5])
+        mean_a, mean_b = float(array[:, 0].mean()), float(array[:, 1].mean())
         metrics[name] = {
             "n": len(diffs),
-            "mean_a": float(array[:, 0].mean()),
-            "mean_b": float(array[:, 1].mean()),
+            "mean_a": _clip(mean_a),
+            "mean_b": _clip(mean_b),
             "diff": float(diffs.mean()),
             "ci_low": float(low),
             "ci_high": float(high),
+            "mean_a_unclipped": mean_a,
+            "mean_b_unclipped": mean_b,
+            "clipped": _clip(mean_a) != mean_a or _clip(mean_b) != mean_b,
         }
     return {
+        "a": names[0] if names else None,
+        "b": names[1] if names else None,
         "n_pairs": len(pairs),
         "only_a": len(keyed_a) - len(pairs),
         "only_b": len(keyed_b) - len(pairs),
@@ -200,17 +220,33 @@ def compare_runs(
     }
 
 
+def _read(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A run folder's results and run.json; a DataError naming the folder for one that cannot be compared."""
+    folder = RunFolder(path)
+    run = folder.read_run()
+    if run.get("command") == "meta-eval":
+        raise DataError(
+            f"{path}: a meta-eval run grades the grader, not a model; compare takes runs of grade, eval or baseline"
+        )
+    results = folder.read_results()
+    if not results:
+        raise DataError(f"{folder / RESULTS}: no results to compare")
+    return results, run
+
+
 def compare_dirs(run_a: str | Path, run_b: str | Path, *, seed: int = 0, n_bootstrap: int = 1000) -> dict[str, Any]:
-    """`compare_runs` on two run folders: their results.jsonl, and their run.json when present."""
-    a, b = RunFolder(Path(run_a)), RunFolder(Path(run_b))
-    return compare_runs(
-        a.read_results(), b.read_results(), seed=seed, n_bootstrap=n_bootstrap, run_a=a.read_run(), run_b=b.read_run()
-    )
+    """`compare_runs` on two run folders, A and B as named: their results.jsonl, and their run.json when
+    present."""
+    (a, meta_a), (b, meta_b) = _read(Path(run_a)), _read(Path(run_b))
+    names = (str(run_a), str(run_b))
+    return compare_runs(a, b, seed=seed, n_bootstrap=n_bootstrap, run_a=meta_a, run_b=meta_b, names=names)
 
 
 def format_comparison(result: Mapping[str, Any]) -> str:
-    """A plain-text table of a `compare_runs` result; `*` marks an interval that excludes zero."""
-    head = (
+    """A plain-text table of a `compare_runs` result; `*` marks an interval that excludes zero, `^` a row where
+    clipping a mean to [0, 1] changed it."""
+    names = "".join(f"{side.upper()}: {result[side]}\n" for side in ("a", "b") if result.get(side))
+    head = names + (
         f"{result['n_pairs']} paired samples; {result['only_a']} only in A, {result['only_b']} only in B "
         f"(95% bootstrap interval of the mean difference, {result['n_bootstrap']} resamples, seed {result['seed']})"
     )
@@ -226,10 +262,16 @@ def format_comparison(result: Mapping[str, Any]) -> str:
     width = max(len("metric"), *(len(name) for name in metrics))
     lines = [head, "", f"{'metric':<{width}}  {'n':>5}  {'mean A':>7}  {'mean B':>7}  {'B - A':>7}  95% interval"]
     for name, m in metrics.items():
-        marker = " *" if m["ci_low"] > 0 or m["ci_high"] < 0 else ""
+        marker = (" *" if m["ci_low"] > 0 or m["ci_high"] < 0 else "") + (" ^" if m.get("clipped") else "")
         lines.append(
             f"{name:<{width}}  {m['n']:>5}  {m['mean_a']:>7.3f}  {m['mean_b']:>7.3f}  {m['diff']:>+7.3f}  "
             f"[{m['ci_low']:+.3f}, {m['ci_high']:+.3f}]{marker}"
         )
-    lines.append("* the interval excludes zero")
+    clipped = any(m.get("clipped") for m in metrics.values())
+    lines += [
+        "* the interval excludes zero",
+        "Means are clipped to [0, 1] as in metrics.json; B - A and its interval are of the unclipped per-task "
+        "differences"
+        + ("; ^ marks a row where clipping changed a mean, so B - A is not mean B - mean A." if clipped else "."),
+    ]
     return "\n".join(lines) + "\n"
