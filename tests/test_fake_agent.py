@@ -70,3 +70,31 @@ def test_the_responses_api_calls_answer_then_replies_in_text(fake: FakeOpenAI) -
     assert [item.type for item in first.output] == ["function_call"]
     assert call.name == "answer" and json.loads(call.arguments) == {"response": answer_reply(prompt)}
     assert [item.type for item in second.output] == ["message"] and second.output_text
+
+
+def test_a_streamed_answer_is_the_unstreamed_one_in_chunks(fake: FakeOpenAI) -> None:
+    messages: list[Any] = [{"role": "user", "content": "Is a fever of 39 C dangerous?"}]
+
+    async def run() -> list[Any]:
+        client = openai.AsyncOpenAI(api_key="sk-fake", base_url=fake.base_url)
+        try:
+            plain = await client.chat.completions.create(model="m", messages=messages)
+            options = {"include_usage": True}
+            stream = await client.chat.completions.create(
+                model="m", messages=messages, stream=True, stream_options=options
+            )
+            chunks = [chunk async for chunk in stream]
+            called = await client.chat.completions.create(model="m", messages=messages, tools=CHAT_TOOLS, stream=True)
+            return [plain, chunks, [chunk async for chunk in called]]
+        finally:
+            await client.close()
+
+    plain, chunks, called = asyncio.run(run())
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == plain.choices[0].message.content == policy_reply(messages)
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+    assert chunks[-1].choices == [] and chunks[-1].usage.total_tokens == plain.usage.total_tokens
+    [call] = [t for c in called if c.choices for t in c.choices[0].delta.tool_calls or ()]
+    assert call.function.name == "answer"
+    assert json.loads(call.function.arguments) == {"response": answer_reply(messages[0]["content"])}
+    assert called[-1].choices[0].finish_reason == "tool_calls"

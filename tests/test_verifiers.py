@@ -2,13 +2,18 @@
 rollout through verifiers' interception server to the loopback fake, the reward is graded by this project's
 grader on the same fake, and every reward equals `healthbench grade` on the same replies.
 
-The rollouts use a harness defined here that sends the task's messages to the interception endpoint once,
-in process: the shipped `null` harness runs the same exchange as a uv script, which would need uv and PyPI.
+The rollouts run the harness `vf-eval` uses by default, the shipped `null` harness: its chat program, a uv
+script, in a process of its own. uv would fetch itself and the script's packages from the network on first use;
+`scripts/dev test` puts uv in this venv and the packages' wheels in `<venv>/wheelhouse`, and the tests point uv
+there, offline. Fifty sample tasks use a harness defined here instead, which sends the task's messages to the
+interception endpoint once, in process (the same exchange, without fifty interpreter start-ups).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sys
 import types
 from pathlib import Path
@@ -33,6 +38,7 @@ from tests.reference import KEY, made_up_rows
 from tests.test_grade_cli import grade
 
 HARNESS = "healthbench_test_loopback_harness"
+WHEELS = Path(sys.prefix) / "wheelhouse"
 
 
 class LoopbackHarnessConfig(vf.HarnessConfig):  # type: ignore[misc]
@@ -85,14 +91,28 @@ def _setting(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "argv", list(sys.argv))
 
 
-def run(tmp: Path, fake: FakeOpenAI, *options: str) -> list[dict[str, Any]]:
-    """`vf-eval healthbench ...` with policy and grader on the fake; the one trace of each episode."""
+@pytest.fixture
+def shipped_harness(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The null harness's uv, and its chat program's packages, from this venv: no network."""
+    uv = Path(sys.executable).parent / "uv"
+    if not uv.is_file() or not (WHEELS / ".done").is_file():
+        pytest.skip(f"no uv or no {WHEELS} beside {sys.executable}: `bash scripts/dev test` provides them")
+    monkeypatch.setenv("PATH", f"{uv.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("UV_NO_INDEX", "1")
+    monkeypatch.setenv("UV_FIND_LINKS", str(WHEELS))
+    monkeypatch.setenv("UV_PYTHON_DOWNLOADS", "never")
+    assert shutil.which("uv") == str(uv)
+
+
+def run(tmp: Path, fake: FakeOpenAI, *options: str, harness: str = "null") -> list[dict[str, Any]]:
+    """`vf-eval healthbench ...` with policy and grader on the fake, the rollouts by `harness` (the default one,
+    unless the stand-in is named); the one trace of each episode."""
     assert fake.base_url
     out = tmp / "vf"
     vf_eval(
         [
             *("healthbench", "--env.taskset.task.grader-base-url", fake.base_url, *options),
-            *("--env.agent.harness.id", HARNESS, "--model", "policy"),
+            *("--env.agent.harness.id", harness, "--model", "policy"),
             *("--client.base-url", fake.base_url, "--client.api-key-var", "FAKE_API_KEY"),
             *("--no-rich", "--no-push", "--output-dir", str(out)),
         ]
@@ -124,8 +144,9 @@ def check_against_grade(tmp: Path, data: Path, traces: list[dict[str, Any]], bas
         assert trace["info"]["healthbench"]["rubric_items"] == graded["rubric_items"]
 
 
+@pytest.mark.usefixtures("shipped_harness")
 def test_vf_eval_rewards_equal_healthbench_grade(tmp_path: Path, fake: FakeOpenAI) -> None:
-    rows = made_up_rows()
+    rows = made_up_rows()[:8]  # each rollout of the shipped harness starts an interpreter: a few, the multi-turn one
     data = write_jsonl(tmp_path / "rows.jsonl", rows)
     traces = run(tmp_path, fake, "--env.taskset.data", str(data))
     assert len(traces) == len(rows)
@@ -136,17 +157,19 @@ def test_vf_eval_rewards_equal_healthbench_grade(tmp_path: Path, fake: FakeOpenA
         (m["role"], m["content"]) for m in rows[1]["prompt"]
     ]
     assert len(policy) == len(rows) and fake.base_url
+    assert all(b.get("stream") is True for b in policy)  # the shipped chat program streams; the stand-in does not
     check_against_grade(tmp_path, data, traces, fake.base_url)
     assert any(t["rewards"]["healthbench"]["score"] < 1 for t in traces)
 
 
 def test_fifty_sample_tasks_reward_as_grade_does(tmp_path: Path, sample_path: Path, fake: FakeOpenAI) -> None:
-    traces = run(tmp_path, fake, "--env.taskset.data", str(sample_path), "--env.taskset.limit", "50")
+    traces = run(tmp_path, fake, "--env.taskset.data", str(sample_path), "--env.taskset.limit", "50", harness=HARNESS)
     assert len(traces) == 50
     assert fake.base_url
     check_against_grade(tmp_path, sample_path, traces, fake.base_url)
 
 
+@pytest.mark.usefixtures("shipped_harness")
 def test_length_adjusted_rewards_are_unclipped(tmp_path: Path, fake: FakeOpenAI) -> None:
     data = write_jsonl(tmp_path / "rows.jsonl", made_up_rows()[:4])
     adjust = ("--env.taskset.task.length-adjustment-center", "2000")
@@ -159,6 +182,7 @@ def test_length_adjusted_rewards_are_unclipped(tmp_path: Path, fake: FakeOpenAI)
         assert expected > 1  # a short reply gains past 1: nothing is clipped
 
 
+@pytest.mark.usefixtures("shipped_harness")
 def test_a_grader_that_never_answers_fails_the_rollouts(tmp_path: Path) -> None:
     data = write_jsonl(tmp_path / "rows.jsonl", made_up_rows()[:3])
 
@@ -186,7 +210,7 @@ def test_load_environment_and_the_plugin_lookup(tmp_path: Path) -> None:
     keys = [task.key for task in tasks]
     assert len(set(keys)) == len(keys) == 10
     assert [task.data.repeat for task in tasks] == [0] * 5 + [1] * 5
-    assert tasks[0].config.grader().model == "gpt-4.1-mini"
+    assert tasks[0].config.grader(tasks[0].config.subset).model == "gpt-4.1-mini"
     assert env.config.agent.harness.id == "null" and env.config.agent.runtime.type == "subprocess"
     # What `vf-eval healthbench` resolves the id to.
     assert taskset_class("healthbench") is HealthBenchTaskset

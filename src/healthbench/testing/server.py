@@ -22,7 +22,7 @@ from aiohttp import web
 
 from healthbench.testing.agent import answer_call, with_tool_call
 from healthbench.testing.batch import FakeBatchAPI
-from healthbench.testing.endpoints import ENDPOINTS, Endpoint, Prompt, endpoint_for
+from healthbench.testing.endpoints import CHAT, ENDPOINTS, Endpoint, Prompt, endpoint_for
 from healthbench.testing.limits import Limiter, RateLimits
 from healthbench.testing.replies import (
     PROSE,
@@ -34,6 +34,7 @@ from healthbench.testing.replies import (
     prompt_verdict,
     verdict_reply,
 )
+from healthbench.testing.streaming import chat_stream, wants_stream
 
 __all__ = ["FAULT_KINDS", "FakeOpenAI"]
 
@@ -231,7 +232,7 @@ class FakeOpenAI:
         if kind == "ok" and (call := answer_call(body, prompt.items)) is not None:
             serial = f"fake-{self.requests_total}"
             payload = with_tool_call(endpoint.payload(body, prompt, None, serial), call, serial)
-            return web.Response(text=json.dumps(payload), content_type="application/json")
+            return self._reply(endpoint, body, payload)
         if kind == "ok":
             content = self._ok_content(body, prompt)
         elif kind in ("prose", "fail_always"):
@@ -254,7 +255,13 @@ class FakeOpenAI:
                 request.transport.close()
             # Never reaches the client: aiohttp discards writes to a closed transport.
             return web.Response()
-        payload = endpoint.payload(body, prompt, content, f"fake-{self.requests_total}")
+        return self._reply(endpoint, body, endpoint.payload(body, prompt, content, f"fake-{self.requests_total}"))
+
+    @staticmethod
+    def _reply(endpoint: Endpoint, body: Body, payload: Body) -> web.Response:
+        """The answer carrying `payload`: streamed when a Chat Completions request asks (see ``streaming``)."""
+        if endpoint is CHAT and wants_stream(body):
+            return web.Response(text=chat_stream(payload, body), content_type="text/event-stream")
         return web.Response(text=json.dumps(payload), content_type="application/json")
 
     def _ok_content(self, body: Body, prompt: Prompt) -> str | None:
