@@ -172,7 +172,9 @@ def serve(
 ) -> None:
     """Serve HealthBench as OpenReward environments: healthbench (a hidden terminal tool) and
     healthbench_answer (a listed answer tool). Sessions send the grader key as secret chat_api_key or
-    OPENAI_API_KEY, else the server's own applies (HEALTHBENCH_GRADER_API_KEY, CHAT_API_KEY, OPENAI_API_KEY).
+    OPENAI_API_KEY, else the server's own applies (HEALTHBENCH_GRADER_API_KEY, CHAT_API_KEY, OPENAI_API_KEY);
+    the grader endpoint is --grader-base-url, else HEALTHBENCH_GRADER_BASE_URL, else CHAT_BASE_URL, never
+    OPENAI_BASE_URL.
 
     Grader flags apply to every split; what they leave unset is, for the professional split, its official
     setting (gpt-5.4 at low effort through the Responses API), whose reward is also length-adjusted."""
