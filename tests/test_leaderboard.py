@@ -117,7 +117,8 @@ def test_json_is_each_runs_metrics_ranked_with_the_odd_settings_marked(runs: dic
     assert pro["headline"].startswith("length-adjusted score (center 2000") and rest["headline"] == "score"
     assert rest["model"].endswith("rest.replies.jsonl") and rest["command"] == "grade"
     assert doctor["grader"] == f"{MINI} (chat)" and pro["grader"] == "gpt-4.1-2025-04-14 (responses)"
-    assert pro["data"] == "subset:professional"
+    assert pro["data"] == "subset:professional" and pro["subset"] == "professional"
+    assert rest["subset"] == "rows.jsonl" and rest["data"].endswith("/rows.jsonl")  # grade records no sha256
     assert {m.split(":")[0] for m in pro["metrics"]} == {"use_case", "type", "difficulty", "specialty"}
     assert {m.split(":")[0] for m in rest["metrics"]} == {"theme", "axis"}
     assert set(board["families"]) == {"theme", "axis", "use_case", "type", "difficulty", "specialty"}
@@ -228,7 +229,7 @@ def test_failed_and_meta_eval_runs_are_refused(tmp_path: Path) -> None:
     assert result.exit_code == 1 and (tmp_path / "failed" / "metrics.json").exists() is False
     result = leaderboard(tmp_path / "failed", "--out", tmp_path / "x.html")
     assert result.exit_code == 1
-    assert f"{tmp_path / 'failed'}: not a finished run (1 samples could not be graded)" in result.output
+    assert f"{tmp_path / 'failed'}: not a finished run (1 sample could not be graded)" in result.output
 
     meta = write_jsonl(tmp_path / "meta.jsonl", made_up_meta_rows(4))
     with FakeOpenAI() as fake:
@@ -249,4 +250,22 @@ def test_an_eval_run_is_listed_under_its_model(runs: dict[str, Path], tmp_path: 
     listed = {run["command"]: run for run in json.loads(result.stdout)["runs"]}
     assert listed["eval"]["model"] == "fake-model" and listed["grade"]["model"].endswith("rest.replies.jsonl")
     assert listed["eval"]["score"] == metrics_of(tmp_path / "eval")["score"]
-    assert [mark["kind"] for mark in listed["eval"]["marks"]] == ["data"]  # another copy of the rows
+    assert [mark["kind"] for mark in listed["eval"]["marks"]] == ["data"]  # the grade run records no sha256
+    sha = json.loads((tmp_path / "eval" / "run.json").read_text())["data_sha256"]
+    assert listed["eval"]["subset"] == f"rows.jsonl sha256:{sha[:12]}" and listed["eval"]["data_sha256"] == sha
+    page = (tmp_path / "x.html").read_text()
+    assert f">rows.jsonl sha256:{sha[:12]}</td>" in page and f"{tmp_path / 'rows.jsonl'} (sha256 {sha})" in page
+    assert str(tmp_path / "rows.jsonl") not in result.stdout.split('"data":')[0]  # the table cell is the name
+
+
+def test_tied_runs_share_a_rank_and_the_next_is_skipped(runs: dict[str, Path], tmp_path: Path) -> None:
+    shutil.copytree(runs["rest"], tmp_path / "again")
+    result = leaderboard(runs["rest"], tmp_path / "again", runs["doctor"], "--out", tmp_path / "x.html", "--json")
+    assert result.exit_code == 0, result.output
+    ranked = sorted((run["rank"], Path(run["run"]).name) for run in json.loads(result.stdout)["runs"])
+    rest_first = metrics_of(runs["rest"])["score"] > metrics_of(runs["doctor"])["score"]
+    assert ranked == ([(1, "again"), (1, "rest"), (3, "doctor")] if rest_first else [
+        (1, "doctor"), (2, "again"), (2, "rest")])  # fmt: skip
+    table = leaderboard(runs["rest"], tmp_path / "again", runs["doctor"], "--out", tmp_path / "x.html").stdout
+    assert "Runs whose scores are equal to the three decimals shown share a rank." in table
+    assert "share a rank" not in leaderboard(runs["rest"], runs["doctor"], "--out", tmp_path / "x.html").stdout

@@ -4,7 +4,10 @@ from the others marked, so a table never silently sets unlike scores against eac
 
 Everything comes from what the runs already wrote: metrics.json (the figures) and run.json (what was graded,
 by which grader, on which data, how the headline was scored). The headline is metrics.json `score`, which a
-run with a length adjustment writes as the length-adjusted score.
+run with a length adjustment writes as the length-adjusted score. Runs whose scores are equal to the three
+decimals shown share a rank, and the next rank is skipped (1, 1, 3). The data is named by its subset, or by
+its file's name and the start of its sha256, so two copies of one file are the same data and two files of
+one name are not.
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ class Entry:
     grader_model: str
     grader_request: dict[str, Any] | None
     data: str
+    data_sha256: str | None
     adjusted: bool
     length_adjustment: dict[str, Any] | None
     official: bool | None
@@ -87,6 +91,15 @@ class Entry:
         if request.get("reasoning_effort"):
             how.append(f"effort {request['reasoning_effort']}")
         return f"{self.grader_model} ({', '.join(how)})" if how else self.grader_model
+
+    @property
+    def subset(self) -> str:
+        """The data as a reader knows it: the official subset's name ("hard"), or the file's name and the start of
+        its sha256 ("rows.jsonl sha256:648ba52f3f84"; the name alone when run.json does not record the hash)."""
+        if self.data.startswith("subset:"):
+            return self.data.removeprefix("subset:")
+        name = Path(self.data).name
+        return f"{name} sha256:{self.data_sha256[:12]}" if self.data_sha256 else name
 
     @property
     def headline_kind(self) -> str:
@@ -111,7 +124,9 @@ class Entry:
             "grader_model": self.grader_model,
             "grader_request": self.grader_request,
             "grader": self.grader,
+            "subset": self.subset,
             "data": self.data,
+            "data_sha256": self.data_sha256,
             "headline": self.headline_kind,
             "length_adjustment": self.length_adjustment,
             "score": self.headline.value,
@@ -141,9 +156,10 @@ def load_entry(folder: Path) -> Entry:
             f"{folder}: a meta-eval run measures a grader against physicians, not a model, so it has no place "
             "on a leaderboard of models (its report.html shows the grader's agreement)"
         )
-    for key, why in (("failed", "could not be graded"), ("deferred", "still wait on batches")):
+    for key, why in (("failed", "could not be graded"), ("deferred", "waiting on batches")):
         if run.get(key):
-            raise DataError(f"{folder}: not a finished run ({run[key]} samples {why}); finish the run first")
+            many = f"{run[key]} sample{'s' if run[key] != 1 else ''}"
+            raise DataError(f"{folder}: not a finished run ({many} {why}); finish the run first")
     metrics = RunFolder(folder).read_metrics(required=True)
     if not isinstance(metrics.get("score"), int | float):
         raise DataError(f"{folder / METRICS}: no score")
@@ -159,6 +175,7 @@ def load_entry(folder: Path) -> Entry:
         grader_model=str(run.get("grader_model") or "unknown"),
         grader_request=request if isinstance(request, dict) else None,
         data=str(run.get("data") or "unknown"),
+        data_sha256=run["data_sha256"] if isinstance(run.get("data_sha256"), str) else None,
         adjusted=adjusted,
         length_adjustment=run.get("length_adjustment") if adjusted else None,
         official=run.get("official_configuration"),
@@ -186,7 +203,7 @@ def _differences(entries: Sequence[Entry]) -> list[str]:
     settings: list[tuple[str, Callable[[Entry], str]]] = [
         ("grader model", lambda e: e.grader_model),
         ("grader request", lambda e: _request_words(e.grader_request)),
-        ("data", lambda e: e.data),
+        ("data", lambda e: e.subset),
         ("length adjustment", lambda e: e.headline_kind),
     ]
     sentences = []
@@ -213,10 +230,20 @@ def _differences(entries: Sequence[Entry]) -> list[str]:
     return sentences
 
 
+def _ranks(entries: Sequence[Entry]) -> list[int]:
+    """Competition ranks of entries sorted best first: a score equal to the one above, as shown (three
+    decimals), shares its rank, and the ranks it takes up are skipped (1, 1, 3)."""
+    ranks: list[int] = []
+    for i, entry in enumerate(entries):
+        tied = i > 0 and f"{entry.headline.value:.3f}" == f"{entries[i - 1].headline.value:.3f}"
+        ranks.append(ranks[-1] if tied else i + 1)
+    return ranks
+
+
 def build(folders: Sequence[Path]) -> dict[str, Any]:
-    """The leaderboard of `folders`, ranked by headline score (highest first, ties by run), as a dict:
-    `runs` (each run's figures, settings and marks), `families` (the slice names per family, over all runs)
-    and `differences` (a sentence per setting that differs across runs)."""
+    """The leaderboard of `folders`, ranked by headline score (highest first, ties by run; equal shown scores
+    share a rank), as a dict: `runs` (each run's figures, settings and marks), `families` (the slice names per
+    family, over all runs) and `differences` (a sentence per setting that differs across runs)."""
     seen: dict[Path, Path] = {}
     for folder in folders:
         resolved = folder.resolve()
@@ -229,7 +256,7 @@ def build(folders: Sequence[Path]) -> dict[str, Any]:
     for name in sorted({name for entry in entries for name in entry.metrics}, key=_order):
         families.setdefault(name.split(":", 1)[0], []).append(name)
     return {
-        "runs": [entry.as_dict(rank) for rank, entry in enumerate(entries, 1)],
+        "runs": [entry.as_dict(rank) for rank, entry in zip(_ranks(entries), entries, strict=True)],
         "families": families,
         "differences": differences,
     }
@@ -260,7 +287,7 @@ def format_markdown(board: Mapping[str, Any]) -> str:
     note = {"score": ""} | {kind: "†‡§¶"[i % 4] * (1 + i // 4) for i, kind in enumerate(adjusted)}
     rows = [
         (
-            *(run[key] for key in ("rank", "run", "model", "grader", "data")),
+            *(run[key] for key in ("rank", "run", "model", "grader", "subset")),
             ", ".join(dict.fromkeys(mark["kind"] for mark in run["marks"])),
             run["n_samples"] or "",
             f"{run['score']:.3f}{note[run['headline']]}",
@@ -271,6 +298,8 @@ def format_markdown(board: Mapping[str, Any]) -> str:
     header = ("#", "run", "model", "grader", "subset", "differs", "n", "score", "95% interval")
     lines = ["## HealthBench leaderboard", "", *_table(header, rows, 6), ""]
     lines += [f"{note[kind]} the headline is the {kind}" for kind in adjusted]
+    if len({run["rank"] for run in runs}) < len(runs):
+        lines.append("Runs whose scores are equal to the three decimals shown share a rank.")
     if adjusted:
         lines.append("Slice figures are unadjusted scores.")
     marked = [(run["run"], m) for run in runs for m in run["marks"]]
