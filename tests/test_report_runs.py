@@ -11,7 +11,7 @@ from typing import Any
 from click.testing import CliRunner, Result
 
 from healthbench.cli import main
-from healthbench.reporting.report import render_report
+from healthbench.reporting.report import render_meta_report, render_report
 from healthbench.testing import FakeOpenAI
 from tests.conftest import make_row, write_jsonl
 from tests.reference import KEY
@@ -151,3 +151,16 @@ def test_a_resumed_run_reports_the_tokens_of_every_session(tmp_path: Path) -> No
         assert [int(cell.replace(",", "")) for cell in whole[who][1:6]] == summed
         assert [int(cell.replace(",", "")) for cell in session[who][1:6]] == [sessions[1][who][f] for f in FIELDS]
     assert sessions[1]["grader"]["calls"] == 2 and sessions[1]["policy"]["calls"] == 0
+
+
+def test_a_meta_eval_run_not_finished_lists_its_failed_rows() -> None:
+    records = [{"index": i, "prompt_id": "p", "criteria_met": True} for i in (0, 2)]
+    error = "meta-eval row 1 (prompt p, completion c, criterion 'x') could not be graded: HTTP 500 (after 1 attempt)"
+    run = {"command": "meta-eval", "samples": 3, "failed": 1}
+    html = render_meta_report({}, {}, run, records, [{"error": error}])
+    banner = html.split('id="unfinished"')[1].split("</div>")[0]
+    assert "<li>2 of 3 rows graded</li>" in banner and "<li>1 row could not be graded" in banner
+    assert "no figures until every row is graded" in html and "Pooled agreement" not in html
+    assert f"<tr><td>{error.replace(chr(39), '&#39;')}</td></tr>" in html and "1 row of the last session" in html
+    finished = render_meta_report({"score": 0.7, "score:n_samples": 3}, {}, run | {"failed": 0}, records * 2)
+    assert 'id="unfinished"' not in finished and "macro F1 <b>0.700</b>" in finished

@@ -136,7 +136,7 @@ def status(
     if tally.unreached:
         problems.append(f"{many(tally.unreached)} not reached: the last session stopped before")
     if not metrics:
-        problems.append("metrics.json is missing: a run writes it only once every sample is graded")
+        problems.append(f"metrics.json is missing: a run writes it only once every {unit.removesuffix('s')} is graded")
     finished = bool(metrics) and not (tally.failed or tally.deferred or tally.unreached)
     # A failure of an earlier session whose sample a later one graded (before it was killed) is stale.
     done = {(str(record.get("prompt_id", "")), _int(record.get("repeat")) or 0) for record in results}
