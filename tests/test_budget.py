@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from healthbench.api.pacing.budget import Budget
+from healthbench.api.pacing.gate import Budget
 
 
 class Key:

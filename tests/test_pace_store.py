@@ -14,8 +14,7 @@ import pytest
 from healthbench.api.client import ApiClient, key_slot
 from healthbench.api.pacing import store as store_module
 from healthbench.api.pacing.state import Effects, Learned, LocalPace, Slowdown
-from healthbench.api.pacing.store import PaceStore, RedisPace
-from healthbench.api.pacing.storeurl import redacted
+from healthbench.api.pacing.store import PaceStore, RedisPace, redacted
 from healthbench.errors import PaceStoreUnreachable, SettingsError
 from healthbench.testing import FakeOpenAI
 from healthbench.testing.limits import RateLimits

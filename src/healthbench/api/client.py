@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import aiohttp
 
 from healthbench.api.pacing import Gate
-from healthbench.api.pacing.budget import Budget as Budget  # re-exported: made with clients
+from healthbench.api.pacing.gate import Budget as Budget  # re-exported: made with clients
 from healthbench.api.ratesignals import DEFAULT_OUTPUT_CAP, read_refusal, request_cost, retry_after_seconds
 from healthbench.api.wire import CHAT, Api, Usage
 from healthbench.errors import InvalidResponse, QuotaExhausted, RequestFailed

@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from healthbench.api.client import OPENAI_BASE_URL, ApiClient, Budget, RetryPolicy, key_slot
-from healthbench.api.pacing.storeurl import PACE_STORE_VARIABLE, validated
+from healthbench.api.pacing.store import PACE_STORE_VARIABLE, shared_store, validated
 from healthbench.api.wire import CHAT, Api, Effort, is_reasoning_model
 
 # In flight at most when the budget follows the limit: tier 5's 10,000 RPM at a few seconds a request, with room.
@@ -73,11 +73,7 @@ class EndpointSettings(BaseModel):
 
     def client(self, budget: Budget | None = None, api: Api = CHAT) -> ApiClient:
         """The live client of `api` for these settings, under `budget` if given, else one of `concurrency`."""
-        store = None
-        if self.pace_store is not None:
-            from healthbench.api.pacing.store import shared_store  # the Redis client, only for a shared pace
-
-            store = shared_store(self.pace_store)
+        store = shared_store(self.pace_store) if self.pace_store is not None else None
         return ApiClient(
             self.base_url,
             self.api_key.get_secret_value() if self.api_key else None,
@@ -95,6 +91,4 @@ class EndpointSettings(BaseModel):
     def check_pace_store(self) -> None:
         """Reach the pace store, if there is one, before anything is sent: `PaceStoreUnreachable` if it cannot."""
         if self.pace_store is not None:
-            from healthbench.api.pacing.store import shared_store
-
             shared_store(self.pace_store).check()

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from healthbench.api.batch.records import BatchSettings
 from healthbench.api.endpoint import MAX_IN_FLIGHT
-from healthbench.api.pacing.storeurl import PACE_STORE_VARIABLE
+from healthbench.api.pacing.store import PACE_STORE_VARIABLE
 from healthbench.api.wire import EFFORTS
 from healthbench.data.loading import load_rows
 from healthbench.data.schema import Row

@@ -23,27 +23,56 @@ import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from functools import cache
 from importlib import resources
-from typing import Any, TypeVar
-
-import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.commands.core import AsyncScript
-from redis.exceptions import RedisError
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 from healthbench.api.pacing import state
 from healthbench.api.pacing.state import DIMENSIONS, Admission, Effects, Learned, Limits, LocalPace
-from healthbench.api.pacing.storeurl import redacted, validated
-from healthbench.errors import PaceStoreUnreachable
+from healthbench.errors import PaceStoreUnreachable, SettingsError
+
+if TYPE_CHECKING:  # the Redis client is imported when a store is first used: settings only check its URL
+    import redis.asyncio as aioredis
+    from redis.commands.core import AsyncScript
 
 log = logging.getLogger("healthbench.pacing")
 
 T = TypeVar("T")
-STORE_ERRORS = (RedisError, OSError)
+PACE_STORE_VARIABLE = "HEALTHBENCH_PACE_STORE"
+_SCHEMES = ("redis", "rediss", "unix")
 _TIMEOUT = 1.0  # seconds a store may take to answer before it counts as lost
 _RETRY_EVERY = 2.0  # seconds between two pings of a store that was lost
 _MEMBER_EVERY = 2.0  # seconds between two re-registrations of this process among the key's users
+
+
+@cache
+def _store_errors(*more: type[Exception]) -> tuple[type[Exception], ...]:
+    """What a store out of reach raises: every Redis error, the socket's own, and `more`."""
+    from redis.exceptions import RedisError
+
+    return (RedisError, OSError, *more)
+
+
+def redacted(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = f"{parts.username}:***@" if parts.username else ":***@"
+    host = parts.hostname or ""
+    return urlunsplit(parts._replace(netloc=user + host + (f":{parts.port}" if parts.port else "")))
+
+
+def validated(url: str) -> str:
+    """`url` if it names a Redis database (`redis://HOST:PORT/DB`, `rediss://`, `unix://`), else `SettingsError`."""
+    parts = urlsplit(url)
+    if parts.scheme not in _SCHEMES:
+        raise SettingsError(f"pace store {redacted(url)}: not a Redis URL (redis://HOST:PORT/DB, rediss://, unix://)")
+    # redis-py reads a path that is no number as database 0: a typo would share a pace in the wrong place.
+    if parts.scheme != "unix" and parts.path.strip("/") and not parts.path.strip("/").isdigit():
+        raise SettingsError(f"pace store {redacted(url)}: the database must be a number (redis://HOST:PORT/0)")
+    return url
 
 
 def _script(name: str) -> str:
@@ -90,6 +119,10 @@ class PaceStore:
     def client(self) -> aioredis.Redis:
         """The Redis client for the running loop: quick to give up, and never retrying by itself (a script whose
         answer was lost may have run: asking again would count a start twice)."""
+        import redis.asyncio as aioredis
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
+
         loop = asyncio.get_running_loop()
         if self._client is None or self._loop is not loop:
             self._client = aioredis.Redis.from_url(
@@ -116,7 +149,7 @@ class PaceStore:
             await client.ping()
             for script in _SCRIPTS.values():
                 await client.script_load(script)
-        except (*STORE_ERRORS, ValueError) as exc:
+        except _store_errors(ValueError) as exc:  # ValueError: a URL redis-py cannot read
             raise PaceStoreUnreachable(self.name, _cause(exc)) from None
 
     def check(self) -> None:
@@ -247,7 +280,7 @@ class FailoverPace:
             return None
         try:
             return await call()
-        except STORE_ERRORS as exc:
+        except _store_errors() as exc:
             self._down_since = self._clock()
             self._next_ping = self._down_since + _RETRY_EVERY
             log.warning("pace store %s lost (%s): pacing locally until it is back", self.name, _cause(exc))
@@ -264,7 +297,7 @@ class FailoverPace:
             # A restarted store is empty: what this process knows goes back first.
             learned = tuple(Learned(dimension, value, rank) for dimension, (value, rank) in self.local.learned.items())
             await self.remote.apply(Effects(learned))
-        except STORE_ERRORS:
+        except _store_errors():
             self._next_ping = self._clock() + _RETRY_EVERY
             return
         lost_for = self._clock() - (self._down_since or 0.0)
