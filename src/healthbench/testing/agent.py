@@ -1,10 +1,14 @@
-"""The fake as a model that calls tools, for harnesses that only finish an episode through a tool.
+"""The fake as the model a harness drives: it calls the `answer` tool, and it streams.
 
 Offered a function tool named `answer` (OpenReward's answer-tool environment) in a conversation that has no tool
 result yet, the fake calls `answer` with a reply instead of writing one: Chat Completions' `tool_calls`, or the
 Responses API's `function_call` output item. Once a tool result is in the conversation it answers in plain text,
 as a model does after its last tool call. The reply is a pure function of the last user turn's text (the task's
 prompt), so a test can compute what was submitted and grade it with `healthbench grade`.
+
+Asked for a streamed Chat Completions answer (`"stream": true`, as verifiers' chat program asks behind its
+interception server), it sends the answer it would give unstreamed, cut into the chunks OpenAI sends: the role,
+the content or the tool calls, the finish reason, the usage when asked for, `[DONE]`.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from typing import Any
 
 from healthbench.testing.replies import Body
 
-__all__ = ["ANSWER_TOOL", "ToolCall", "answer_call", "answer_reply", "with_tool_call"]
+__all__ = ["ANSWER_TOOL", "ToolCall", "answer_call", "answer_reply", "chat_stream", "wants_stream", "with_tool_call"]
 
 ANSWER_TOOL = "answer"
 # What a tool result looks like in each API's conversation.
@@ -93,3 +97,29 @@ def with_tool_call(payload: Body, call: ToolCall, serial: str) -> Body:
     }
     output = [o for o in payload["output"] if o.get("type") != "message"]
     return {**payload, "output": [*output, item]}
+
+
+def wants_stream(body: Body) -> bool:
+    """Whether a Chat Completions request asks for a streamed answer."""
+    return body.get("stream") is True
+
+
+def chat_stream(payload: Body, body: Body) -> str:
+    """The server-sent events that stream the chat completion `payload` answering `body`."""
+    head = {key: payload[key] for key in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+    [choice] = payload["choices"]
+    message = choice["message"]
+
+    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> Body:
+        return {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]}
+
+    chunks = [chunk({"role": "assistant", "content": ""})]
+    if message.get("content") is not None:
+        chunks.append(chunk({"content": message["content"]}))
+    if message.get("tool_calls"):
+        chunks.append(chunk({"tool_calls": [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]}))
+    chunks.append(chunk({}, choice["finish_reason"]))
+    options = body.get("stream_options")
+    if isinstance(options, dict) and options.get("include_usage"):
+        chunks.append({**head, "choices": [], "usage": payload["usage"]})
+    return "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"

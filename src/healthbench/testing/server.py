@@ -20,7 +20,7 @@ from types import TracebackType
 
 from aiohttp import web
 
-from healthbench.testing.agent import answer_call, with_tool_call
+from healthbench.testing.agent import answer_call, chat_stream, wants_stream, with_tool_call
 from healthbench.testing.batch import FakeBatchAPI
 from healthbench.testing.endpoints import CHAT, ENDPOINTS, Endpoint, Prompt, endpoint_for
 from healthbench.testing.limits import Limiter, RateLimits
@@ -34,7 +34,6 @@ from healthbench.testing.replies import (
     prompt_verdict,
     verdict_reply,
 )
-from healthbench.testing.streaming import chat_stream, wants_stream
 
 __all__ = ["FAULT_KINDS", "FakeOpenAI"]
 
@@ -259,7 +258,7 @@ class FakeOpenAI:
 
     @staticmethod
     def _reply(endpoint: Endpoint, body: Body, payload: Body) -> web.Response:
-        """The answer carrying `payload`: streamed when a Chat Completions request asks (see ``streaming``)."""
+        """The answer carrying `payload`: streamed when a Chat Completions request asks (see ``agent``)."""
         if endpoint is CHAT and wants_stream(body):
             return web.Response(text=chat_stream(payload, body), content_type="text/event-stream")
         return web.Response(text=json.dumps(payload), content_type="application/json")
