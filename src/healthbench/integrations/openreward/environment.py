@@ -131,7 +131,8 @@ class HealthBench(Environment):  # type: ignore[misc]
 
     @classmethod
     def bound(cls, deployment: Deployment) -> type[HealthBench]:
-        """A class of the same name (so served as `healthbench`) serving `deployment`.
+        """A class of the same name (so served under the same name: `healthbench`, `healthbench_answer`) serving
+        `deployment`.
 
         A new class per deployment because the SDK caches splits and task listings on the class.
         """
