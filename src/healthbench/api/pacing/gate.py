@@ -65,23 +65,29 @@ class Gate:
         """Wait until a request of `cost` tokens may start and record its start; returns its ticket."""
         self._bind()
         async with self._lock:
-            await self._apply()
-            while True:
-                now = self._clock()
-                wait, reason, paced = self.pacer.delay(now, cost)
-                if wait <= 0:
-                    admission = await self.state.admit(self.pacer.scaled(cost), self._horizon, paced, self._user)
-                    now = self._clock()
-                    self.pacer.adopt(now, admission)
-                    if admission.reserved:
-                        await asyncio.sleep(admission.wait)
-                    if admission.reserved or admission.wait <= 0:
-                        return self.pacer.start(self._clock(), cost)
-                    wait, reason = admission.wait, admission.reason
-                self.pacer.bound(now, reason)
-                self._changed.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), wait)
+            reserved = await self._admitted(cost)
+        # A reserved start sleeps out its slot after the next waiter may ask: the store's round trips overlap the
+        # sleeps, instead of adding to every start.
+        if reserved > 0:
+            await asyncio.sleep(reserved)
+        return self.pacer.start(self._clock(), cost)
+
+    async def _admitted(self, cost: int) -> float:
+        """Wait until the pace admits a start of `cost` (0 returned) or reserves one that many seconds ahead."""
+        await self._apply()
+        while True:
+            now = self._clock()
+            wait, reason, paced = self.pacer.delay(now, cost)
+            if wait <= 0:
+                admission = await self.state.admit(self.pacer.scaled(cost), self._horizon, paced, self._user)
+                self.pacer.adopt(self._clock(), admission)
+                if admission.reserved or admission.wait <= 0:
+                    return admission.wait if admission.reserved else 0.0
+                wait, reason = admission.wait, admission.reason
+            self.pacer.bound(now, reason)
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), wait)
 
     async def _apply(self, effects: Effects | None = None) -> None:
         """Hand effects to the state: one call at a time, what piled up meanwhile merged into one."""
