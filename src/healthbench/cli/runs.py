@@ -17,7 +17,7 @@ from healthbench.errors import DataError, RequestFailed
 from healthbench.grading.scoring import LengthAdjustment
 from healthbench.grading.settings import GraderConfig
 from healthbench.integrations.openreward.deployment import ENVIRONMENT, ENVIRONMENTS
-from healthbench.reporting.report import rebuild, write_meta_report
+from healthbench.reporting.report import rebuild, unfinished, write_meta_report, write_report
 from healthbench.runs.folder import RESULTS, STORE, RunFolder
 from healthbench.runs.metaeval import write_meta_metrics
 from healthbench.runs.policy import PolicyConfig
@@ -48,16 +48,19 @@ def report(
     no_length_adjustment: bool,
 ) -> None:
     """Rebuild OUT/metrics.json and OUT/report.html from OUT/results.jsonl (of any run, meta-eval included);
-    the length adjustment is the run's unless given."""
+    the length adjustment is the run's unless given. A run that is not finished gets no score: its page says
+    what is missing and why, and the command exits 1."""
     folder = RunFolder(out)
     results = folder.read_results()
     if not results:
         raise click.ClickException(f"{folder / RESULTS}: no results")
     run = folder.read_run()
-    failed = run.get("failed", 0)
-    if failed:
+    missing = unfinished(run, results)
+    if missing:
+        page = write_meta_report(out) if run.get("command") == "meta-eval" else write_report(out)
         raise click.ClickException(
-            f"{out}: {failed} samples of this run were not graded; finish the run before scoring it"
+            f"{out}: not a finished run ({missing}), so no score; the page of what it holds, with what is missing "
+            f"and why, is in {page}. Run the same command again to finish the run, then report it."
         )
     bootstrap_seed = run.get("seed", 0) if seed is None else seed
     if run.get("command") == "meta-eval":
