@@ -7,8 +7,11 @@ import statistics
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from healthbench.cli import main
 from healthbench.data.loading import load_meta_rows, load_rows
+from healthbench.data.responses import load_responses
 from healthbench.errors import DataError
 from tests.conftest import make_row, write_jsonl
 
@@ -77,6 +80,68 @@ def test_meta_rows(tmp_path: Path) -> None:
     meta["anonymized_physician_ids"] = ["a"]
     with pytest.raises(DataError, match=r"m\.jsonl:1: field anonymized_physician_ids"):
         load_meta_rows(write_jsonl(tmp_path / "m.jsonl", [meta]))
+
+
+META_ROW = {
+    "prompt": [{"role": "user", "content": "hi"}],
+    "completion": "hello",
+    "rubric": "Greets the user",
+    "category": "cluster:communication_x_y",
+    "binary_labels": [True, False],
+    "anonymized_physician_ids": ["a", "b"],
+    "prompt_id": "p",
+    "completion_id": "c",
+}
+
+
+def test_a_byte_order_mark_is_read_past(tmp_path: Path) -> None:
+    # As some Windows editors save UTF-8: the mark before the first row is not part of it.
+    rows = tmp_path / "rows.jsonl"
+    rows.write_bytes(b"\xef\xbb\xbf" + (json.dumps(make_row("a")) + "\n" + json.dumps(make_row("b")) + "\n").encode())
+    assert [r.prompt_id for r in load_rows(rows)] == ["a", "b"]
+    meta = tmp_path / "meta.jsonl"
+    meta.write_bytes(b"\xef\xbb\xbf" + (json.dumps(META_ROW) + "\n").encode())
+    assert load_meta_rows(meta)[0].completion == "hello"
+    replies = tmp_path / "replies.jsonl"
+    replies.write_bytes(b"\xef\xbb\xbf" + json.dumps({"prompt_id": "a", "response": "Rest."}).encode() + b"\n")
+    assert load_responses(replies, {"a"}) == {"a": "Rest."}
+    # Only at the start: a mark inside a line is still a character of it.
+    replies.write_bytes(b'\xef\xbb\xbf{"prompt_id": "a", "response": "Rest."}\n\xef\xbb\xbf{"prompt_id": "b"}\n')
+    with pytest.raises(DataError, match=r"replies\.jsonl:2: invalid JSON"):
+        load_responses(replies, {"a", "b"})
+
+
+def test_a_file_of_the_other_kind_is_named_as_such(tmp_path: Path) -> None:
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [make_row("a")])
+    with pytest.raises(DataError) as caught:
+        load_meta_rows(tasks)
+    assert str(caught.value) == (
+        f"{tasks}: a HealthBench file (told from its first row), not a meta-evaluation file; grade, eval or "
+        "baseline takes it"
+    )
+    meta = write_jsonl(tmp_path / "meta.jsonl", [META_ROW])
+    with pytest.raises(DataError) as caught:
+        load_rows(meta)
+    assert str(caught.value) == (
+        f"{meta}: a HealthBench meta-evaluation file (told from its first row), not a HealthBench task file; "
+        "meta-eval takes it"
+    )
+    # A later row of the other kind names its line.
+    mixed = write_jsonl(tmp_path / "mixed.jsonl", [META_ROW, make_row("a")])
+    with pytest.raises(DataError, match=r"mixed\.jsonl:2: a HealthBench row in a HealthBench meta-evaluation file"):
+        load_meta_rows(mixed)
+
+
+def test_commands_given_the_other_kind_of_file_say_so(tmp_path: Path) -> None:
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [make_row("a")])
+    meta = write_jsonl(tmp_path / "meta.jsonl", [META_ROW])
+    replies = write_jsonl(tmp_path / "replies.jsonl", [{"prompt_id": "a", "response": "Rest."}])
+    out = ["--out", str(tmp_path / "out"), "--dry-run"]
+    wrong = CliRunner().invoke(main, ["meta-eval", "--data", str(tasks), *out])
+    assert wrong.exit_code == 1 and "not a meta-evaluation file" in wrong.output and "Traceback" not in wrong.output
+    for command in (["grade", "--responses", str(replies)], ["eval", "--model", "m"]):
+        wrong = CliRunner().invoke(main, [*command, "--data", str(meta), *out])
+        assert wrong.exit_code == 1 and "not a HealthBench task file; meta-eval takes it" in wrong.output
 
 
 def test_sample_file_facts(sample_path: Path) -> None:

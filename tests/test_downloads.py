@@ -1,5 +1,6 @@
-"""Failed downloads: one message naming the file, the URL, the cause and the offline ways; nothing left in the
-cache; and from the command line (`download`, `serve`) exit status 1 with no traceback.
+"""Failed downloads: one message naming the file, the URL, the cause and the offline ways (--data only where the
+command takes it); nothing left in the cache; and from the command line (`download`, `serve`) exit status 1
+with no traceback.
 
 Every host here is on 127.0.0.1: a bound socket that does not listen (refused), and a tiny aiohttp server
 that answers 404 or 500, stalls before or during the body, or cuts the body short.
@@ -103,7 +104,8 @@ def failure(name: str = "full") -> str:
 
 def assert_offline_ways(message: str, subset: Subset) -> None:
     assert message.startswith(f"could not download {subset.filename} (HealthBench {subset.name}) from {subset.url}: ")
-    assert f"set HEALTHBENCH_DATA_DIR to a folder holding {subset.filename}, or pass --data PATH" in message
+    # The data layer names the way every command has; a command that takes --data adds it (below).
+    assert message.endswith(f"To work offline, set HEALTHBENCH_DATA_DIR to a folder holding {subset.filename}.")
 
 
 @pytest.mark.parametrize(
@@ -158,17 +160,25 @@ def run_cli(args: list[str], tmp_path: Path, **env: str) -> subprocess.Completed
 
 
 @pytest.mark.parametrize(
-    "args",
-    [["download", "full"], ["serve", "--subset", "full", "--port", "0"], ["serve", "--port", "0"]],
-    ids=["download", "serve", "serve-default"],
+    ("args", "takes_data"),
+    [
+        (["download", "full"], False),
+        (["download", "--subset", "full"], False),
+        (["serve", "--subset", "full", "--port", "0"], True),
+        (["serve", "--port", "0"], True),
+    ],
+    ids=["download", "download-subset", "serve", "serve-default"],
 )
-def test_cli_without_a_route_exits_1_without_traceback(refused: str, tmp_path: Path, args: list[str]) -> None:
+def test_cli_without_a_route_exits_1_without_traceback(
+    refused: str, tmp_path: Path, args: list[str], takes_data: bool
+) -> None:
     done = run_cli(args, tmp_path, HEALTHBENCH_BASE_URL=refused)
     output = done.stdout + done.stderr
     assert done.returncode == 1, output
     assert "Traceback" not in output
     assert f"{refused}/{subsets.SUBSETS['full'].filename}" in output and "HEALTHBENCH_DATA_DIR" in output
-    assert "--data PATH" in output and len(done.stderr.strip().splitlines()) == 1
+    # The way out that the command has: --data only where it takes --data.
+    assert ("--data PATH" in output) == takes_data and len(done.stderr.strip().splitlines()) == 1
     assert not list((tmp_path / "cache").iterdir())
 
 
@@ -177,6 +187,16 @@ def test_cli_professional_fails_alike(refused: str, tmp_path: Path) -> None:
     output = done.stdout + done.stderr
     assert done.returncode == 1 and "Traceback" not in output, output
     assert f"could not download {subsets.PROFESSIONAL_FILENAME} of the Hugging Face dataset" in output
-    assert f"from {refused}/" in output and "HEALTHBENCH_DATA_DIR" in output and "--data PATH" in output
+    assert f"from {refused}/" in output and "HEALTHBENCH_DATA_DIR" in output and "--data" not in output
     cache = tmp_path / "cache"
     assert not cache.exists() or not list(cache.iterdir())
+
+
+def test_grading_commands_offer_their_data_flag(refused: str, tmp_path: Path) -> None:
+    # The shared download error, said by a command that takes --data: the way it has besides the folder.
+    replies = write_jsonl(tmp_path / "replies.jsonl", [{"prompt_id": "a", "response": "Rest."}])
+    args = ["grade", "--subset", "hard", "--responses", str(replies), "--out", str(tmp_path / "out")]
+    done = run_cli(args, tmp_path, HEALTHBENCH_BASE_URL=refused)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    holding = f"set HEALTHBENCH_DATA_DIR to a folder holding {subsets.SUBSETS['hard'].filename}, or pass --data PATH."
+    assert holding in done.stderr and len(done.stderr.strip().splitlines()) == 1

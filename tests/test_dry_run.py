@@ -1,4 +1,5 @@
-"""`--dry-run`: calls, tokens and live versus batch cost before anything is sent or written."""
+"""`--dry-run`: calls, tokens, live versus batch cost and the least wall time before anything is sent or written,
+as a short summary (or JSON with `--json`); the wall time assumes OpenAI's tier 1 only at OpenAI's endpoint."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from click.testing import CliRunner
 from healthbench.cli import main
 from healthbench.data.schema import Message
 from healthbench.grading.prompt import TEMPLATE
-from healthbench.runs.estimate import Unit, estimate, estimate_report
+from healthbench.runs.estimate import DEFAULT_LIMITS, Load, Unit, estimate, estimate_report, wall_time
 from healthbench.runs.pricing import Price
 from healthbench.testing import FakeOpenAI
 from tests.conftest import make_row, write_jsonl
@@ -42,9 +43,9 @@ def test_estimate_counted_by_hand() -> None:
     assert estimate_report(guess, prices, "m", None)["total_cost_usd"]["live"] == grader["cost_usd"]
 
 
-def dry_run(tmp_path: Path, fake: FakeOpenAI, command: str) -> dict[str, Any]:
+def dry_run(tmp_path: Path, fake: FakeOpenAI, command: str, *extra: str) -> dict[str, Any]:
     assert fake.base_url
-    args = ["--out", str(tmp_path / "out"), "--grader-base-url", fake.base_url, "--dry-run"]
+    args = ["--out", str(tmp_path / "out"), "--grader-base-url", fake.base_url, "--dry-run", "--json", *extra]
     if command == "grade":
         rows = [make_row(f"p{i}") for i in range(4)]
         replies = [{"prompt_id": r["prompt_id"], "response": "Rest."} for r in rows]
@@ -56,7 +57,7 @@ def dry_run(tmp_path: Path, fake: FakeOpenAI, command: str) -> dict[str, Any]:
         args += ["--data", str(write_jsonl(tmp_path / "rows.jsonl", made_up_meta_rows(10)))]
     result = CliRunner().invoke(main, [command, *args], env={"HEALTHBENCH_GRADER_API_KEY": KEY})
     assert result.exit_code == 0, result.output
-    return dict(json.loads(result.output))
+    return dict(json.loads(result.stdout))
 
 
 COMMANDS = [("grade", 4, 8), ("baseline", 24, 48), ("meta-eval", 10, 10)]  # samples and grader calls of each
@@ -72,3 +73,77 @@ def test_every_grading_command_estimates_live_and_batch_cost_without_calling(
     assert 0 < guess["total_cost_usd"]["batch"] == pytest.approx(guess["total_cost_usd"]["live"] / 2)
     assert fake.requests_total == 0 and fake.files_uploaded == 0
     assert not (tmp_path / "out").exists()
+    assert guess["grader"]["base_url"] == fake.base_url
+    # The fake's limits are its own: none is assumed for it, so there is no least wall time to give.
+    assert guess["wall_time"]["seconds"] is None and guess["wall_time"]["grader"]["limits"] == "none known"
+
+
+def eval_dry_run(tmp_path: Path, *args: str) -> tuple[str, str]:
+    """`eval --dry-run` on 10 made-up tasks, nothing reachable needed: its stdout and stderr."""
+    data = write_jsonl(tmp_path / "rows.jsonl", [make_row(f"t{i}") for i in range(10)])
+    command = ["eval", "--model", "gpt-4.1", "--data", str(data), "--out", str(tmp_path / "out"), "--dry-run", *args]
+    result = CliRunner().invoke(main, command, env={"OPENAI_API_KEY": KEY})
+    assert result.exit_code == 0, result.output
+    assert not (tmp_path / "out").exists()
+    return result.stdout, result.stderr
+
+
+def test_the_summary_says_calls_tokens_cost_time_limits_and_endpoints(tmp_path: Path) -> None:
+    local = "http://127.0.0.1:9/v1"  # nothing listens: a dry run sends nothing
+    text, _ = eval_dry_run(tmp_path, "--base-url", local)
+    figures = json.loads(eval_dry_run(tmp_path, "--base-url", local, "--json")[0])
+    lines = text.splitlines()
+    assert lines[0] == "dry run (nothing sent, nothing written): 10 samples of 10 tasks"
+    policy, grader = figures["policy"], figures["grader"]
+    assert lines[1] == (
+        f"  policy gpt-4.1 at {local}: 10 calls, {policy['prompt_tokens']:,} prompt and "
+        f"{policy['completion_tokens']:,} output tokens; ${policy['cost_usd']:,.2f} live, "
+        f"${policy['batch_cost_usd']:,.2f} batch"
+    )
+    assert lines[2].startswith(f"  grader gpt-4.1-2025-04-14 at https://api.openai.com/v1: {grader['calls']} calls, ")
+    total = figures["total_cost_usd"]
+    assert lines[3] == f"  total ${total['live']:,.2f} live, ${total['batch']:,.2f} batch"
+    # The grader's key is at OpenAI (tier 1 assumed, and said); the model's at a loopback server (none assumed).
+    assert lines[4] == f"least wall time {figures['wall_time']['seconds'] / 60:.1f} min (the slowest key's):"
+    assert lines[5].startswith("  grader key at https://api.openai.com/v1: ")
+    assert "at 500 RPM and 30,000 TPM (OpenAI usage tier 1 for gpt-4.1, assumed), TPM-bound" in lines[5]
+    assert lines[6] == f"  policy key at {local}: no rate limit known, so none assumed (give --rpm/--tpm)"
+    assert lines[7] == "(--json prints these figures as JSON)" and len(lines) == 8
+    assert figures["wall_time"]["policy"]["seconds"] is None
+    assert figures["wall_time"]["seconds"] == figures["wall_time"]["grader"]["seconds"] > 0
+
+
+def test_given_limits_are_used_at_any_endpoint(tmp_path: Path) -> None:
+    local = "http://127.0.0.1:9/v1"
+    text, _ = eval_dry_run(tmp_path, "--base-url", local, "--grader-base-url", local, "--grader-rpm", "60")
+    assert "least wall time 30.0 s:" in text  # 10 policy and 20 grader calls on one key, at 60 a minute
+    assert f"  grader+policy key at {local}: 30.0 s at 60 RPM (given), RPM-bound" in text
+    unknown, _ = eval_dry_run(tmp_path, "--base-url", local, "--grader-base-url", local)
+    assert "least wall time unknown:" in unknown
+    assert "no rate limit known, so none assumed (give --grader-rpm/--grader-tpm or --rpm/--tpm)" in unknown
+
+
+def test_wall_time_by_key_and_endpoint() -> None:
+    loads = {
+        "grader": Load("a", calls=500, tokens=0, base_url="https://api.openai.com/v1"),
+        "policy": Load("b", calls=10, tokens=0, base_url="http://localhost:8000/v1"),
+    }
+    wall = wall_time(loads)
+    assert wall["grader"]["limits"] == DEFAULT_LIMITS and wall["grader"]["seconds"] == 60.0  # 500 at 500 RPM
+    assert wall["policy"] == {
+        "seconds": None,
+        "binding": None,
+        "rpm": None,
+        "tpm": None,
+        "limits": "none known",
+        "base_url": "http://localhost:8000/v1",
+    }
+    assert wall["seconds"] == 60.0
+    assert wall_time({"policy": loads["policy"]})["seconds"] is None
+
+
+def test_json_only_with_dry_run(tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "rows.jsonl", [make_row("a")])
+    args = ["eval", "--model", "m", "--data", str(data), "--out", str(tmp_path / "out"), "--json"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2 and "--json goes with --dry-run" in result.output

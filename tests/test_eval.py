@@ -172,7 +172,7 @@ def test_model_that_never_answers_fails_the_run(tmp_path: Path) -> None:
 def test_dry_run_estimates_without_calling(tmp_path: Path, fake: FakeOpenAI) -> None:
     data = write_jsonl(tmp_path / "rows.jsonl", rows(10))
     assert fake.base_url
-    result = run_eval(data, tmp_path / "out", fake.base_url, "--dry-run", "--n-repeats", "3")
+    result = run_eval(data, tmp_path / "out", fake.base_url, "--dry-run", "--json", "--n-repeats", "3")
     assert result.exit_code == 0, result.output
     estimate = json.loads(result.output)
     assert estimate["samples"] == 30 and estimate["policy"]["calls"] == 30 and estimate["grader"]["calls"] == 60

@@ -60,7 +60,11 @@ def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, A
     write_jsonl(folder / PROFESSIONAL_FILENAME, rows)
     monkeypatch.setenv("HEALTHBENCH_DATA_DIR", str(folder))
     monkeypatch.setenv("HEALTHBENCH_CACHE_DIR", str(tmp_path / "cache"))
-    for name in ("HEALTHBENCH_GRADER_MODEL", "HEALTHBENCH_ALLOW_SHA256_MISMATCH"):
+    for name in (
+        "HEALTHBENCH_GRADER_MODEL",
+        "HEALTHBENCH_ALLOW_SHA256_MISMATCH",
+        "HEALTHBENCH_ALLOW_ROW_COUNT_MISMATCH",
+    ):
         monkeypatch.delenv(name, raising=False)
     return rows
 

@@ -228,8 +228,9 @@ def test_dry_run_prices_a_reasoning_grader_with_its_thinking(tmp_path: Path, fak
     responses = write_jsonl(
         tmp_path / "replies.jsonl", [{"prompt_id": r["prompt_id"], "response": "Rest."} for r in rows]
     )
-    plain = json.loads(grade(tmp_path, data, responses, fake.base_url, "--dry-run", "--no-grader-reasoning").output)
-    thinking = json.loads(grade(tmp_path, data, responses, fake.base_url, "--dry-run", *WAYS["responses"]).output)
+    dry = ("--dry-run", "--json")
+    plain = json.loads(grade(tmp_path, data, responses, fake.base_url, *dry, "--no-grader-reasoning").output)
+    thinking = json.loads(grade(tmp_path, data, responses, fake.base_url, *dry, *WAYS["responses"]).output)
     calls = sum(len(r["rubrics"]) for r in rows)
     assert plain["grader"]["calls"] == thinking["grader"]["calls"] == calls
     assert thinking["grader"]["reasoning_tokens"] == REASONING_TOKENS["low"] * calls

@@ -32,6 +32,7 @@ def mirror(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Pa
     monkeypatch.setenv("HEALTHBENCH_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("HEALTHBENCH_DATA_DIR", raising=False)
     monkeypatch.delenv(subsets.OVERRIDE_ENV, raising=False)
+    monkeypatch.delenv(subsets.ROW_COUNT_ENV, raising=False)
     yield served, subset
     server.shutdown()
 
@@ -77,8 +78,30 @@ def test_row_count_is_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     subset = Subset("full", "file.jsonl", hashlib.sha256(path.read_bytes()).hexdigest(), 2)
     monkeypatch.setitem(subsets.SUBSETS, "full", subset)
     monkeypatch.setenv("HEALTHBENCH_DATA_DIR", str(tmp_path))
-    with pytest.raises(DataError, match="1 rows, the official full file has 2"):
+    monkeypatch.delenv(subsets.ROW_COUNT_ENV, raising=False)
+    monkeypatch.setenv(subsets.OVERRIDE_ENV, "1")  # not the row count's override: the hash matches anyway
+    with pytest.raises(DataError, match=f"1 rows, the official full file has 2; set {subsets.ROW_COUNT_ENV}=1"):
         subsets.load_subset("full")
+    monkeypatch.setenv(subsets.ROW_COUNT_ENV, "1")
+    assert [r.prompt_id for r in subsets.load_subset("full")] == ["a"]
+
+
+def test_own_file_in_the_data_dir_is_not_the_official_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The user's own copy: never "delete it" (nothing would download over it), but what it is and how to use it.
+    path = write_jsonl(tmp_path / "file.jsonl", [make_row("a")])
+    monkeypatch.setitem(subsets.SUBSETS, "full", Subset("full", "file.jsonl", "0" * 64, 5000))
+    monkeypatch.setenv("HEALTHBENCH_DATA_DIR", str(tmp_path))
+    for name in (subsets.OVERRIDE_ENV, subsets.ROW_COUNT_ENV):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(DataError) as caught:
+        subsets.load_subset("full")
+    message = str(caught.value)
+    assert message.startswith(f"{path}: sha256 {hashlib.sha256(path.read_bytes()).hexdigest()} does not match")
+    assert "it is not the official file" in message and f"set {subsets.OVERRIDE_ENV}=1" in message
+    assert "delete" not in message
+    # Accepted as another file, it is not held to the official row count either.
+    monkeypatch.setenv(subsets.OVERRIDE_ENV, "1")
+    assert [r.prompt_id for r in subsets.load_subset("full")] == ["a"]
 
 
 def test_data_dir_is_used_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -20,6 +20,21 @@ class DataError(HealthBenchError, ValueError):
     """A data file that cannot be used as HealthBench data; the message names file, line and field."""
 
 
+class DownloadFailed(DataError):
+    """An official file that could not be downloaded: what failed (the file, the URL, the cause), and the ways to
+    work offline. The data layer names the one every command has (`HEALTHBENCH_DATA_DIR`); a caller that takes a
+    data file of its own adds its way with `offering`."""
+
+    def __init__(self, failure: str, ways: tuple[str, ...]) -> None:
+        super().__init__(f"{failure}. To work offline, {', or '.join(ways)}.")
+        self.failure = failure
+        self.ways = ways
+
+    def offering(self, way: str) -> DownloadFailed:
+        """The same failure, with one more way to work offline."""
+        return DownloadFailed(self.failure, (*self.ways, way))
+
+
 class SettingsError(HealthBenchError, ValueError):
     """Settings that cannot go together or cannot be used (a length adjustment given by halves, say)."""
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from healthbench.cli.options import length_adjustment, official
+from healthbench.cli.options import DryRun, length_adjustment, official
 from healthbench.cli.render import Bar, finish
 from healthbench.grading.scoring import LengthAdjustment
 from healthbench.grading.settings import GraderConfig
@@ -37,10 +37,6 @@ def adjusted(
     return adjustment, recorded | official(subset, grader, adjustment)
 
 
-def data_name(data: Path | None, subset: str | None) -> str:
-    return str(data) if data else f"subset:{subset}"
-
-
 def unit(job: Job) -> Unit:
     return Unit(job.row.prompt, job.reply, [item.criterion for item in job.row.rubrics])
 
@@ -49,11 +45,70 @@ def print_estimate(
     units: Sequence[Unit],
     grader: GraderConfig,
     prices: Path | None,
+    form: DryRun,
     policy: PolicyConfig | None = None,
     **counts: int,
 ) -> None:
-    """The `--dry-run` answer, as JSON: nothing is sent and nothing is written."""
-    click.echo(json.dumps(counts | dry_run(units, grader, load_prices(prices), policy), indent=2))
+    """The `--dry-run` answer, as a summary or as JSON (`form`): nothing is sent and nothing is written."""
+    estimate = counts | dry_run(units, grader, load_prices(prices), policy)
+    click.echo(json.dumps(estimate, indent=2) if form == "json" else "\n".join(estimate_lines(estimate)))
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f} min"
+    minutes = round(seconds / 60)
+    return f"{minutes // 60} h {minutes % 60} min"
+
+
+def _cost(usd: float | None) -> str:
+    return "no price known" if usd is None else f"${usd:,.2f}"
+
+
+# The flags that give a key's limits, by the sides that use the key.
+_LIMIT_FLAGS = {"grader": "--grader-rpm/--grader-tpm", "policy": "--rpm/--tpm"}
+
+
+def _pace(name: str, key: dict[str, Any]) -> str:
+    """One key's line of the wall time: its endpoint, its time and the limits it was reckoned at."""
+    where = f"  {name} key at {key['base_url']}: "
+    if key["seconds"] is None:
+        flags = " or ".join(_LIMIT_FLAGS[side] for side in name.split("+"))
+        return f"{where}no rate limit known, so none assumed (give {flags})"
+    limits = " and ".join(f"{value:,g} {unit}" for unit in ("RPM", "TPM") if (value := key[unit.lower()]))
+    source = "given" if key["limits"] == "given" else key["limits"].removeprefix("default: ") + ", assumed"
+    return f"{where}{_duration(key['seconds'])} at {limits} ({source}), {key['binding']}-bound"
+
+
+def estimate_lines(estimate: dict[str, Any]) -> list[str]:
+    """The `--dry-run` summary: the samples, each side's calls, tokens, cost and endpoint, the total cost, and
+    the least wall time with the limits it assumes."""
+    tasks = f" of {estimate['tasks']} tasks" if "tasks" in estimate else ""
+    lines = [f"dry run (nothing sent, nothing written): {estimate['samples']:,} samples{tasks}"]
+    for side in ("policy", "grader"):
+        if side in estimate:
+            usage = estimate[side]
+            reasoning = usage.get("reasoning_tokens", 0)
+            thinking = f", {reasoning:,} of them reasoning" if reasoning else ""
+            lines.append(
+                f"  {side} {usage['model']} at {usage['base_url']}: {usage['calls']:,} calls, "
+                f"{usage['prompt_tokens']:,} prompt and {usage['completion_tokens']:,} output tokens{thinking}; "
+                f"{_cost(usage['cost_usd'])} live, {_cost(usage['batch_cost_usd'])} batch"
+            )
+    total = estimate["total_cost_usd"]
+    lines.append(f"  total {_cost(total['live'])} live, {_cost(total['batch'])} batch")
+    wall = estimate["wall_time"]
+    keys = {name: key for name, key in wall.items() if name != "seconds"}
+    if wall["seconds"] is None:
+        lines.append("least wall time unknown:")
+    else:
+        slowest = " (the slowest key's)" if len(keys) > 1 else ""
+        lines.append(f"least wall time {_duration(wall['seconds'])}{slowest}:")
+    lines += [_pace(name, key) for name, key in keys.items()]
+    lines.append("(--json prints these figures as JSON)")
+    return lines
 
 
 def execute(

@@ -8,17 +8,21 @@ from typing import Any
 
 import click
 
-from healthbench.cli.execute import adjusted, data_name, execute, print_estimate, unit
+from healthbench.cli.execute import adjusted, execute, print_estimate, unit
 from healthbench.cli.options import (
+    DryRun,
     data_options,
+    graded_tasks,
     grading,
     length_options,
     load_tasks,
     run_options,
+    said_limit,
     user_errors,
 )
 from healthbench.data.responses import load_responses
 from healthbench.data.select import select_rows
+from healthbench.data.source import TaskSource
 from healthbench.grading.settings import GraderConfig
 from healthbench.runs.policy import PolicyConfig
 from healthbench.runs.runner import Job
@@ -38,10 +42,10 @@ from healthbench.runs.session import BatchChoice
 @length_options
 @click.option("--report", is_flag=True, help="Also write report.html (healthbench report DIR does it later).")
 @user_errors
+@graded_tasks
 @grading
 def grade(
-    data: Path | None,
-    subset: str | None,
+    tasks: TaskSource,
     responses: Path,
     strict: bool,
     report: bool,
@@ -49,15 +53,15 @@ def grade(
     seed: int,
     prices: Path | None,
     progress: bool,
-    dry_run: bool,
+    dry_run: DryRun | None,
     grader: GraderConfig,
     batch: BatchChoice | None,
     **length: Any,
 ) -> None:
     """Grade fixed replies to the tasks both the data and the replies name; results.jsonl grows as samples
     finish, then metrics.json is written."""
-    adjustment, recorded = adjusted(subset, grader, length)
-    rows, _ = load_tasks(data, subset)
+    adjustment, recorded = adjusted(tasks.kind, grader, length)
+    rows, _ = load_tasks(tasks)
     replies = load_responses(responses, {row.prompt_id for row in rows}, strict=strict)
     jobs = [Job(row, 0, replies[row.prompt_id]) for row in rows if row.prompt_id in replies]
     ignored, missing = len(replies) - len(jobs), len(rows) - len(jobs)
@@ -69,10 +73,10 @@ def grade(
             err=True,
         )
     if dry_run:
-        print_estimate([unit(job) for job in jobs], grader, prices)
+        print_estimate([unit(job) for job in jobs], grader, prices, dry_run)
         return
     identity = {"command": "grade"} | grader.identity()
-    extra = {"responses": str(responses), "data": data_name(data, subset)} | recorded
+    extra = {"responses": str(responses), "data": tasks.name} | recorded
     execute(
         jobs,
         out,
@@ -129,12 +133,12 @@ def grade(
 @run_options
 @length_options
 @user_errors
+@graded_tasks
 @grading
 def evaluate(
     model: str,
     base_url: str | None,
-    data: Path | None,
-    subset: str | None,
+    tasks: TaskSource,
     limit: int | None,
     n_repeats: int,
     system_message: str | None,
@@ -151,7 +155,7 @@ def evaluate(
     seed: int,
     prices: Path | None,
     progress: bool,
-    dry_run: bool,
+    dry_run: DryRun | None,
     grader: GraderConfig,
     batch: BatchChoice | None,
     **length: Any,
@@ -161,8 +165,9 @@ def evaluate(
         if batch is None:
             raise click.UsageError("--policy-batch needs --batch")
         batch = dataclasses.replace(batch, policy=True)
-    adjustment, recorded = adjusted(subset, grader, length)
-    all_rows, data_sha = load_tasks(data, subset)
+    adjustment, recorded = adjusted(tasks.kind, grader, length)
+    all_rows, data_sha = load_tasks(tasks)
+    said_limit(limit, len(all_rows), "tasks in the data")
     rows = select_rows(all_rows, limit)
     policy_config = PolicyConfig.from_env(
         base_url=base_url,
@@ -181,14 +186,14 @@ def evaluate(
     )
     jobs = [Job(row, repeat) for repeat in range(n_repeats) for row in rows]
     if dry_run:
-        print_estimate([unit(job) for job in jobs], grader, prices, policy_config, tasks=len(rows))
+        print_estimate([unit(job) for job in jobs], grader, prices, dry_run, policy_config, tasks=len(rows))
         return
     identity = (
         {"command": "eval", "data_sha256": data_sha, "limit": limit, "n_repeats": n_repeats}
         | policy_config.identity()
         | grader.identity()
     )
-    extra = {"data": data_name(data, subset), "base_url": policy_config.base_url, "policy_errors": policy_errors}
+    extra = {"data": tasks.name, "base_url": policy_config.base_url, "policy_errors": policy_errors}
     extra |= recorded
     execute(
         jobs,

@@ -4,9 +4,10 @@ adjustment, and whether a HealthBench Professional run is in its official config
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast
 
 import click
 from pydantic import ValidationError
@@ -15,10 +16,10 @@ from healthbench.api.batch.records import BatchSettings
 from healthbench.api.endpoint import MAX_IN_FLIGHT
 from healthbench.api.pacing.store import PACE_STORE_VARIABLE
 from healthbench.api.wire import EFFORTS
-from healthbench.data.loading import load_rows
 from healthbench.data.schema import Row
+from healthbench.data.source import TaskSource
 from healthbench.data.subsets import PROFESSIONAL, TASK_SUBSETS
-from healthbench.errors import HealthBenchError, PolicyMisuse, QuotaExhausted, SettingsError
+from healthbench.errors import DownloadFailed, HealthBenchError, PolicyMisuse, QuotaExhausted, SettingsError
 from healthbench.grading.official import length_adjustment_for, recorded
 from healthbench.grading.scoring import LengthAdjustment
 from healthbench.grading.settings import DEFAULT_CONCURRENCY, GraderConfig, GradingOptions
@@ -39,7 +40,12 @@ def options(*decorators: Callable[[F], F]) -> Callable[[F], F]:
 
 
 data_options = options(
-    click.option("--data", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="JSONL file."),
+    click.option(
+        "--data",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        help="JSONL file, in HealthBench's schema or Professional's (told from its first row; a Professional file "
+        "is graded as --subset professional is).",
+    ),
     click.option(
         "--subset",
         type=click.Choice(TASK_SUBSETS),
@@ -51,13 +57,13 @@ grader_options = options(
     click.option(
         "--grader-model",
         help="Grader model [default: $HEALTHBENCH_GRADER_MODEL, else gpt-4.1-2025-04-14; gpt-5.4-2026-03-05 "
-        "for --subset professional].",
+        "for HealthBench Professional].",
     ),
     click.option("--grader-base-url", help="Grader endpoint [default: $HEALTHBENCH_GRADER_BASE_URL or OpenAI]."),
     click.option(
         "--grader-api",
         type=click.Choice(["chat", "responses"]),
-        help="Chat Completions or the Responses API [default: chat; responses for --subset professional].",
+        help="Chat Completions or the Responses API [default: chat; responses for HealthBench Professional].",
     ),
     click.option(
         "--grader-reasoning/--no-grader-reasoning",
@@ -67,7 +73,7 @@ grader_options = options(
     click.option(
         "--grader-reasoning-effort",
         type=click.Choice(EFFORTS),
-        help="A reasoning grader's effort [default: the model's; low for --subset professional].",
+        help="A reasoning grader's effort [default: the model's; low for HealthBench Professional].",
     ),
     click.option(
         "--grader-max-output-tokens",
@@ -143,21 +149,52 @@ batch_options = options(
     ),
 )
 
-length_options = options(
-    click.option(
-        "--length-adjustment-center",
-        type=click.FloatRange(min=0),
-        help="Length adjustment: the reply length in characters that is neither penalised nor rewarded "
-        "[default: none; 2000 for --subset professional].",
-    ),
-    click.option(
-        "--length-adjustment-penalty-per-500-chars",
-        type=click.FloatRange(min=0),
-        help="Length adjustment: score taken off per 500 characters past the center (and given per 500 short "
-        "of it) [default: none; 0.0147 for --subset professional].",
-    ),
-    click.option("--no-length-adjustment", is_flag=True, help="No length adjustment, even for --subset professional."),
+
+def _length_flags(center: str, penalty: str, off: str) -> Callable[[F], F]:
+    return options(
+        click.option(
+            "--length-adjustment-center",
+            type=click.FloatRange(min=0),
+            help="Length adjustment: the reply length in characters that is neither penalised nor rewarded "
+            f"[default: {center}].",
+        ),
+        click.option(
+            "--length-adjustment-penalty-per-500-chars",
+            type=click.FloatRange(min=0),
+            help="Length adjustment: score taken off per 500 characters past the center (and given per 500 short "
+            f"of it) [default: {penalty}].",
+        ),
+        click.option("--no-length-adjustment", is_flag=True, help=off),
+    )
+
+
+# The grading commands' (HealthBench Professional is told by --subset or by a --data file's schema), and
+# `report`'s, which rescores a finished run.
+length_options = _length_flags(
+    "none; 2000 for HealthBench Professional",
+    "none; 0.0147 for HealthBench Professional",
+    "No length adjustment, even for HealthBench Professional.",
 )
+rescoring_length_options = _length_flags(
+    "the run's", "the run's", "Rescore without a length adjustment, even a run that had one."
+)
+
+# How `--dry-run` answers: a summary for people, or JSON (`--json`).
+DryRun = Literal["text", "json"]
+
+
+def _dry_run(func: F) -> F:
+    """Hand `--dry-run` and `--json` to a command as one `dry_run`: None, or how the estimate is printed."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, dry_run: bool, as_json: bool, **kwargs: Any) -> Any:
+        if as_json and not dry_run:
+            raise click.UsageError("--json goes with --dry-run")
+        form: DryRun | None = ("json" if as_json else "text") if dry_run else None
+        return func(*args, dry_run=form, **kwargs)
+
+    return cast(F, wrapper)
+
 
 run_options = options(
     click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Output folder."),
@@ -165,23 +202,61 @@ run_options = options(
     click.option("--prices", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Price table JSON."),
     click.option("--progress/--no-progress", default=True, help="Show a progress bar on a terminal."),
     click.option(
-        "--dry-run", is_flag=True, help="Print the calls, tokens and cost (live and batch) of this run, and stop."
+        "--dry-run",
+        is_flag=True,
+        help="Print the calls, tokens, cost (live and batch) and least wall time of this run, and stop.",
     ),
+    click.option("--json", "as_json", is_flag=True, help="With --dry-run: print the estimate as JSON."),
+    _dry_run,
 )
 
 
-def load_tasks(data: Path | None, subset: str | None) -> tuple[list[Row], str]:
+@contextmanager
+def data_flag_offered() -> Iterator[None]:
+    """A failed download, said with the way to work offline that a command taking --data has besides
+    HEALTHBENCH_DATA_DIR."""
+    try:
+        yield
+    except DownloadFailed as exc:
+        raise exc.offering("pass --data PATH") from None
+
+
+def load_tasks(tasks: TaskSource) -> tuple[list[Row], str]:
     """The rows, and the sha256 of the file they came from (a run's identity includes its data)."""
-    from healthbench.data.subsets import file_sha256, subset_path
+    with data_flag_offered():
+        return tasks.rows(), tasks.sha256()
 
-    if (data is None) == (subset is None):
-        raise click.UsageError("give exactly one of --data PATH or --subset NAME")
-    if data is None:
-        from healthbench.data.subsets import load_subset
 
-        rows = load_subset(subset or "full")
-        return rows, file_sha256(subset_path(subset or "full"))
-    return load_rows(data), file_sha256(data)
+def said_limit(limit: int | None, available: int, what: str) -> None:
+    """Say on stderr, in one line, when `--limit` asks for more than there is: all of it is run."""
+    if limit is not None and limit > available:
+        said = f"healthbench: --limit {limit} is more than the {available} {what}; running all {available}"
+        click.echo(said, err=True)
+
+
+def professional_note(tasks: TaskSource) -> None:
+    """Say on stderr when a --data file is recognised as HealthBench Professional's, and so graded as one."""
+    if tasks.professional_file:
+        click.echo(
+            f"healthbench: {tasks.path} is in HealthBench Professional's schema, so it is graded as --subset "
+            "professional is (its official grader and length adjustment, unless flags say otherwise)",
+            err=True,
+        )
+
+
+def graded_tasks(func: F) -> F:
+    """Hand a command's --data and --subset (exactly one given) to it as `tasks`, a `TaskSource`; it goes below
+    `user_errors` and above `grading`, which builds the grader for the tasks' kind."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, data: Path | None, subset: str | None, **kwargs: Any) -> Any:
+        if (data is None) == (subset is None):
+            raise click.UsageError("give exactly one of --data PATH or --subset NAME")
+        tasks = TaskSource.file(data) if data is not None else TaskSource.named(subset or "full")
+        professional_note(tasks)
+        return func(*args, tasks=tasks, **kwargs)
+
+    return cast(F, wrapper)
 
 
 def user_errors(func: F) -> F:
@@ -223,13 +298,15 @@ def grading_options(flags: dict[str, Any]) -> GradingOptions:
 
 def grading(func: F) -> F:
     """Add the grader and batch flags to a grading command, and hand them to it made into `grader` (the
-    settings, with the official defaults of the command's `--subset`) and `batch` (None for live grading)."""
+    settings, with the official defaults of what it grades: the kind of its `tasks`, see `graded_tasks`) and
+    `batch` (None for live grading)."""
 
     @functools.wraps(func)
     def wrapper(
         *args: Any, batch: bool, poll_interval: float, batch_tokens: int | None, no_wait: bool, **kwargs: Any
     ) -> Any:
-        grader = grading_options(kwargs).grader(kwargs.get("subset"))
+        tasks = kwargs.get("tasks")
+        grader = grading_options(kwargs).grader(tasks.kind if isinstance(tasks, TaskSource) else None)
         choice = _batch_choice(batch, poll_interval, batch_tokens, no_wait)
         return func(*args, grader=grader, batch=choice, **kwargs)
 
@@ -248,7 +325,8 @@ def length_adjustment(
 
 
 def official(subset: str | None, grader: GraderConfig, adjustment: LengthAdjustment | None) -> dict[str, Any]:
-    """run.json's account of the official configuration, said on stderr when a Professional run is not in it."""
+    """run.json's account of the official configuration, said on stderr when a Professional run is not in it;
+    `subset` is the kind of what is graded (`professional` for a file in its schema too)."""
     found = grader.official_differences(adjustment) if subset == PROFESSIONAL else []
     if found:
         click.echo(

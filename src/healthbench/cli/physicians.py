@@ -9,19 +9,24 @@ from typing import Any
 
 import click
 
-from healthbench.cli.execute import adjusted, data_name, execute, print_estimate, unit
+from healthbench.cli.execute import adjusted, execute, print_estimate, unit
 from healthbench.cli.options import (
+    DryRun,
+    data_flag_offered,
     data_options,
+    graded_tasks,
     grading,
     length_options,
     load_tasks,
     run_options,
+    said_limit,
     user_errors,
 )
 from healthbench.cli.render import Bar, finish
 from healthbench.data.loading import load_meta_rows
 from healthbench.data.schema import MetaRow
 from healthbench.data.select import select_rows
+from healthbench.data.source import TaskSource
 from healthbench.data.subsets import PROFESSIONAL
 from healthbench.grading.agreement import MODEL_F1, PHYSICIAN_F1
 from healthbench.grading.settings import GraderConfig
@@ -47,18 +52,18 @@ from healthbench.runs.session import BatchChoice, Wiring, run_session
 @run_options
 @length_options
 @user_errors
+@graded_tasks
 @grading
 def baseline(
     group: int | None,
     references: bool,
-    data: Path | None,
-    subset: str | None,
+    tasks: TaskSource,
     limit: int | None,
     out: Path,
     seed: int,
     prices: Path | None,
     progress: bool,
-    dry_run: bool,
+    dry_run: DryRun | None,
     grader: GraderConfig,
     batch: BatchChoice | None,
     **length: Any,
@@ -69,9 +74,9 @@ def baseline(
         raise click.UsageError(
             "--references: Group 1 physicians were shown no reference completions; use --group 2 or 3"
         )
-    adjustment, recorded = adjusted(subset, grader, length)
-    rows, data_sha = load_tasks(data, subset)
-    professional = subset == PROFESSIONAL or any(row.physician_response is not None for row in rows)
+    adjustment, recorded = adjusted(tasks.kind, grader, length)
+    rows, data_sha = load_tasks(tasks)
+    professional = tasks.kind == PROFESSIONAL or any(row.physician_response is not None for row in rows)
     if group is None and not professional:
         raise click.UsageError("--group is required: which physicians' completions to grade (1, 2 or 3)")
     if group is None:
@@ -83,6 +88,7 @@ def baseline(
         jobs = baseline_jobs(rows, group, references=references, limit=limit)
         completions = f"Group {group} {'reference' if references else 'physician ideal'} completions"
         described = {"completions": completions, "group_description": GROUP_DESCRIPTIONS[group]}
+    said_limit(limit, len(jobs), f"{described['completions']} in the data")  # jobs are all there are when short
     identity = {
         "command": "baseline",
         "group": group,
@@ -90,9 +96,9 @@ def baseline(
         "data_sha256": data_sha,
         "limit": limit,
     } | grader.identity()
-    extra = {"data": data_name(data, subset)} | described | recorded
+    extra = {"data": tasks.name} | described | recorded
     if dry_run:
-        print_estimate([unit(job) for job in jobs], grader, prices)
+        print_estimate([unit(job) for job in jobs], grader, prices, dry_run)
         return
     execute(
         jobs,
@@ -115,7 +121,8 @@ def _load_meta(data: Path | None, subset: str | None) -> tuple[list[MetaRow], st
     if data is not None and subset is not None:
         raise click.UsageError("give at most one of --data PATH or --subset meta")
     if data is None:
-        return load_meta_subset(), file_sha256(subset_path("meta"))
+        with data_flag_offered():
+            return load_meta_subset(), file_sha256(subset_path("meta"))
     return load_meta_rows(data), file_sha256(data)
 
 
@@ -142,15 +149,17 @@ def meta_eval(
     seed: int,
     prices: Path | None,
     progress: bool,
-    dry_run: bool,
+    dry_run: DryRun | None,
     grader: GraderConfig,
     batch: BatchChoice | None,
 ) -> None:
     """Measure the grader's agreement with physicians (macro F1); run again on the same --out to resume."""
     all_rows, data_sha = _load_meta(data, subset)
+    said_limit(limit, len(all_rows), "rows in the data")
     rows = select_rows(all_rows, limit)
     if dry_run:
-        print_estimate([Unit(row.prompt, row.completion, [row.rubric]) for row in rows], grader, prices)
+        units = [Unit(row.prompt, row.completion, [row.rubric]) for row in rows]
+        print_estimate(units, grader, prices, dry_run)
         return
     identity = {"command": "meta-eval", "data_sha256": data_sha, "limit": limit} | grader.identity()
     folder = RunFolder(out)

@@ -10,8 +10,17 @@ from typing import Any
 
 import click
 
-from healthbench.cli.options import grader_options, grading_options, length_adjustment, length_options, user_errors
+from healthbench.cli.options import (
+    data_flag_offered,
+    grader_options,
+    grading_options,
+    length_adjustment,
+    professional_note,
+    rescoring_length_options,
+    user_errors,
+)
 from healthbench.cli.physicians import meta_headline
+from healthbench.data.source import TaskSource
 from healthbench.data.subsets import DOWNLOADABLE, TASK_SUBSETS
 from healthbench.errors import DataError, RequestFailed
 from healthbench.grading.scoring import LengthAdjustment
@@ -26,19 +35,22 @@ from healthbench.runs.store import Store
 
 @click.command()
 @click.argument("names", nargs=-1, type=click.Choice(DOWNLOADABLE))
+@click.option(
+    "--subset", "subsets", multiple=True, type=click.Choice(DOWNLOADABLE), help="A file to fetch, repeatable."
+)
 @user_errors
-def download(names: tuple[str, ...]) -> None:
-    """Download and check official files (all of them when no name is given)."""
+def download(names: tuple[str, ...], subsets: tuple[str, ...]) -> None:
+    """Download and check official files: those named, as arguments or with --subset, else all of them."""
     from healthbench.data.subsets import subset_path
 
-    for name in names or DOWNLOADABLE:
+    for name in dict.fromkeys((*names, *subsets)) or DOWNLOADABLE:
         click.echo(f"{name}: {subset_path(name)}")
 
 
 @click.command()
 @click.argument("out", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--seed", type=int, help="Bootstrap seed [default: the run's].")
-@length_options
+@rescoring_length_options
 @user_errors
 def report(
     out: Path,
@@ -145,7 +157,9 @@ def compare(run_a: Path, run_b: Path, seed: int, n_bootstrap: int, as_json: bool
 
 @click.command()
 @click.option(
-    "--data", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="JSONL file: the test split."
+    "--data",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="JSONL file: the test split (a file in Professional's schema graded as the professional split is).",
 )
 @click.option(
     "--subset",
@@ -184,17 +198,25 @@ def serve(
     from healthbench.integrations.openreward.deployment import load_splits
     from healthbench.integrations.openreward.environment import serve as serve_environment
 
+    # The test split from a file is graded by its kind: Professional's settings for a file in its schema.
+    kinds: dict[str, str | None] = {}
+    if data is not None:
+        source = TaskSource.file(data)
+        professional_note(source)
+        kinds["test"] = source.kind
     try:
-        splits = load_splits(data, subsets)
+        with data_flag_offered():
+            splits = load_splits(data, subsets)
     except DataError:
         raise
     except ValueError as exc:  # --data together with --subset full
         raise click.UsageError(str(exc)) from None
+    kinds = {split: kinds.get(split, split) for split in splits}
     options = grading_options(flags)
-    graders = {split: options.grader(split, served=True) for split in splits}
+    graders = {split: options.grader(kinds[split], served=True) for split in splits}
     for config in graders.values():
         config.check_pace_store()  # a shared pace out of reach: no server, rather than one that overruns the key
-    adjustments = {split: length_adjustment(split, None, None, False) for split in splits}
+    adjustments = {split: length_adjustment(kinds[split], None, None, False) for split in splits}
     serve_environment(
         splits, host=host, port=port, grader=graders, adjustments=adjustments, default=default_environment
     )

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from healthbench.errors import DataError
+from healthbench.errors import DataError, DownloadFailed
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 # Seconds to wait on each connection for the metadata request; the body's reads use huggingface_hub's own
@@ -67,7 +67,8 @@ def _cause(exc: BaseException) -> str:
 
 
 def hub_error(repo_id: str, filename: str, url: str, exc: BaseException) -> DataError:
-    """The one message a failed Hub request becomes: access refused, or unreachable and how to work offline."""
+    """The one error a failed Hub request becomes: access refused, or unreachable and how to work offline (a
+    `DownloadFailed`, to which a command that reads a data file of its own adds that way)."""
     status = _status(exc)
     if status is not None and status[0] in (401, 403):
         return DataError(
@@ -76,9 +77,9 @@ def hub_error(repo_id: str, filename: str, url: str, exc: BaseException) -> Data
             "an access token of that account (https://huggingface.co/settings/tokens)."
         )
     cause = _cause(exc) if status is None else f"HTTP {status[0]}" + (f" ({status[1]})" if status[1] else "")
-    return DataError(
-        f"could not download {filename} of the Hugging Face dataset {repo_id} from {url}: {cause}. "
-        f"To work offline, set HEALTHBENCH_DATA_DIR to a folder holding {filename}, or pass --data PATH."
+    return DownloadFailed(
+        f"could not download {filename} of the Hugging Face dataset {repo_id} from {url}: {cause}",
+        (f"set HEALTHBENCH_DATA_DIR to a folder holding {filename}",),
     )
 
 

@@ -1,5 +1,7 @@
 """Loading a JSONL file of rows: every problem reported with the file, the line and the field, because a 60 MB
-file with one bad row is otherwise impossible to fix by hand. The first row tells a file's schema.
+file with one bad row is otherwise impossible to fix by hand. The first row tells a file's schema, so a file of
+the wrong kind (a meta-evaluation file given as tasks, or the reverse) is named as such. A byte-order mark at
+the start of a file, as some Windows editors write, is read past.
 """
 
 from __future__ import annotations
@@ -19,8 +21,14 @@ from pydantic import (
 from healthbench.data.schema import MetaRow, ProfessionalRow, Row
 from healthbench.errors import DataError
 
-Schema = Literal["healthbench", "professional"]
-_SCHEMA_NAMES: dict[Schema, str] = {"healthbench": "HealthBench", "professional": "HealthBench Professional"}
+Schema = Literal["healthbench", "professional", "meta"]
+_SCHEMA_NAMES: dict[Schema, str] = {
+    "healthbench": "HealthBench",
+    "professional": "HealthBench Professional",
+    "meta": "HealthBench meta-evaluation",
+}
+# utf-8-sig reads a leading byte-order mark as nothing, and is plain UTF-8 otherwise.
+ENCODING = "utf-8-sig"
 RowT = TypeVar("RowT", Row, MetaRow, ProfessionalRow)
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -30,7 +38,8 @@ def _field_name(loc: tuple[int | str, ...]) -> str:
 
 
 def schema_of(line: str) -> Schema | None:
-    """Which task schema one JSONL line is in, by its keys; None when it is neither or not a JSON object."""
+    """Which schema one JSONL line is in, by its keys (a meta-evaluation row's `rubric` and `binary_labels`
+    first, since it also has a `prompt`); None when it is none of them or not a JSON object."""
     try:
         value = json.loads(line)
     except ValueError:
@@ -39,6 +48,8 @@ def schema_of(line: str) -> Schema | None:
         return None
     if "rubric_items" in value or "conversation" in value:
         return "professional"
+    if "binary_labels" in value or ("rubric" in value and "completion" in value):
+        return "meta"
     if "rubrics" in value or "prompt" in value:
         return "healthbench"
     return None
@@ -48,12 +59,12 @@ def read_jsonl(path: str | Path, model: type[ModelT], *, schema: Schema | None =
     """Validate each non-blank line of a JSONL file as `model`, yielding (line number, value).
 
     Lines are split on newlines only: HealthBench text holds U+2028 and other characters that
-    `str.splitlines` would treat as line ends. With `schema`, a line that fails because it is a row of the
-    other task schema says so, rather than naming the first field it lacks.
+    `str.splitlines` would treat as line ends. With `schema`, a line that fails because it is a row of
+    another schema says so, rather than naming the first field it lacks.
     """
     path = Path(path)
     try:
-        with path.open("r", encoding="utf-8", newline="\n") as handle:
+        with path.open("r", encoding=ENCODING, newline="\n") as handle:
             for number, line in enumerate(handle, start=1):
                 if not line.strip():
                     continue
@@ -67,7 +78,7 @@ def read_jsonl(path: str | Path, model: type[ModelT], *, schema: Schema | None =
                     if schema is not None and found is not None and found != schema:
                         raise DataError(
                             f"{path}:{number}: a {_SCHEMA_NAMES[found]} row in a {_SCHEMA_NAMES[schema]} file "
-                            "(the first row sets the schema; a file holds one)"
+                            "(a file holds rows of one kind)"
                         ) from None
                     raise DataError(f"{path}:{number}: field {_field_name(error['loc'])}: {error['msg']}") from None
                 yield number, value
@@ -77,19 +88,32 @@ def read_jsonl(path: str | Path, model: type[ModelT], *, schema: Schema | None =
         raise DataError(f"{path}: not UTF-8 text ({exc.reason})") from None
 
 
-def file_schema(path: str | Path) -> Schema:
-    """The task schema of a file, told by its first non-blank line (HealthBench's when that line is neither)."""
+def first_schema(path: str | Path) -> Schema | None:
+    """The schema of a file's first non-blank line (read alone: the rest of the file is not), or None when that
+    line is in none of them or the file has no rows."""
     path = Path(path)
     try:
-        with path.open("r", encoding="utf-8", newline="\n") as handle:
+        with path.open("r", encoding=ENCODING, newline="\n") as handle:
             for line in handle:
                 if line.strip():
-                    return schema_of(line) or "healthbench"
+                    return schema_of(line)
     except FileNotFoundError:
         raise DataError(f"{path}: no such file") from None
     except UnicodeDecodeError as exc:
         raise DataError(f"{path}: not UTF-8 text ({exc.reason})") from None
-    return "healthbench"
+    return None
+
+
+def file_schema(path: str | Path) -> Schema:
+    """The schema of a file, told by its first non-blank line (HealthBench's when that line is in none)."""
+    return first_schema(path) or "healthbench"
+
+
+def wrong_kind(path: Path, found: Schema, wanted: str, takes: str) -> DataError:
+    """The error for a file of another kind than the command reads: what it is, told from its first row."""
+    return DataError(
+        f"{path}: a {_SCHEMA_NAMES[found]} file (told from its first row), not a {wanted} file; {takes} takes it"
+    )
 
 
 @contextmanager
@@ -143,11 +167,15 @@ def load_rows(path: str | Path) -> list[Row]:
     """Load a task file in either schema, in file order.
 
     The first non-blank line decides: a row with `rubric_items` or `conversation` makes it a HealthBench
-    Professional file (converted as `load_professional_rows` does), anything else a HealthBench file (full,
-    hard or consensus). A later row of the other schema is an error naming its line.
+    Professional file (converted as `load_professional_rows` does), a meta-evaluation row is refused as the
+    wrong kind of file, anything else makes it a HealthBench file (full, hard or consensus). A later row of
+    another schema is an error naming its line.
     """
     path = Path(path)
-    if file_schema(path) == "professional":
+    schema = file_schema(path)
+    if schema == "meta":
+        raise wrong_kind(path, schema, "HealthBench task", "meta-eval")
+    if schema == "professional":
         return load_professional_rows(path)
     return _load(Row, path, _prompt_id, "healthbench")
 
@@ -160,6 +188,10 @@ def load_professional_rows(path: str | Path) -> list[Row]:
 
 
 def load_meta_rows(path: str | Path) -> list[MetaRow]:
-    """Load a HealthBench meta-evaluation file, in file order."""
+    """Load a HealthBench meta-evaluation file, in file order; a task file is refused as one."""
+    path = Path(path)
+    found = first_schema(path)
+    if found is not None and found != "meta":
+        raise wrong_kind(path, found, "meta-evaluation", "grade, eval or baseline")
     # A completion is judged against several criteria, so no single field is unique here.
-    return _load(MetaRow, Path(path), None, None)
+    return _load(MetaRow, path, None, "meta")

@@ -4,7 +4,9 @@ A named subset resolves to a local file in this order: `HEALTHBENCH_DATA_DIR` (a
 with the official file names, for offline machines), else the cache (`HEALTHBENCH_CACHE_DIR`, default
 under the user's cache folder), downloading into it when missing. Each file is checked against the sha256
 recorded by other projects and its row count; the cache keeps a sidecar with the hash it accepted, so a
-file changed later is noticed.
+file changed later is noticed. Each check has its override: `HEALTHBENCH_ALLOW_SHA256_MISMATCH` for a hash,
+`HEALTHBENCH_ALLOW_ROW_COUNT_MISMATCH` for a row count (a file accepted with another hash is not the official
+file, so its row count is not held to the official one either).
 
 HealthBench Professional comes from the Hugging Face dataset `openai/healthbench-professional` instead, at a
 pinned revision: `HEALTHBENCH_PROFESSIONAL_REVISION` when set, else the one its first download recorded,
@@ -32,10 +34,12 @@ from tqdm import tqdm
 from healthbench.data import hub
 from healthbench.data.loading import load_meta_rows, load_professional_rows, load_rows
 from healthbench.data.schema import MetaRow, Row
-from healthbench.errors import DataError
+from healthbench.errors import DataError, DownloadFailed
 
 BASE_URL = "https://openaipublic.blob.core.windows.net/simple-evals/healthbench/"
 OVERRIDE_ENV = "HEALTHBENCH_ALLOW_SHA256_MISMATCH"
+ROW_COUNT_ENV = "HEALTHBENCH_ALLOW_ROW_COUNT_MISMATCH"
+DATA_DIR_ENV = "HEALTHBENCH_DATA_DIR"
 _CHUNK = 1 << 20
 # Seconds a connection may go without a byte (connecting, or between reads) before the download fails.
 TIMEOUT = 60.0
@@ -97,8 +101,12 @@ TASK_SUBSETS = ("full", "hard", "consensus", PROFESSIONAL)
 DOWNLOADABLE = (*TASK_SUBSETS, "meta")
 
 
+def _allowed(variable: str) -> bool:
+    return os.environ.get(variable, "") not in ("", "0")
+
+
 def _allow_mismatch() -> bool:
-    return os.environ.get(OVERRIDE_ENV, "") not in ("", "0")
+    return _allowed(OVERRIDE_ENV)
 
 
 def cache_dir() -> Path:
@@ -116,13 +124,21 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _check_hash(subset: Subset, where: str, actual: str) -> None:
-    if actual != subset.sha256 and not _allow_mismatch():
+def _check_hash(subset: Subset, where: str, actual: str, *, yours: bool = False) -> None:
+    """Refuse a file that is not the official one, unless the mismatch is allowed. `yours`: the file is the
+    user's own copy in `HEALTHBENCH_DATA_DIR` (never downloaded over), else a download (never kept)."""
+    if actual == subset.sha256 or _allow_mismatch():
+        return
+    mismatch = f"{where}: sha256 {actual} does not match the official {subset.name} file's {subset.sha256}"
+    if yours:
         raise DataError(
-            f"{where}: sha256 {actual} does not match the official {subset.name} file's {subset.sha256}. "
-            f"The file may be truncated or a drifted mirror; delete it to download again, or set "
-            f"{OVERRIDE_ENV}=1 to use it anyway."
+            f"{mismatch}: it is not the official file. To use it anyway, set {OVERRIDE_ENV}=1; to use the official "
+            f"file, put it in its place, or unset {DATA_DIR_ENV} and it is downloaded."
         )
+    raise DataError(
+        f"{mismatch}. The download may have been cut short, or the mirror may hold another file; nothing was "
+        f"kept. Try again, or set {OVERRIDE_ENV}=1 to use it anyway."
+    )
 
 
 def _cause(exc: BaseException) -> str:
@@ -137,15 +153,21 @@ def _cause(exc: BaseException) -> str:
     return str(reason)
 
 
-def download_error(subset: Subset, cause: str) -> DataError:
-    """The one message a failed download becomes: the file, the URL, the cause, and how to work offline.
+def download_error(subset: Subset, cause: str) -> DownloadFailed:
+    """The one error a failed download becomes: the file, the URL, the cause, and how to work offline (a command
+    that reads a data file of its own adds that way: `DownloadFailed.offering`).
 
     Worded as `hub.hub_error` words the Hugging Face download, so every subset fails alike.
     """
-    return DataError(
-        f"could not download {subset.filename} (HealthBench {subset.name}) from {subset.url}: {cause}. "
-        f"To work offline, set HEALTHBENCH_DATA_DIR to a folder holding {subset.filename}, or pass --data PATH."
+    return DownloadFailed(
+        f"could not download {subset.filename} (HealthBench {subset.name}) from {subset.url}: {cause}",
+        (offline_way(subset.filename),),
     )
+
+
+def offline_way(filename: str) -> str:
+    """The way to work offline that every command has."""
+    return f"set {DATA_DIR_ENV} to a folder holding {filename}"
 
 
 # Network failures: OSError covers refused connections, DNS failures, resets and timeouts (URLError is
@@ -206,13 +228,22 @@ def subset_path(name: str) -> Path:
     """A checked local copy of the named subset's file, downloaded on first use."""
     if name == PROFESSIONAL:
         return professional_path()
+    return _checked_file(_subset(name))[0]
+
+
+def _subset(name: str) -> Subset:
     if name not in SUBSETS:
         raise DataError(f"unknown subset {name!r}; choose one of {', '.join(DOWNLOADABLE)}")
-    subset = SUBSETS[name]
+    return SUBSETS[name]
+
+
+def _checked_file(subset: Subset) -> tuple[Path, str]:
+    """A checked local copy of an official file, and its sha256 (the official one unless a mismatch was allowed)."""
     path = _data_dir_path(subset.filename)
     if path is not None:
-        _check_hash(subset, str(path), file_sha256(path))
-        return path
+        actual = file_sha256(path)
+        _check_hash(subset, str(path), actual, yours=True)
+        return path, actual
     path = cache_dir() / subset.filename
     sidecar = path.with_name(path.name + ".sha256")
     if path.is_file() and sidecar.is_file():
@@ -223,20 +254,20 @@ def subset_path(name: str) -> Path:
                 f"{path}: changed since it was downloaded (sha256 {actual}, recorded {recorded}); "
                 "delete it to download again"
             )
-        return path
+        return path, actual
     actual = _download(subset, path)
     _write_atomically(sidecar, actual + "\n")
-    return path
+    return path, actual
 
 
 def _data_dir_path(filename: str) -> Path | None:
     """The file in `HEALTHBENCH_DATA_DIR` when that is set (an error if it is not there), else None."""
-    data_dir = os.environ.get("HEALTHBENCH_DATA_DIR")
+    data_dir = os.environ.get(DATA_DIR_ENV)
     if not data_dir:
         return None
     path = Path(data_dir) / filename
     if not path.is_file():
-        raise DataError(f"{path}: not found (HEALTHBENCH_DATA_DIR names a folder holding the official files)")
+        raise DataError(f"{path}: not found ({DATA_DIR_ENV} names a folder holding the official files)")
     return path
 
 
@@ -294,7 +325,7 @@ def professional_path() -> Path:
     A cached copy is used without asking the Hub when it matches its record (and the revision asked for, if
     `HEALTHBENCH_PROFESSIONAL_REVISION` is set). Otherwise the file is downloaded at the pinned revision and
     must hash to the recorded sha256; the first download records both. `HEALTHBENCH_ALLOW_SHA256_MISMATCH=1`
-    uses a file that does not match, without recording it.
+    uses a file that does not match, without recording it. Its row count is checked when it is loaded.
     """
     path = _data_dir_path(PROFESSIONAL_FILENAME)
     if path is not None:
@@ -328,29 +359,38 @@ def professional_path() -> Path:
 
 
 def _check_count(name: str, expected: int, path: Path, count: int) -> None:
-    if count != expected and not _allow_mismatch():
+    if count != expected and not _allowed(ROW_COUNT_ENV):
         raise DataError(
-            f"{path}: {count} rows, the official {name} file has {expected}; set {OVERRIDE_ENV}=1 to use it anyway"
+            f"{path}: {count} rows, the official {name} file has {expected}; set {ROW_COUNT_ENV}=1 to use it anyway"
         )
+
+
+def _check_official_count(subset: Subset, path: Path, sha256: str, count: int) -> None:
+    # A file accepted with another hash is not the official file: its row count is not the official one's either.
+    if sha256 == subset.sha256:
+        _check_count(subset.name, subset.rows, path, count)
 
 
 def load_subset(name: str) -> list[Row]:
     """Load a named task subset (one of `TASK_SUBSETS`), checked."""
     if name == "meta":
         raise DataError("subset 'meta' holds meta-evaluation rows; load it with load_meta_subset")
-    path = subset_path(name)
     if name == PROFESSIONAL:
+        path = professional_path()
         rows = load_professional_rows(path)
         _check_count(name, PROFESSIONAL_ROWS, path, len(rows))
         return rows
+    subset = _subset(name)
+    path, sha256 = _checked_file(subset)
     rows = load_rows(path)
-    _check_count(name, SUBSETS[name].rows, path, len(rows))
+    _check_official_count(subset, path, sha256, len(rows))
     return rows
 
 
 def load_meta_subset() -> list[MetaRow]:
     """Load the meta-evaluation file, checked."""
-    path = subset_path("meta")
+    subset = SUBSETS["meta"]
+    path, sha256 = _checked_file(subset)
     rows = load_meta_rows(path)
-    _check_count("meta", SUBSETS["meta"].rows, path, len(rows))
+    _check_official_count(subset, path, sha256, len(rows))
     return rows

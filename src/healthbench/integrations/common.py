@@ -3,32 +3,59 @@ reference's metrics.
 
 Neither framework is imported here, so both adapters (`inspect_task`, `verifiers_env`) stay thin and grade
 exactly as `healthbench grade` does: the same rows (`limit` sampled as the reference samples), the same grader
-settings (`grading.settings.GradingOptions`), the same graded sample (`grading.sample.grade_sample`). A reply
-that cannot be graded raises `GradingError`; nothing here turns it into a score.
+settings (`grading.settings.GradingOptions`, for what the rows are: a file in HealthBench Professional's schema
+gets its official settings as the `professional` subset does), the same graded sample
+(`grading.sample.grade_sample`). A reply that cannot be graded raises `GradingError`; nothing here turns it
+into a score. What a user should know (a file recognised as Professional's, a `limit` past the rows) is logged
+as a warning, which both frameworks show.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+from typing import NamedTuple
 
-from healthbench.data.loading import load_rows
 from healthbench.data.schema import Row
 from healthbench.data.select import select_rows
-from healthbench.data.subsets import PROFESSIONAL, load_subset
+from healthbench.data.source import TaskSource
+from healthbench.data.subsets import PROFESSIONAL
 from healthbench.data.tags import breakdown
-from healthbench.errors import DataError
+from healthbench.errors import DataError, DownloadFailed
 from healthbench.grading.settings import GraderPool
 
+logger = logging.getLogger(__name__)
 
-def load_tasks(subset: str | None = None, data: str | Path | None = None, limit: int | None = None) -> list[Row]:
-    """The rows to evaluate: a file in the official schema, else a named subset (default `full`); `limit`
+
+class Tasks(NamedTuple):
+    """The rows to evaluate, and their kind: the subset whose official settings apply (`professional` for a
+    file in its schema too; None for another file), which the grader settings and the length adjustment take."""
+
+    rows: list[Row]
+    kind: str | None
+
+
+def load_tasks(subset: str | None = None, data: str | Path | None = None, limit: int | None = None) -> Tasks:
+    """The rows to evaluate: a file in either task schema, else a named subset (default `full`); `limit`
     of them chosen as the reference chooses (`random.Random(0).sample`)."""
     if data is not None and subset is not None:
         raise DataError(f"give a data file or a subset, not both (data={str(data)!r}, subset={subset!r})")
     if limit is not None and limit < 1:
         raise DataError(f"limit must be at least 1, not {limit}")
-    rows = load_rows(data) if data is not None else load_subset(subset or "full")
-    return select_rows(rows, limit)
+    source = TaskSource.file(data) if data is not None else TaskSource.named(subset or "full")
+    if source.professional_file:
+        logger.warning(
+            "%s is in HealthBench Professional's schema, so it is graded as subset=professional is (its official "
+            "grader and length adjustment, unless grading settings say otherwise)",
+            data,
+        )
+    try:
+        rows = source.rows()
+    except DownloadFailed as exc:
+        raise exc.offering("pass data=PATH") from None
+    if limit is not None and limit > len(rows):
+        logger.warning("limit=%d is more than the %d tasks in the data; running all %d", limit, len(rows), len(rows))
+    return Tasks(select_rows(rows, limit), source.kind)
 
 
 def slice_prefixes(subset: str | None) -> tuple[str, ...]:

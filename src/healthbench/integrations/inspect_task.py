@@ -193,27 +193,28 @@ def healthbench(
     **grading: Any,
 ) -> Task:
     """HealthBench: `subset` full (default), hard, consensus or professional, or `data`, a file in the official
-    schema; `limit` tasks sampled as the reference does; each task `n_repeats` times, pooled; `seed` seeds the
+    schema or Professional's (graded, as the professional subset is, with its official settings); `limit` tasks
+    sampled as the reference does; each task `n_repeats` times, pooled; `seed` seeds the
     bootstrap. `grading` takes any `GradingOptions` field (`grader_model`, `grader_base_url`, `grader_api`,
     `grader_reasoning_effort`, ..., `length_adjustment_center`, `length_adjustment_penalty_per_500_chars`); what
     is left unset comes from HEALTHBENCH_GRADER_* (key HEALTHBENCH_GRADER_API_KEY, else OPENAI_API_KEY), then
     the subset's official settings."""
     options = GradingOptions(**grading)
-    rows = load_tasks(subset, data, limit)
-    adjustment = options.length_adjustment(subset)
+    rows, kind = load_tasks(subset, data, limit)
+    adjustment = options.length_adjustment(kind)
     settings = None if adjustment is None else adjustment.as_dict()
     given = options.model_dump(exclude_none=True)
     return Task(
         dataset=MemoryDataset([_sample(row) for row in rows], name=subset or data or "full"),
         solver=generate(),
-        scorer=healthbench_scorer(subset, given),
+        scorer=healthbench_scorer(kind, given),
         metrics=[
             clipped_mean(),
             bootstrap_std(seed, settings),
-            slice_scores(list(slice_prefixes(subset)), seed, settings),
+            slice_scores(list(slice_prefixes(kind)), seed, settings),
         ],
         epochs=Epochs(n_repeats) if n_repeats > 1 else None,
-        metadata={"grader": options.grader(subset).describe(), "length_adjustment": settings, "seed": seed},
+        metadata={"grader": options.grader(kind).describe(), "length_adjustment": settings, "seed": seed},
     )
 
 

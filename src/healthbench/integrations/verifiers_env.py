@@ -94,7 +94,8 @@ class HealthBenchTask(vf.Task[HealthBenchData, vf.State, HealthBenchTaskConfig])
 
 class HealthBenchConfig(vf.TasksetConfig):  # type: ignore[misc]
     """Which tasks (`--env.taskset.*`): `subset` full (default), hard, consensus or professional, or `data`, a
-    file in the official schema; `limit` of them sampled as the reference does; each `n_repeats` times."""
+    file in the official schema or Professional's (graded as the professional subset is); `limit` of them
+    sampled as the reference does; each `n_repeats` times."""
 
     id: str = TASKSET_ID
     subset: str | None = None
@@ -116,8 +117,9 @@ class HealthBenchTaskset(vf.Taskset[HealthBenchTask, HealthBenchConfig]):  # typ
         config: HealthBenchConfig = self.config
         if config.n_repeats < 1:
             raise ValueError(f"n_repeats must be at least 1, not {config.n_repeats}")
-        rows = load_tasks(config.subset, config.data, config.limit)
-        task_config = config.task.model_copy(update={"subset": config.subset})
+        rows, kind = load_tasks(config.subset, config.data, config.limit)
+        # Graded with the settings of what the rows are: a file in Professional's schema as that subset is.
+        task_config = config.task.model_copy(update={"subset": kind})
         return [
             HealthBenchTask(
                 HealthBenchData(

@@ -1,12 +1,15 @@
 """What `--dry-run` says of a run before anything is sent: its calls and tokens, estimated from the sizes of
-its prompts, their cost live and in batch (`pricing`), and the least wall time under the rate limits."""
+its prompts, their cost live and in batch (`pricing`), and the least wall time under the rate limits: those
+given, else, at OpenAI's own endpoint, a new account's; another endpoint's limits are not guessed."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
+from urllib.parse import urlsplit
 
+from healthbench.api.client import OPENAI_BASE_URL
 from healthbench.api.endpoint import EndpointSettings
 from healthbench.api.ratesignals import DEFAULT_OUTPUT_CAP
 from healthbench.api.wire import Shape, Usage
@@ -92,25 +95,37 @@ def estimate_report(guess: Estimate, prices: Mapping[str, Price], grader_model: 
     return sides | {"total_cost_usd": {"live": total("cost_usd"), "batch": total("batch_cost_usd")}}
 
 
-# What `--dry-run` assumes when no limit is given: OpenAI's usage tier 1 for gpt-4.1, a new paying account's.
+# What `--dry-run` assumes at OpenAI's own endpoint when no limit is given: usage tier 1 for gpt-4.1, a new paying
+# account's. Any other endpoint (a local server, a gateway, another provider) has limits of its own, or none.
 DEFAULT_RPM, DEFAULT_TPM = 500.0, 30_000.0
+DEFAULT_LIMITS = "default: OpenAI usage tier 1 for gpt-4.1"
+NO_LIMITS = "none known"
+_OPENAI_HOST = urlsplit(OPENAI_BASE_URL).hostname
+
+
+def is_openai(base_url: str) -> bool:
+    """Whether `base_url` is OpenAI's own API, whose limits for a new account are known."""
+    return urlsplit(base_url).hostname == _OPENAI_HOST
 
 
 @dataclass(frozen=True)
 class Load:
     """One client's share of a run, for the wall-time estimate: its key (endpoint and key, as a digest), its
-    calls, their tokens as a TPM limit counts them (prompts plus output caps), and the limits given for it."""
+    calls, their tokens as a TPM limit counts them (prompts plus output caps), the limits given for it, and its
+    endpoint."""
 
     key: str
     calls: int
     tokens: int
     rpm: float | None = None
     tpm: float | None = None
+    base_url: str = OPENAI_BASE_URL
 
 
 def wall_time(loads: Mapping[str, Load]) -> dict[str, Any]:
     """`--dry-run`'s wall time: the loads on one key add up under its limits (the first given of them), and
-    keys run side by side, so the slowest sets the time."""
+    keys run side by side, so the slowest sets the time. A key with no limit known bounds nothing: `seconds`
+    is the slowest of the others, None when no key has a limit known."""
     groups: dict[str, list[str]] = {}
     for name, load in loads.items():
         groups.setdefault(load.key, []).append(name)
@@ -120,14 +135,22 @@ def wall_time(loads: Mapping[str, Load]) -> dict[str, Any]:
         rpm = next((m.rpm for m in members if m.rpm is not None), None)
         tpm = next((m.tpm for m in members if m.tpm is not None), None)
         calls, tokens = sum(m.calls for m in members), sum(m.tokens for m in members)
-        keys["+".join(names)] = paced_seconds(calls, tokens, rpm, tpm)
-    return {"seconds": max((key["seconds"] for key in keys.values()), default=0.0)} | keys
+        base_url = members[0].base_url
+        paced = paced_seconds(calls, tokens, rpm, tpm, openai=is_openai(base_url))
+        keys["+".join(names)] = paced | {"base_url": base_url}
+    known = [key["seconds"] for key in keys.values() if key["seconds"] is not None]
+    return {"seconds": max(known, default=None if keys else 0.0)} | keys
 
 
-def paced_seconds(calls: int, tokens: int, rpm: float | None, tpm: float | None) -> dict[str, Any]:
+def paced_seconds(
+    calls: int, tokens: int, rpm: float | None, tpm: float | None, *, openai: bool = True
+) -> dict[str, Any]:
     """The least wall time of `calls` requests costing `tokens` in all (prompts plus output caps) under the
-    given limits, or the defaults where none is given; which limit binds, and the limits assumed."""
+    given limits, or where none is given OpenAI's defaults at its endpoint (`openai`); which limit binds, and
+    the limits assumed. Elsewhere, with no limit given, there is no least time: `seconds` is None."""
     given = rpm is not None or tpm is not None
+    if not given and not openai:
+        return {"seconds": None, "binding": None, "rpm": None, "tpm": None, "limits": NO_LIMITS}
     rpm, tpm = (rpm, tpm) if given else (DEFAULT_RPM, DEFAULT_TPM)
     by_requests = calls / rpm * 60 if rpm else 0.0
     by_tokens = tokens / tpm * 60 if tpm else 0.0
@@ -136,14 +159,14 @@ def paced_seconds(calls: int, tokens: int, rpm: float | None, tpm: float | None)
         "binding": "TPM" if by_tokens > by_requests else "RPM",
         "rpm": rpm,
         "tpm": tpm,
-        "limits": "given" if given else "default: OpenAI usage tier 1 for gpt-4.1",
+        "limits": "given" if given else DEFAULT_LIMITS,
     }
 
 
 def _load(config: EndpointSettings, usage: Usage, cap: int | None) -> Load:
     """A side's calls and TPM tokens (prompts plus output caps) on its key, with its given limits."""
     tokens = usage.prompt_tokens + usage.calls * (cap or DEFAULT_OUTPUT_CAP)
-    return Load(config.key_slot, usage.calls, tokens, config.rpm, config.tpm)
+    return Load(config.key_slot, usage.calls, tokens, config.rpm, config.tpm, config.base_url)
 
 
 def dry_run(
@@ -152,10 +175,13 @@ def dry_run(
     prices: Mapping[str, Price],
     policy: PolicyConfig | None = None,
 ) -> dict[str, Any]:
-    """What `--dry-run` reports: calls, tokens and cost live and in batch for each side, and the least wall
-    time under the rate limits given (or assumed)."""
+    """What `--dry-run` reports: calls, tokens and cost live and in batch for each side with its endpoint, and
+    the least wall time under the rate limits given (or assumed)."""
     guess = estimate(units, system_message=policy.system_message if policy else None, grader=grader.shape)
     report = estimate_report(guess, prices, grader.model, policy.model if policy else None)
+    report["grader"]["base_url"] = grader.base_url
+    if policy is not None:
+        report["policy"]["base_url"] = policy.base_url
     loads = {"grader": _load(grader, guess.grader, grader.shape.max_output_tokens)}
     if policy is not None:
         loads["policy"] = _load(policy, guess.policy, policy.shape.max_output_tokens)

@@ -9,9 +9,11 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import SecretStr
 
+from healthbench.api.client import OPENAI_BASE_URL
 from healthbench.data.loading import load_rows
 from healthbench.data.schema import Message, Row
 from healthbench.data.subsets import load_subset
@@ -31,6 +33,7 @@ ENVIRONMENTS = (ENVIRONMENT, ANSWER_ENVIRONMENT)
 # The one sentence the answer-tool variant adds to a task's prompt.
 ANSWER_INSTRUCTION = "Send your reply to the user by calling the `answer` tool with it."
 ANSWER_SUFFIX = "\n\n" + ANSWER_INSTRUCTION
+_OPENAI_HOST = urlsplit(OPENAI_BASE_URL).hostname
 
 
 def prompt_text(messages: Sequence[Message]) -> str:
@@ -108,6 +111,18 @@ class Deployment:
         if row is None:
             raise ValueError(f"no task with split {split!r} and prompt_id {prompt_id!r}")
         return row
+
+    def missing_key(self, split: str) -> str | None:
+        """Why a session that brings no grader key could never be graded on `split`, or None when it can be: the
+        server has a key of its own, or its grader is not OpenAI's API (a local or self-hosted one may need none)."""
+        config = self.graders[split]
+        if config.api_key is not None or urlsplit(config.base_url).hostname != _OPENAI_HOST:
+            return None
+        return (
+            f"no grader key for this session, and the grader {config.model} at {config.base_url} needs one: send "
+            "it as the session secret OPENAI_API_KEY (or chat_api_key), or start the server with "
+            "HEALTHBENCH_GRADER_API_KEY set"
+        )
 
     async def grade(self, split: str, row: Row, response: str, api_key: str | None) -> GradedSample:
         """Grade `response` as the reply to `row` with its split's settings (its length adjustment included)

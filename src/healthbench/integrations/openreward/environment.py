@@ -174,11 +174,16 @@ class HealthBench(Environment):  # type: ignore[misc]
 
     def __init__(self, task_spec: Mapping[str, Any], secrets: Mapping[str, Any]) -> None:
         super().__init__(task_spec, secrets)
-        self.row = type(self)._served().row(task_spec)
+        deployment = type(self)._served()
+        self.row = deployment.row(task_spec)
         self.split: str = task_spec["split"]
         # Kept as it came: on the hosted platform it is a placeholder the egress proxy substitutes.
         key = session_grader_key(secrets)
         self._api_key = SecretStr(key) if key else None
+        # Refused now, with the reason, rather than failing the episode's last call after the model has answered.
+        missing = None if key else deployment.missing_key(self.split)
+        if missing is not None:
+            raise HTTPException(status_code=400, detail=missing)
 
     async def get_prompt(self) -> list[Any]:
         """The task as one text block (SPEC section 2)."""
