@@ -222,5 +222,6 @@ def test_a_4xx_about_a_parameter_stops_the_run(tmp_path: Path) -> None:
         result = CliRunner().invoke(main, args, env={"OPENAI_API_KEY": KEY, "HEALTHBENCH_GRADER_API_KEY": KEY})
         assert fake.requests_total <= 32  # the first answer stops it; only what was in flight was sent
     assert result.exit_code == 1
-    assert "refused a request to the model (HTTP 400: Unsupported value: 'temperature'" in result.output
+    assert "the model's endpoint" in result.output
+    assert "refused a request (HTTP 400 unsupported_value: Unsupported value: 'temperature'" in result.output
     assert not (out / "metrics.json").exists()

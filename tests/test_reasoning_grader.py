@@ -119,6 +119,9 @@ def test_the_reference_settings_are_refused_by_a_reasoning_model_and_named_in_th
     result = grade(tmp_path, data, responses, fake.base_url, "--no-grader-reasoning")
     assert result.exit_code == 1
     assert "HTTP 400" in result.output and "temperature" in result.output
+    # One line for the run, not one per task, and no advice to run it again: the same settings fail the same way.
+    assert "stopped, the grader's endpoint" in result.output and len(result.output.strip().splitlines()) == 1
+    assert "run the same command again" not in result.output
     # 4xx: not retried. Items still waiting to start when the first refusal lands are cancelled, not sent.
     assert 1 <= fake.responses_by_kind["bad_request"] <= len(rows[0]["rubrics"])
 

@@ -8,6 +8,7 @@ request (the retry table, the rate-limit reader, the policy's refusal rules) tak
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +44,18 @@ class ConfigMismatch(HealthBenchError):
     """The output folder holds a run made with other settings."""
 
 
+# Statuses that say the request is wrong whatever it carries: the key (401), its permissions (403), the URL or the
+# model (404, 405).
+_REQUEST_STATUSES = frozenset({401, 403, 404, 405})
+# Codes about the request rather than the conversation it carries, whatever parameter they name.
+_REQUEST_CODES = frozenset(
+    {"invalid_api_key", "model_not_found", "unsupported_parameter", "unsupported_value", "unknown_parameter"}
+)
+# The parameters that carry the conversation (`messages[1].content` among them): a 400 naming any other is about
+# the request.
+_CONVERSATION_PARAMS = frozenset({"messages", "input", "prompt"})
+
+
 @dataclass(frozen=True)
 class ProviderError:
     """What a provider's error body says: OpenAI's `{"error": {...}}`, vLLM's flat object, FastAPI's
@@ -74,6 +87,19 @@ class ProviderError:
 
         return cls(status, text("code"), text("type"), text("param"), message if isinstance(message, str) else "")
 
+    @property
+    def about_request(self) -> bool:
+        """Whether the refusal is of the request itself (the key, the URL, the model, a parameter), which no
+        retry and no other prompt can change; a refusal of the conversation it carries (a content filter, a
+        context too long) is not, nor is a 400 that names no parameter and no known code."""
+        if self.status in _REQUEST_STATUSES:
+            return True
+        if self.status not in (400, 422):
+            return False
+        if self.code in _REQUEST_CODES:
+            return True
+        return self.param is not None and re.split(r"[.\[]", self.param, maxsplit=1)[0] not in _CONVERSATION_PARAMS
+
 
 class RequestFailed(HealthBenchError):
     """A request that did not succeed within the retry bound, or failed in a way not worth retrying."""
@@ -94,6 +120,43 @@ class InvalidResponse(HealthBenchError):
 
 class QuotaExhausted(HealthBenchError):
     """The account has no quota (credit) left, as a 429 with code `insufficient_quota` says: retrying cannot help."""
+
+
+class EndpointUnusable(HealthBenchError):
+    """An endpoint no waiting can make usable: it cannot be reached (connection refused, no such host), its URL is
+    not one, or it refuses the requests themselves (`refused`: a 401 or 403, a 404, a 400 about a parameter or the
+    model). Never retried: the run stops. The message names the endpoint (without a password) and the cause, never
+    the key; `role` says whose endpoint it is ("the model's", "the grader's") once a caller knows, and `advice`
+    what to do, once the run knows where its answers are kept."""
+
+    def __init__(self, endpoint: str, cause: str, *, refused: bool, role: str = "", advice: str = "") -> None:
+        super().__init__(f"{role + ' ' if role else ''}endpoint {endpoint} {cause}{'; ' + advice if advice else ''}")
+        self.endpoint = endpoint
+        self.cause = cause
+        self.refused = refused
+        self.role = role
+        self.advice = advice
+
+    def of(self, role: str) -> EndpointUnusable:
+        """The same error, said of `role`'s endpoint."""
+        return EndpointUnusable(self.endpoint, self.cause, refused=self.refused, role=role, advice=self.advice)
+
+    def advised(self, advice: str) -> EndpointUnusable:
+        """The same error, with what to do."""
+        return EndpointUnusable(self.endpoint, self.cause, refused=self.refused, role=self.role, advice=advice)
+
+
+class Interrupted(HealthBenchError):
+    """The user stopped a run (Ctrl-C) after what was in flight landed; `done` of `total` samples are graded and
+    kept, with every answer that arrived, so the same command goes on from there."""
+
+    def __init__(self, done: int, total: int, store: str) -> None:
+        super().__init__(
+            f"interrupted: {done} of {total} graded and saved, and every answer that arrived is kept in {store}; "
+            "run the same command again to go on from there"
+        )
+        self.done = done
+        self.total = total
 
 
 class PaceStoreUnreachable(HealthBenchError):

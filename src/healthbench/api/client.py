@@ -18,6 +18,7 @@ import asyncio
 import hashlib
 import json
 import random
+import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -25,11 +26,13 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import aiohttp
 
+from healthbench.api.failures import BAD_URL, no_such_host, refusal, shown, unreachable
+from healthbench.api.inflight import InFlight
 from healthbench.api.pacing import Gate
 from healthbench.api.pacing.gate import Budget as Budget  # re-exported: made with clients
 from healthbench.api.ratesignals import DEFAULT_OUTPUT_CAP, read_refusal, request_cost, retry_after_seconds
 from healthbench.api.wire import CHAT, Api, Usage
-from healthbench.errors import InvalidResponse, QuotaExhausted, RequestFailed
+from healthbench.errors import EndpointUnusable, InvalidResponse, QuotaExhausted, RequestFailed
 
 if TYPE_CHECKING:  # the Redis client is imported only by a run that shares its pace
     from healthbench.api.pacing.store import PaceStore
@@ -42,6 +45,14 @@ OPENAI_BASE_URL = "https://api.openai.com/v1"
 RETRY_STATUSES = frozenset({408, 409, 429})
 _MAX_RETRY_AFTER = 120.0
 _JSON = {"Content-Type": "application/json"}
+# An endpoint that has never answered this client and cannot be connected to (refused, a failed TLS handshake, a
+# name its resolver cannot look up now) is called unusable after a call's third attempt (about 1.5 s of the retry
+# table's backoff), or once the client's calls have failed to connect for 2 s (many calls queue for one start at
+# a time before the first answer); a name that does not exist, at once. A server that is restarting may refuse
+# for longer, but one that has never answered is more likely a wrong URL or a server not started, and the run
+# stops within seconds instead of a minute. Once it has answered, the whole table applies.
+_CONNECT_ATTEMPTS = 3
+_CONNECT_PATIENCE = 2.0
 # Batch input and output files run to hundreds of megabytes: no total limit, only a stalled read.
 _BULK = aiohttp.ClientTimeout(total=None, sock_connect=60, sock_read=300)
 
@@ -149,6 +160,9 @@ class ApiClient:
         self.gate = _gate_for(self.base_url, api_key, pace_store)
         self.gate.set_limits(rpm, tpm)
         self.default_output_cap = default_output_cap
+        self._reached = False  # whether any answer (of any status) has come from the endpoint
+        self._unreached_since: float | None = None  # the first failure to connect, while none has answered
+        self._in_flight = InFlight()
 
     def __repr__(self) -> str:
         return f"ApiClient(url={self.url!r}, concurrency={self.concurrency})"
@@ -166,7 +180,7 @@ class ApiClient:
         async with self.budget.slot():
             ticket = await self.gate.start(cost)
             try:
-                async with session.post(self.url, data=payload, headers=_JSON) as response:
+                async with self._in_flight.out(), session.post(self.url, data=payload, headers=_JSON) as response:
                     body = await response.read()
                     status = response.status
                     headers = response.headers
@@ -203,7 +217,8 @@ class ApiClient:
             return parse(content)
 
         try:
-            return await self._with_retries(attempt), usage
+            with self._in_flight.call():
+                return await self._with_retries(attempt), usage
         except QuotaExhausted:
             raise QuotaExhausted(f"{self.base_url}: the account has no quota left (insufficient_quota)") from None
 
@@ -229,26 +244,76 @@ class ApiClient:
                 raise QuotaExhausted(f"{self.base_url}: the account has no quota left (insufficient_quota)")
             raise _status_error(status, body, response_headers)
 
-        return await self._with_retries(attempt)
+        # A refusal here stays a `RequestFailed`, which the batch client says in its own words (an endpoint
+        # without the Batch API answers 404); an endpoint that cannot be reached is `EndpointUnusable` all the same.
+        return await self._with_retries(attempt, refusals=False)
 
-    async def _with_retries(self, attempt: Callable[[], Awaitable[T]]) -> T:
-        """Run `attempt` until it succeeds, by the retry table; `RequestFailed` with the last cause past it."""
+    async def _with_retries(self, attempt: Callable[[], Awaitable[T]], *, refusals: bool = True) -> T:
+        """Run `attempt` until it succeeds, by the retry table; `RequestFailed` with the last cause past it.
+
+        `EndpointUnusable` at once for what waiting cannot cure: a URL that is not one, or (with `refusals`) a
+        refusal of the request itself (`ProviderError.about_request`); and for an endpoint that cannot be
+        connected to, after `_CONNECT_ATTEMPTS` if it has never answered, else past the bound."""
         cause = "no attempt made"
         for number in range(1, self.retry.max_attempts + 1):
             retry_after: float | None = None
             try:
-                return await attempt()
+                answer = await attempt()
+                self._reached = True
+                return answer
             except RequestFailed as exc:
+                self._reached = True
+                if refusals and exc.error is not None and exc.error.about_request:
+                    raise self._unusable(f"refused a request ({refusal(exc)})", refused=True) from None
                 raise RequestFailed(exc.cause, number, status=exc.status, body=exc.body) from None
             except _StatusError as exc:
+                self._reached = True
                 cause, retry_after = exc.cause, exc.retry_after
             except InvalidResponse as exc:
+                self._reached = True
                 cause = str(exc)
+            except BAD_URL:
+                raise self._unusable("is not a URL (it needs http:// or https://, then a host)") from None
+            except aiohttp.ClientConnectorError as exc:
+                cause = unreachable(exc)
+                if self._given_up(number, exc):
+                    raise self._unusable(f"cannot be reached ({cause})") from None
             except (aiohttp.ClientError, TimeoutError) as exc:
                 cause = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             if number < self.retry.max_attempts:
                 await asyncio.sleep(self.retry.backoff(number, retry_after))
         raise RequestFailed(cause, self.retry.max_attempts)
+
+    def _given_up(self, number: int, exc: aiohttp.ClientConnectorError) -> bool:
+        """Whether failing to connect (`exc`) on attempt `number` makes the endpoint unusable: a name that does not
+        exist, at once; else see `_CONNECT_ATTEMPTS`."""
+        if self._reached:
+            return number >= self.retry.max_attempts
+        if no_such_host(exc):
+            return True
+        now = time.monotonic()
+        if self._unreached_since is None:
+            self._unreached_since = now
+        waited = now - self._unreached_since
+        return number >= min(_CONNECT_ATTEMPTS, self.retry.max_attempts) or waited >= _CONNECT_PATIENCE
+
+    def _unusable(self, cause: str, *, refused: bool = False) -> EndpointUnusable:
+        """`EndpointUnusable` for this endpoint: one line, the URL without a password, never the key."""
+        key = self._headers.get("Authorization", "").removeprefix("Bearer ")
+        line = " ".join(cause.split())
+        if key:
+            line = line.replace(key, "[redacted]")
+        return EndpointUnusable(shown(self.base_url), line, refused=refused)
+
+    def halt(self) -> None:
+        """Send nothing more (the user stopped the run): a request not yet sent waits until it is cancelled, and
+        those already sent may land; see `landed`."""
+        self._in_flight.halted = True
+
+    async def landed(self) -> None:
+        """Wait until every `complete` call with a request on the wire has returned its answer (or failed), so
+        that what its caller stores on return is stored."""
+        await self._in_flight.idle()
 
     async def aclose(self) -> None:
         """Close the HTTP session, if one was opened in this loop."""

@@ -4,6 +4,7 @@ adjustment, and whether a HealthBench Professional run is in its official config
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,7 +20,15 @@ from healthbench.api.wire import EFFORTS
 from healthbench.data.schema import Row
 from healthbench.data.source import TaskSource
 from healthbench.data.subsets import PROFESSIONAL, TASK_SUBSETS
-from healthbench.errors import DownloadFailed, HealthBenchError, PolicyMisuse, QuotaExhausted, SettingsError
+from healthbench.errors import (
+    DownloadFailed,
+    EndpointUnusable,
+    HealthBenchError,
+    Interrupted,
+    PolicyMisuse,
+    QuotaExhausted,
+    SettingsError,
+)
 from healthbench.grading.official import length_adjustment_for, recorded
 from healthbench.grading.scoring import LengthAdjustment
 from healthbench.grading.settings import DEFAULT_CONCURRENCY, GraderConfig, GradingOptions
@@ -259,10 +268,15 @@ def graded_tasks(func: F) -> F:
     return cast(F, wrapper)
 
 
+# The exit status of a command the user interrupted (128 + SIGINT), as a shell reports it.
+INTERRUPTED = 130
+
+
 def user_errors(func: F) -> F:
     """Turn what the package raises on purpose (bad data, settings that do not go together, a run made
-    otherwise, an account without quota, a model that refuses every request) into one line and a non-zero
-    exit status, never a traceback."""
+    otherwise, an account without quota, an endpoint that cannot be used, a model that refuses every request),
+    a file that cannot be read or written, and Ctrl-C into one line and a non-zero exit status, never a
+    traceback."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -272,12 +286,27 @@ def user_errors(func: F) -> F:
             raise click.UsageError("; ".join(e["msg"] for e in exc.errors(include_url=False))) from None
         except SettingsError as exc:
             raise click.UsageError(str(exc)) from None
-        except (QuotaExhausted, PolicyMisuse) as exc:
+        except (QuotaExhausted, PolicyMisuse, EndpointUnusable) as exc:
             raise click.ClickException(f"stopped, {exc}") from None
+        except Interrupted as exc:
+            click.echo(f"healthbench: {exc}", err=True)
+            sys.exit(INTERRUPTED)
         except HealthBenchError as exc:
             raise click.ClickException(str(exc)) from None
+        except OSError as exc:
+            raise click.ClickException(os_error(exc)) from None
+        except KeyboardInterrupt:
+            click.echo("healthbench: interrupted; a run keeps every answer that arrived in its store", err=True)
+            sys.exit(INTERRUPTED)
 
     return wrapper  # type: ignore[return-value]
+
+
+def os_error(exc: OSError) -> str:
+    """A file or folder that cannot be used, in one line naming it: "cannot use /proc/nope: No such file"."""
+    where = " -> ".join(str(name) for name in (exc.filename, exc.filename2) if name is not None)
+    reason = exc.strerror or str(exc)
+    return f"cannot use {where}: {reason}" if where else reason
 
 
 _GRADING_FLAGS = tuple(name for name in GradingOptions.model_fields if name.startswith("grader_"))

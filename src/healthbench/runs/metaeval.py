@@ -3,19 +3,18 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from healthbench.api.wire import Usage
 from healthbench.data.schema import MetaRow
-from healthbench.errors import Deferred, MetaGradingError, RequestFailed
+from healthbench.errors import Deferred, EndpointUnusable, MetaGradingError, RequestFailed
 from healthbench.grading.agreement import meta_metrics
 from healthbench.grading.grader import Grader
 from healthbench.grading.prompt import grader_prompt, render_conversation, transcript_with_reply
 from healthbench.runs.folder import AGREEMENT, METRICS, RunFolder
 from healthbench.runs.progress import Progress, Quiet
-from healthbench.runs.runner import ResultSink, RunOutcome
+from healthbench.runs.runner import GRADER, ResultSink, RunOutcome, all_or_none
 
 """Label pairs by (group, the rater's label, the truth label)."""
 
@@ -41,7 +40,8 @@ async def grade_meta_rows(
 
     The grader sees the row's prompt and the completion as the assistant's turn, and the bare criterion as the
     rubric item. Verdicts come from the grader's cache when it has them, so a re-run asks nothing again. A row
-    that cannot be graded is a failure of the run: no metrics are written.
+    that cannot be graded is a failure of the run: no metrics are written; a grader endpoint that cannot be used
+    stops the run at once (`EndpointUnusable`).
     """
     outcome = RunOutcome(metrics=None)
     sink = ResultSink(folder, len(rows), outcome, unit="row", progress=progress or Quiet(), status=status)
@@ -57,6 +57,8 @@ async def grade_meta_rows(
         except Deferred:
             sink.defer()
             return
+        except EndpointUnusable as exc:
+            raise exc.of(GRADER) from None
         outcome.grader_usage.add(usage)
         record = {
             "index": index,
@@ -74,7 +76,7 @@ async def grade_meta_rows(
         sink.add(record)
 
     try:
-        await asyncio.gather(*(one(index, row) for index, row in enumerate(rows)))
+        await all_or_none([one(index, row) for index, row in enumerate(rows)])
     finally:
         sink.close()
     if not outcome.failures and not outcome.deferred:

@@ -16,7 +16,7 @@ from typing import Any
 
 from healthbench.api.wire import Usage
 from healthbench.data.schema import Row
-from healthbench.errors import Deferred, GradingError, PolicyMisuse, RequestFailed, SampleError
+from healthbench.errors import Deferred, EndpointUnusable, GradingError, PolicyMisuse, RequestFailed, SampleError
 from healthbench.grading.aggregate import aggregate_records
 from healthbench.grading.grader import Grader
 from healthbench.grading.sample import grade_sample
@@ -105,6 +105,8 @@ class ResultSink:
 
 
 Reply = tuple[str, Usage, PromptRefusal | None]
+# Whose endpoint an `EndpointUnusable` is about, as the one line that stops a run says it.
+MODEL, GRADER = "the model's", "the grader's"
 
 
 class _Sampler:
@@ -130,6 +132,8 @@ class _Sampler:
             reply, usage = await self.policy.sample(job.row.prompt, ident=f"{job.row.prompt_id}#{job.repeat}")
         except RequestFailed as exc:
             return self._refused(job, exc)
+        except EndpointUnusable as exc:
+            raise exc.of(MODEL) from None
         self.store.put_sample(job.row.prompt_id, job.repeat, reply, usage)
         self.guard.answer()
         return reply, usage, None
@@ -198,6 +202,8 @@ async def run_jobs(
                 system_message=system_message,
                 adjustment=length_adjustment,
             )
+        except EndpointUnusable as exc:
+            raise exc if exc.role else exc.of(GRADER) from None
         except (SampleError, GradingError) as exc:
             sink.fail(exc, {"prompt_id": job.row.prompt_id, "repeat": job.repeat})
             return
@@ -215,8 +221,8 @@ async def run_jobs(
 
     try:
         if sample_first:
-            await _all_or_none([prefetch(index, job) for index, job in enumerate(jobs)])
-        await _all_or_none([one(index, job) for index, job in enumerate(jobs)])
+            await all_or_none([prefetch(index, job) for index, job in enumerate(jobs)])
+        await all_or_none([one(index, job) for index, job in enumerate(jobs)])
     finally:
         sink.close()
     if not outcome.failures and not outcome.deferred:
@@ -225,13 +231,14 @@ async def run_jobs(
     return outcome
 
 
-async def _all_or_none(coroutines: Sequence[Coroutine[Any, Any, None]]) -> None:
-    """Run the coroutines together; on `PolicyMisuse` cancel the rest at once, so a run that cannot have a
-    score stops in seconds instead of sending every request first."""
+async def all_or_none(coroutines: Sequence[Coroutine[Any, Any, None]]) -> None:
+    """Run the coroutines together; on `PolicyMisuse` or `EndpointUnusable` cancel the rest at once, so a run
+    that cannot have a score stops in seconds instead of sending every request first (what has arrived is in
+    the store already)."""
     tasks = [asyncio.ensure_future(coroutine) for coroutine in coroutines]
     try:
         await asyncio.gather(*tasks)
-    except PolicyMisuse:
+    except (PolicyMisuse, EndpointUnusable):
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -15,7 +15,7 @@ from healthbench.api.batch.client import BatchClient
 from healthbench.api.batch.records import BatchSettings
 from healthbench.api.client import ApiClient, Completer, describe_pace
 from healthbench.api.wire import Usage
-from healthbench.errors import QuotaExhausted
+from healthbench.errors import EndpointUnusable, Interrupted, QuotaExhausted
 from healthbench.grading.grader import Grader
 from healthbench.grading.scoring import LengthAdjustment
 from healthbench.grading.settings import GraderConfig
@@ -26,7 +26,8 @@ from healthbench.runs.progress import Progress, Quiet
 from healthbench.runs.runner import Job, RunOutcome, run_jobs
 from healthbench.runs.store import Store
 
-# Seconds the answers in flight when the quota ran out may take to arrive: the command stops within 30 s.
+# Seconds the answers in flight when the quota ran out, or the user pressed Ctrl-C, may take to arrive: the
+# command stops within 30 s.
 _LANDING = 20.0
 
 
@@ -127,7 +128,7 @@ def run_session(
         store.bind_config(identity)
         built = _build(grader_config, policy, batch, store, progress)
         started, paid_before = time.time(), store.spent()
-        outcome = _run(start, built, store, costs, progress, folder)
+        outcome = _run(start, built, store, costs, progress, folder, samples)
         result = _account(folder, outcome, built, store, costs, samples, paid_before)
     finally:
         store.close()
@@ -165,15 +166,26 @@ def _build(
 
 
 def _run(
-    start: Start, built: _Built, store: Store, costs: CostMeter, progress: Progress, folder: RunFolder
+    start: Start,
+    built: _Built,
+    store: Store,
+    costs: CostMeter,
+    progress: Progress,
+    folder: RunFolder,
+    samples: int,
 ) -> RunOutcome:
-    """Run the session's jobs in an event loop of its own; close its clients whatever happens."""
+    """Run the session's jobs in an event loop of its own; close its clients whatever happens.
+
+    On Ctrl-C (the first SIGINT cancels the loop's main task) nothing more is sent, what is on the wire lands in
+    the store, and `Interrupted` says how many samples are saved; a second Ctrl-C stops at once."""
     clients = {"policy": built.policy.client if built.policy else None, "grader": built.grader.client}
     wiring = Wiring(built.grader, built.policy, store, progress, status_line(costs, clients))
 
     async def run() -> RunOutcome:
+        # Shielded, so that Ctrl-C reaches this task alone and the work can land what is out before it stops.
+        work = asyncio.ensure_future(start(wiring))
         try:
-            outcome = await start(wiring)
+            outcome = await asyncio.shield(work)
             if not outcome.deferred:
                 for batcher in built.batchers:
                     batcher.release()
@@ -181,11 +193,15 @@ def _run(
         except QuotaExhausted:
             await _land_in_flight()
             raise
+        except asyncio.CancelledError:
+            await _land_and_stop(work, [c for c in clients.values() if isinstance(c, ApiClient)])
+            raise Interrupted(len(folder.read_results()), samples, str(folder / STORE)) from None
         finally:
             await built.grader.client.aclose()
             if built.policy is not None:
                 await built.policy.client.aclose()
 
+    kept = f"everything answered is kept in {folder / STORE}"
     try:
         return asyncio.run(run())
     except QuotaExhausted as exc:
@@ -193,6 +209,10 @@ def _run(
             f"{exc}. Everything answered is kept in {folder / STORE}: add credit (or use another key), then run the "
             "same command again to go on from there."
         ) from None
+    except EndpointUnusable as exc:
+        if exc.refused:
+            raise exc.advised(f"no score is written ({kept})") from None
+        raise exc.advised(f"{kept}, and the same command goes on from there once the endpoint answers") from None
 
 
 def _account(
@@ -267,6 +287,17 @@ async def _land_in_flight() -> None:
         for task in done:
             if not task.cancelled():
                 task.exception()
+
+
+async def _land_and_stop(work: asyncio.Future[RunOutcome], clients: Sequence[ApiClient]) -> None:
+    """Send nothing more, let what is on the wire land (within `_LANDING` seconds), then stop the work."""
+    for client in clients:
+        client.halt()
+    landing = asyncio.ensure_future(asyncio.gather(*(client.landed() for client in clients)))
+    await asyncio.wait([landing], timeout=_LANDING)
+    landing.cancel()
+    work.cancel()
+    await asyncio.gather(work, landing, return_exceptions=True)
 
 
 def _announce_batches(

@@ -1,0 +1,210 @@
+"""What waiting cannot cure stops a command at once, with one line, for the model and the grader alike, and keeps
+what was answered; Ctrl-C lets what is on the wire land, says what is saved, and the same command finishes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from healthbench.cli import main
+from healthbench.data.loading import load_rows
+from healthbench.errors import EndpointUnusable
+from healthbench.grading.settings import GraderConfig
+from healthbench.integrations.openreward.deployment import Deployment
+from healthbench.integrations.openreward.environment import HealthBench
+from healthbench.runs.folder import STORE
+from healthbench.testing import FakeOpenAI
+from tests.conftest import make_row, write_jsonl
+from tests.reference import KEY
+from tests.test_metaeval import made_up_meta_rows
+from tests.test_unusable_endpoints import dead_url
+
+ENV = {"OPENAI_API_KEY": KEY, "HEALTHBENCH_GRADER_API_KEY": KEY}
+
+
+def rows(n: int) -> list[dict[str, Any]]:
+    return [make_row(f"t{i:03d}", prompt=(("user", f"Question {i}: I feel dizzy."),)) for i in range(n)]
+
+
+def eval_args(data: Path, out: Path, policy: str, grader: str, *extra: str) -> list[str]:
+    return [
+        "eval", "--model", "fake-model", "--base-url", policy, "--data", str(data), "--out", str(out),
+        "--grader-base-url", grader, "--no-progress", *extra,
+    ]  # fmt: skip
+
+
+def invoke(args: list[str]) -> Result:
+    return CliRunner().invoke(main, args, env=ENV)
+
+
+def one_line(result: Result) -> str:
+    """The command's whole output, which must be one line and no traceback."""
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.output, result.output
+    assert KEY not in result.output
+    return lines[0]
+
+
+def stored_replies(out: Path) -> int:
+    with sqlite3.connect(out / STORE) as db:
+        count: int = db.execute("SELECT COUNT(*) FROM samples").fetchone()[0]
+    return count
+
+
+def test_a_dead_model_endpoint_stops_eval_at_once(tmp_path: Path, fake: FakeOpenAI) -> None:
+    data = write_jsonl(tmp_path / "rows.jsonl", rows(30))
+    url = dead_url()
+    result = invoke(eval_args(data, tmp_path / "out", url, fake.base_url or ""))
+    assert result.exit_code == 1
+    line = one_line(result)
+    assert f"stopped, the model's endpoint {url} cannot be reached (connection refused" in line
+    assert "the same command goes on from there once the endpoint answers" in line
+    assert fake.requests_total == 0 and not (tmp_path / "out" / "metrics.json").exists()
+
+
+@pytest.mark.parametrize("url", ["notaurl", "localhost:8000/v1"])
+def test_a_model_url_that_is_not_one_stops_eval_at_once(tmp_path: Path, fake: FakeOpenAI, url: str) -> None:
+    data = write_jsonl(tmp_path / "rows.jsonl", rows(5))
+    result = invoke(eval_args(data, tmp_path / "out", url, fake.base_url or ""))
+    assert result.exit_code == 1
+    assert f"the model's endpoint {url} is not a URL" in one_line(result)
+
+
+def test_a_dead_grader_stops_grade_with_one_line_not_one_per_task(tmp_path: Path) -> None:
+    task_rows = rows(20)
+    data = write_jsonl(tmp_path / "rows.jsonl", task_rows)
+    replies = write_jsonl(
+        tmp_path / "replies.jsonl", [{"prompt_id": r["prompt_id"], "response": "Rest."} for r in task_rows]
+    )
+    url = dead_url()
+    args = ["grade", "--data", str(data), "--responses", str(replies), "--out", str(tmp_path / "out")]
+    result = invoke([*args, "--grader-base-url", url, "--no-progress"])
+    assert result.exit_code == 1
+    assert f"stopped, the grader's endpoint {url} cannot be reached" in one_line(result)
+
+
+def test_a_grader_400_that_cannot_succeed_stops_at_once(tmp_path: Path, fake: FakeOpenAI) -> None:
+    task_rows = rows(20)
+    data = write_jsonl(tmp_path / "rows.jsonl", task_rows)
+    replies = write_jsonl(
+        tmp_path / "replies.jsonl", [{"prompt_id": r["prompt_id"], "response": "Rest."} for r in task_rows]
+    )
+    args = ["grade", "--data", str(data), "--responses", str(replies), "--out", str(tmp_path / "out")]
+    fake.reset()
+    result = invoke([*args, "--grader-base-url", fake.base_url or "", "--no-progress", "--grader-model", "o3"])
+    assert result.exit_code == 0, result.output  # o3 asked as a reasoning model: fine
+    fake.reset()
+    refused = invoke([*args[:-1], str(tmp_path / "other"), "--grader-base-url", fake.base_url or "", "--no-progress",
+                      "--grader-model", "o3", "--no-grader-reasoning"])  # fmt: skip
+    assert refused.exit_code == 1
+    line = one_line(refused)
+    assert "the grader's endpoint" in line and "refused a request (HTTP 400 unsupported_value" in line
+    assert "no score is written" in line and "run the same command again" not in line
+    assert fake.responses_by_kind["bad_request"] <= 64  # what was in flight when the first came back
+
+
+def test_a_dead_grader_keeps_the_models_replies_for_the_next_session(tmp_path: Path, fake: FakeOpenAI) -> None:
+    data = write_jsonl(tmp_path / "rows.jsonl", rows(40))
+    out = tmp_path / "out"
+    fake.reset()
+    stopped = invoke(eval_args(data, out, fake.base_url or "", dead_url(), "--policy-concurrency", "4"))
+    assert stopped.exit_code == 1
+    assert "the grader's endpoint" in one_line(stopped)
+    kept = stored_replies(out)
+    assert kept > 0  # the replies that arrived before the stop
+    fake.reset()
+    resumed = invoke(eval_args(data, out, fake.base_url or "", fake.base_url or ""))
+    assert resumed.exit_code == 0, resumed.output
+    assert sum(1 for body in fake.bodies if body.get("model") == "fake-model") == 40 - kept
+
+
+def test_a_dead_grader_stops_meta_eval(tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "meta.jsonl", made_up_meta_rows(30))
+    url = dead_url()
+    result = invoke(["meta-eval", "--data", str(data), "--out", str(tmp_path / "out"), "--grader-base-url", url])
+    assert result.exit_code == 1
+    assert f"stopped, the grader's endpoint {url} cannot be reached" in one_line(result)
+
+
+def test_batches_of_a_run_whose_endpoint_is_gone_say_so_in_one_line(tmp_path: Path) -> None:
+    task_rows = rows(3)
+    data = write_jsonl(tmp_path / "rows.jsonl", task_rows)
+    replies = write_jsonl(
+        tmp_path / "replies.jsonl", [{"prompt_id": r["prompt_id"], "response": "Rest."} for r in task_rows]
+    )
+    out = tmp_path / "out"
+    with FakeOpenAI(batch_delay=3600) as server:
+        args = ["grade", "--data", str(data), "--responses", str(replies), "--out", str(out), "--no-progress"]
+        left = invoke([*args, "--grader-base-url", server.base_url or "", "--batch", "--no-wait"])
+        assert left.exit_code == 0, left.output
+    url = dead_url()
+    result = invoke(["batches", str(out), "--grader-base-url", url])
+    assert result.exit_code == 1
+    assert f"endpoint {url} cannot be reached" in one_line(result)
+
+
+def test_a_served_tool_call_with_a_dead_grader_fails_with_the_endpoint_named(tmp_path: Path) -> None:
+    served = load_rows(write_jsonl(tmp_path / "rows.jsonl", rows(1)))
+    url = dead_url()
+    config = GraderConfig(base_url=url)  # the whole retry table, as served
+    env = HealthBench.bound(Deployment({"test": served}, config))({"split": "test", "prompt_id": "t000"}, {})
+    with pytest.raises(EndpointUnusable, match=f"endpoint {url} cannot be reached") as caught:
+        asyncio.run(env.call_terminal_tool("Rest."))
+    assert KEY not in str(caught.value)
+
+
+def test_ctrl_c_lands_what_is_out_says_what_is_saved_and_the_same_command_finishes(tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "rows.jsonl", rows(40))
+    halfway = threading.Event()
+    answered = 0
+
+    def count(body: dict[str, Any]) -> None:
+        nonlocal answered
+        answered += 1
+        if answered == 50:
+            halfway.set()
+
+    with FakeOpenAI(respond=lambda body: count(body), latency=0.1) as server:
+        url = server.base_url or ""
+        args = eval_args(data, tmp_path / "out", url, url, "--concurrency", "8", "--policy-concurrency", "8")
+        # A shell's Ctrl-C reaches a process whose SIGINT is the default; pytest's children may inherit it ignored.
+        code = "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        code += "from healthbench.cli import main; sys.argv[0] = 'healthbench'; main()"
+        process = subprocess.Popen(
+            [sys.executable, "-c", code, *args],
+            env={**os.environ, **ENV},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert halfway.wait(timeout=120)
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=120)
+        interrupted = server.requests_total
+        assert process.returncode == 130, stderr
+        saved = sum(1 for _ in (tmp_path / "out" / "results.jsonl").open())
+        assert stdout == "" and "Traceback" not in stderr
+        assert stderr.strip().splitlines() == [
+            f"healthbench: interrupted: {saved} of 40 graded and saved, and every answer that arrived is kept in "
+            f"{tmp_path / 'out' / STORE}; run the same command again to go on from there"
+        ]
+        assert 0 < saved < 40 and interrupted < 120
+        server.reset()
+        resumed = invoke(args)
+        assert resumed.exit_code == 0, resumed.output
+        # What was on the wire at Ctrl-C landed and was stored: nothing is asked twice.
+        assert interrupted + server.requests_total == 120  # 40 replies and 80 verdicts
+        server.reset()
+        clean = invoke(eval_args(data, tmp_path / "clean", url, url))
+        assert clean.exit_code == 0, clean.output
+    assert (tmp_path / "out" / "metrics.json").read_bytes() == (tmp_path / "clean" / "metrics.json").read_bytes()
