@@ -44,6 +44,15 @@ class ConfigMismatch(HealthBenchError):
     """The output folder holds a run made with other settings."""
 
 
+class OutputUnusable(HealthBenchError):
+    """An output folder, or a file in it, that cannot be made, written or read as a run's: the message names the
+    path and the cause ("cannot write /proc/nope: No such file or directory")."""
+
+    def __init__(self, path: object, cause: str) -> None:
+        super().__init__(f"cannot write {path}: {cause}")
+        self.path = path
+
+
 # Statuses that say the request is wrong whatever it carries: the key (401), its permissions (403), the URL or the
 # model (404, 405).
 _REQUEST_STATUSES = frozenset({401, 403, 404, 405})

@@ -8,19 +8,28 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from healthbench.errors import OutputUnusable
+
 
 def write_atomic(path: Path, text: str) -> Path:
     """Write `text` to a temporary file beside `path` and rename it over `path`; returns `path`.
 
     Whatever fails, the temporary file is removed. The file is readable by all (0644, not mkstemp's 0600):
-    results, reports and caches are meant to be shared.
+    results, reports and caches are meant to be shared. `OutputUnusable`, naming `path`, when it cannot be
+    written.
     """
-    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    try:
+        handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    except OSError as exc:
+        raise OutputUnusable(path, exc.strerror or str(exc)) from None
     try:
         with os.fdopen(handle, "w", encoding="utf-8", newline="") as out:
             out.write(text)
         os.chmod(temp, 0o644)
         os.replace(temp, path)
+    except OSError as exc:
+        Path(temp).unlink(missing_ok=True)
+        raise OutputUnusable(path, exc.strerror or str(exc)) from None
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise

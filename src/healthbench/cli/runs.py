@@ -27,9 +27,10 @@ from healthbench.grading.scoring import LengthAdjustment
 from healthbench.grading.settings import GraderConfig
 from healthbench.integrations.openreward.deployment import ENVIRONMENT, ENVIRONMENTS
 from healthbench.reporting.report import rebuild, unfinished, write_meta_report, write_report
-from healthbench.runs.folder import RESULTS, STORE, RunFolder
+from healthbench.runs.folder import RESULTS, RUN, STORE, RunFolder
 from healthbench.runs.metaeval import write_meta_metrics
 from healthbench.runs.policy import PolicyConfig
+from healthbench.runs.records import check_results
 from healthbench.runs.store import Store
 
 
@@ -67,6 +68,7 @@ def report(
     if not results:
         raise click.ClickException(f"{folder / RESULTS}: no results")
     run = folder.read_run()
+    check_results(results, folder / RESULTS, meta=run.get("command") == "meta-eval")
     missing = unfinished(run, results)
     if missing:
         page = write_meta_report(out) if run.get("command") == "meta-eval" else write_report(out)
@@ -87,7 +89,10 @@ def report(
         )
     else:
         recorded = run.get("length_adjustment")
-        adjustment = LengthAdjustment.from_dict(recorded) if recorded else None
+        try:
+            adjustment = LengthAdjustment.from_dict(recorded) if recorded else None
+        except ValueError as exc:
+            raise DataError(f"{folder / RUN}: field length_adjustment: {exc}") from None
     metrics = rebuild(out, seed=bootstrap_seed, length_adjustment=adjustment)
     kind = "length-adjusted score" if adjustment is not None else "score"
     click.echo(f"{kind} {metrics['score']:.4f} ± {metrics['score:bootstrap_std']:.4f}; report in {out / 'report.html'}")

@@ -27,6 +27,7 @@ from healthbench.data.tags import EXAMPLE_FAMILIES, UNSLICED_FAMILIES
 from healthbench.errors import DataError
 from healthbench.grading.scoring import LengthAdjustment
 from healthbench.runs.folder import RESULTS, RunFolder
+from healthbench.runs.records import check_results
 
 ADJUSTED = "length_adjusted_score"
 
@@ -231,6 +232,7 @@ def _read(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     results = folder.read_results()
     if not results:
         raise DataError(f"{folder / RESULTS}: no results to compare")
+    check_results(results, folder / RESULTS)
     return results, run
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from healthbench.api.batch.records import BatchRecord
 from healthbench.api.wire import Usage
-from healthbench.errors import ConfigMismatch
+from healthbench.errors import ConfigMismatch, OutputUnusable
 from healthbench.grading.grader import Verdict
 
 _SCHEMA = """
@@ -54,12 +54,19 @@ class Store:
     """
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # WAL: a committed write survives a killed process as soon as the commit returns.
-        self._db = sqlite3.connect(path, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
+        """Open (or make) the store at `path`; `OutputUnusable` for a folder that cannot be made or a file that
+        is not a store."""
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # WAL: a committed write survives a killed process as soon as the commit returns.
+            self._db = sqlite3.connect(path, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+        except OSError as exc:
+            raise OutputUnusable(exc.filename or path.parent, exc.strerror or str(exc)) from None
+        except sqlite3.Error as exc:
+            raise OutputUnusable(path, f"it is not a run's store, or cannot be one ({exc})") from None
         self.hits = 0
         self._samples: dict[tuple[str, int], tuple[str, str]] = {}
         self._verdicts: dict[str, tuple[int, str, str]] = {}
