@@ -208,3 +208,14 @@ def test_ctrl_c_lands_what_is_out_says_what_is_saved_and_the_same_command_finish
         clean = invoke(eval_args(data, tmp_path / "clean", url, url))
         assert clean.exit_code == 0, clean.output
     assert (tmp_path / "out" / "metrics.json").read_bytes() == (tmp_path / "clean" / "metrics.json").read_bytes()
+
+
+def test_ctrl_c_outside_a_run_is_one_line_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def interrupted(*args: Any, **kwargs: Any) -> None:
+        raise KeyboardInterrupt  # as a second Ctrl-C, or one before the run's loop starts, arrives
+
+    monkeypatch.setattr("healthbench.cli.execute.run_session", interrupted)
+    data = write_jsonl(tmp_path / "rows.jsonl", rows(2))
+    result = invoke(eval_args(data, tmp_path / "out", dead_url(), dead_url()))
+    assert result.exit_code == 130
+    assert one_line(result) == "healthbench: interrupted; a run keeps every answer that arrived in its store"
