@@ -40,6 +40,7 @@ if share and now - last >= $WINDOW then
       local best = math.max(n('best', 0.0), base)
       local free = math.max($MIN_FREE, base * math.max(0.5, $CUT * (1 - share)), $FLOOR * best)
       local top_cut = $CUT
+      -- Refused again at or past the top: the top itself was too high, and comes down further.
       if current and current >= n('free_top', 0) then top_cut = $CUT * $CUT end
       set('best', best)
       set('free', free)

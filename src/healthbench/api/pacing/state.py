@@ -12,8 +12,9 @@ Redis's clock, so several processes (replicas, parallel runs, other machines) pa
 
 A 429's cut of the pace regrows multiplicatively. With no limit known, a cut sets a free rate from the pace in
 force (the start rate, the first time), never from what the server accepted while it was held; it regrows
-fast up to just under the rate that was refused, slowly past it, and is dropped once it has doubled that. A
-slowdown that is noise (a few limitless 429s) cuts gently and never starts a pace that was not there.
+fast up to just under the rate that was refused, slowly past it for a while, then fast again, and is dropped
+once it has doubled that. A slowdown that is noise (a few limitless 429s) cuts gently and never starts a pace
+that was not there.
 """
 
 from __future__ import annotations
@@ -258,7 +259,9 @@ class LocalPace:
         self.best = max(self.best, base)
         cut = base * max(0.5, CUT * (1 - slow.share))
         self.free = max(MIN_FREE, cut, FLOOR * self.best)
-        self.free_top = max(self.free, base * (CUT * CUT if current is not None and current >= self.free_top else CUT))
+        # Refused again at or past the top: the top itself was too high, and comes down further.
+        again = current is not None and current >= self.free_top
+        self.free_top = max(self.free, base * (CUT * CUT if again else CUT))
         self.free_at = now
 
 
