@@ -116,7 +116,7 @@ def test_a_file_of_the_other_kind_is_named_as_such(tmp_path: Path) -> None:
     with pytest.raises(DataError) as caught:
         load_meta_rows(tasks)
     assert str(caught.value) == (
-        f"{tasks}: a HealthBench file (told from its first row), not a meta-evaluation file; grade, eval or "
+        f"{tasks}: a HealthBench task file (told from its first row), not a meta-evaluation file; grade, eval or "
         "baseline takes it"
     )
     meta = write_jsonl(tmp_path / "meta.jsonl", [META_ROW])

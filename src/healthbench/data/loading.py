@@ -111,9 +111,8 @@ def file_schema(path: str | Path) -> Schema:
 
 def wrong_kind(path: Path, found: Schema, wanted: str, takes: str) -> DataError:
     """The error for a file of another kind than the command reads: what it is, told from its first row."""
-    return DataError(
-        f"{path}: a {_SCHEMA_NAMES[found]} file (told from its first row), not a {wanted} file; {takes} takes it"
-    )
+    kind = _SCHEMA_NAMES[found] + ("" if found == "meta" else " task")
+    return DataError(f"{path}: a {kind} file (told from its first row), not a {wanted} file; {takes} takes it")
 
 
 @contextmanager
