@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from healthbench.cli import main
-from healthbench.data.subsets import PROFESSIONAL_FILENAME
+from healthbench.data.professional import PROFESSIONAL_FILENAME
 from tests.conftest import make_row, write_jsonl
 from tests.test_baseline import made_up_rows as baseline_rows
 from tests.test_metaeval import made_up_meta_rows

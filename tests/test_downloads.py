@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from healthbench.data import subsets
+from healthbench.data import professional, subsets
+from healthbench.data.cache import OVERRIDE_ENV
 from healthbench.data.subsets import Subset
 from healthbench.errors import DataError
 from tests.conftest import make_row, write_jsonl
@@ -91,7 +92,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     folder = tmp_path / "cache"
     monkeypatch.setenv("HEALTHBENCH_CACHE_DIR", str(folder))
     monkeypatch.delenv("HEALTHBENCH_DATA_DIR", raising=False)
-    monkeypatch.delenv(subsets.OVERRIDE_ENV, raising=False)
+    monkeypatch.delenv(OVERRIDE_ENV, raising=False)
     monkeypatch.setattr(subsets, "TIMEOUT", 0.5)  # a stalled host fails in half a second, not a minute
     return folder
 
@@ -186,7 +187,7 @@ def test_cli_professional_fails_alike(refused: str, tmp_path: Path) -> None:
     done = run_cli(["download", "professional"], tmp_path, HF_ENDPOINT=refused, HF_HUB_OFFLINE="0")
     output = done.stdout + done.stderr
     assert done.returncode == 1 and "Traceback" not in output, output
-    assert f"could not download {subsets.PROFESSIONAL_FILENAME} of the Hugging Face dataset" in output
+    assert f"could not download {professional.PROFESSIONAL_FILENAME} of the Hugging Face dataset" in output
     assert f"from {refused}/" in output and "HEALTHBENCH_DATA_DIR" in output and "--data" not in output
     cache = tmp_path / "cache"
     assert not cache.exists() or not list(cache.iterdir())

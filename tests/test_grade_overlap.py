@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from healthbench.cli import main
-from healthbench.data import subsets
+from healthbench.data import cache, subsets
 from healthbench.testing import FakeOpenAI
 from tests.conftest import make_row, write_jsonl
 from tests.reference import KEY, check_against_reference, made_up_rows, sent_prompts
@@ -42,7 +42,7 @@ def test_a_subset_graded_from_replies_to_the_full_set(
     hard = everything[2:9]
     write_jsonl(tmp_path / subsets.SUBSETS["hard"].filename, hard)
     monkeypatch.setenv("HEALTHBENCH_DATA_DIR", str(tmp_path))
-    monkeypatch.setenv(subsets.OVERRIDE_ENV, "1")  # made-up rows stand in for the official file
+    monkeypatch.setenv(cache.OVERRIDE_ENV, "1")  # made-up rows stand in for the official file
     replies = replies_for(everything)
     responses = write_replies(tmp_path / "full_replies.jsonl", replies)
     assert fake.base_url

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from healthbench.cli import main
-from healthbench.data.subsets import PROFESSIONAL_FILENAME
+from healthbench.data.professional import PROFESSIONAL_FILENAME
 from healthbench.testing import FakeOpenAI
 from tests.conftest import make_row, write_jsonl
 from tests.reference import KEY

@@ -13,8 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from healthbench.cli import main
+from healthbench.data.professional import PROFESSIONAL_FILENAME
 from healthbench.data.source import TaskSource
-from healthbench.data.subsets import PROFESSIONAL_FILENAME
 from healthbench.grading.official import PROFESSIONAL_GRADER
 from healthbench.grading.scoring import PROFESSIONAL_LENGTH_ADJUSTMENT
 from healthbench.grading.settings import GraderConfig

@@ -12,15 +12,15 @@ from typing import Any
 import pytest
 from huggingface_hub import constants as hf_constants
 
+from healthbench.data import cache, professional, subsets
 from healthbench.data import hub as hub_module
-from healthbench.data import subsets
 from healthbench.data.loading import load_professional_rows, load_rows
 from healthbench.errors import DataError
 from tests.conftest import make_row, write_jsonl
 from tests.fakehub import FakeHub
 
-FILENAME = subsets.PROFESSIONAL_FILENAME
-DATASET = subsets.PROFESSIONAL_DATASET
+FILENAME = professional.PROFESSIONAL_FILENAME
+DATASET = professional.PROFESSIONAL_DATASET
 
 
 def pro_row(task_id: str = "t1", **changes: Any) -> dict[str, Any]:
@@ -154,7 +154,7 @@ def test_load_rows_tells_the_schemas_apart(tmp_path: Path) -> None:
 @pytest.fixture
 def clean_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """No data folder, override, token or pinned revision from the machine; the cache in tmp_path."""
-    names = ("HEALTHBENCH_DATA_DIR", subsets.OVERRIDE_ENV, subsets.ROW_COUNT_ENV, subsets.REVISION_ENV, "HF_TOKEN")
+    names = ("HEALTHBENCH_DATA_DIR", cache.OVERRIDE_ENV, cache.ROW_COUNT_ENV, professional.REVISION_ENV, "HF_TOKEN")
     for name in (*names, "HF_ENDPOINT"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HEALTHBENCH_CACHE_DIR", str(tmp_path / "cache"))
@@ -176,10 +176,10 @@ def test_data_dir_serves_it_offline(tmp_path: Path, clean_env: Path, monkeypatch
     assert [r.prompt_id for r in subsets.load_subset("professional")] == ["t1", "t2"]
     write_jsonl(offline / FILENAME, [pro_row("t1")])
     # The row count has an override of its own: the sha256 one does not let a short file through.
-    monkeypatch.setenv(subsets.OVERRIDE_ENV, "1")
-    with pytest.raises(DataError, match=f"1 rows, the official professional file has 2; set {subsets.ROW_COUNT_ENV}"):
+    monkeypatch.setenv(cache.OVERRIDE_ENV, "1")
+    with pytest.raises(DataError, match=f"1 rows, the official professional file has 2; set {cache.ROW_COUNT_ENV}"):
         subsets.load_subset("professional")
-    monkeypatch.setenv(subsets.ROW_COUNT_ENV, "1")
+    monkeypatch.setenv(cache.ROW_COUNT_ENV, "1")
     assert len(subsets.load_subset("professional")) == 1
     assert not clean_env.exists()
 
@@ -238,11 +238,11 @@ def test_deleted_file_is_fetched_again_at_the_recorded_revision(hub: FakeHub, cl
 def test_pinned_revision_from_the_environment(hub: FakeHub, clean_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     first = hub.commit({FILENAME: _body("t8", "t9")}, ref="v1")
     hub.commit({FILENAME: _body("t1", "t3")})
-    monkeypatch.setenv(subsets.REVISION_ENV, "v1")
+    monkeypatch.setenv(professional.REVISION_ENV, "v1")
     assert [r.prompt_id for r in subsets.load_subset("professional")] == ["t8", "t9"]
     assert _record(clean_env)["revision"] == first and _record(clean_env)["requested"] == "v1"
     seen = len(hub.requests)
-    monkeypatch.setenv(subsets.REVISION_ENV, first)  # the same commit by its sha: still the cached file
+    monkeypatch.setenv(professional.REVISION_ENV, first)  # the same commit by its sha: still the cached file
     subsets.load_subset("professional")
     assert len(hub.requests) == seen
 
@@ -257,13 +257,13 @@ def test_a_changed_file_is_refused(hub: FakeHub, clean_env: Path, monkeypatch: p
     message = str(caught.value)
     assert "the file changed" in message and record["sha256"] in message
     assert hashlib.sha256(_body("t1", "t2", "t3")).hexdigest() in message
-    assert f"delete {clean_env / FILENAME}.json" in message and subsets.OVERRIDE_ENV in message
+    assert f"delete {clean_env / FILENAME}.json" in message and cache.OVERRIDE_ENV in message
     assert not (clean_env / FILENAME).exists() and _leftovers(clean_env) == []
     monkeypatch.setattr(subsets, "PROFESSIONAL_ROWS", 3)
-    monkeypatch.setenv(subsets.OVERRIDE_ENV, "1")  # used this once, not recorded
+    monkeypatch.setenv(cache.OVERRIDE_ENV, "1")  # used this once, not recorded
     assert len(subsets.load_subset("professional")) == 3
     assert _record(clean_env) == record
-    monkeypatch.delenv(subsets.OVERRIDE_ENV)
+    monkeypatch.delenv(cache.OVERRIDE_ENV)
     with pytest.raises(DataError, match="changed since it was downloaded"):
         subsets.load_subset("professional")
     (clean_env / f"{FILENAME}.json").unlink()  # accepting the new file, as the message says
@@ -304,7 +304,7 @@ def test_hf_token_opens_a_gated_dataset(clean_env: Path, monkeypatch: pytest.Mon
 
 
 def test_missing_file_names_the_url(hub: FakeHub, clean_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(subsets.REVISION_ENV, "no-such-tag")
+    monkeypatch.setenv(professional.REVISION_ENV, "no-such-tag")
     with pytest.raises(DataError) as caught:
         subsets.subset_path("professional")
     assert f"{hub.url}/datasets/{DATASET}/resolve/no-such-tag/{FILENAME}: HTTP 404 (RevisionNotFound)" in str(

@@ -21,7 +21,7 @@ from click.testing import CliRunner, Result
 from openreward import AsyncOpenReward
 
 from healthbench.cli import main
-from healthbench.data.subsets import PROFESSIONAL_FILENAME
+from healthbench.data.professional import PROFESSIONAL_FILENAME
 from healthbench.grading.prompt import TEMPLATE
 from healthbench.testing import FakeOpenAI, prompt_verdict
 from tests.conftest import write_jsonl

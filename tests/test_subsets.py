@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from healthbench.data import subsets
+from healthbench.data import cache, subsets
 from healthbench.data.subsets import Subset
 from healthbench.errors import DataError
 from tests.conftest import make_row, write_jsonl
@@ -31,8 +31,8 @@ def mirror(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Pa
     monkeypatch.setenv("HEALTHBENCH_BASE_URL", f"http://127.0.0.1:{server.server_address[1]}/")
     monkeypatch.setenv("HEALTHBENCH_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("HEALTHBENCH_DATA_DIR", raising=False)
-    monkeypatch.delenv(subsets.OVERRIDE_ENV, raising=False)
-    monkeypatch.delenv(subsets.ROW_COUNT_ENV, raising=False)
+    monkeypatch.delenv(cache.OVERRIDE_ENV, raising=False)
+    monkeypatch.delenv(cache.ROW_COUNT_ENV, raising=False)
     yield served, subset
     server.shutdown()
 
@@ -59,9 +59,9 @@ def test_hash_mismatch_stops_the_load(
     message = str(caught.value)
     actual = hashlib.sha256((served / "file.jsonl").read_bytes()).hexdigest()
     assert "file.jsonl" in message and subset.sha256 in message and actual in message
-    assert subsets.OVERRIDE_ENV in message
+    assert cache.OVERRIDE_ENV in message
     assert not (tmp_path / "cache" / "file.jsonl").exists()
-    monkeypatch.setenv(subsets.OVERRIDE_ENV, "1")
+    monkeypatch.setenv(cache.OVERRIDE_ENV, "1")
     assert [r.prompt_id for r in subsets.load_subset("full")] == ["a", "c"]
 
 
@@ -78,11 +78,11 @@ def test_row_count_is_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     subset = Subset("full", "file.jsonl", hashlib.sha256(path.read_bytes()).hexdigest(), 2)
     monkeypatch.setitem(subsets.SUBSETS, "full", subset)
     monkeypatch.setenv("HEALTHBENCH_DATA_DIR", str(tmp_path))
-    monkeypatch.delenv(subsets.ROW_COUNT_ENV, raising=False)
-    monkeypatch.setenv(subsets.OVERRIDE_ENV, "1")  # not the row count's override: the hash matches anyway
-    with pytest.raises(DataError, match=f"1 rows, the official full file has 2; set {subsets.ROW_COUNT_ENV}=1"):
+    monkeypatch.delenv(cache.ROW_COUNT_ENV, raising=False)
+    monkeypatch.setenv(cache.OVERRIDE_ENV, "1")  # not the row count's override: the hash matches anyway
+    with pytest.raises(DataError, match=f"1 rows, the official full file has 2; set {cache.ROW_COUNT_ENV}=1"):
         subsets.load_subset("full")
-    monkeypatch.setenv(subsets.ROW_COUNT_ENV, "1")
+    monkeypatch.setenv(cache.ROW_COUNT_ENV, "1")
     assert [r.prompt_id for r in subsets.load_subset("full")] == ["a"]
 
 
@@ -91,16 +91,16 @@ def test_own_file_in_the_data_dir_is_not_the_official_one(tmp_path: Path, monkey
     path = write_jsonl(tmp_path / "file.jsonl", [make_row("a")])
     monkeypatch.setitem(subsets.SUBSETS, "full", Subset("full", "file.jsonl", "0" * 64, 5000))
     monkeypatch.setenv("HEALTHBENCH_DATA_DIR", str(tmp_path))
-    for name in (subsets.OVERRIDE_ENV, subsets.ROW_COUNT_ENV):
+    for name in (cache.OVERRIDE_ENV, cache.ROW_COUNT_ENV):
         monkeypatch.delenv(name, raising=False)
     with pytest.raises(DataError) as caught:
         subsets.load_subset("full")
     message = str(caught.value)
     assert message.startswith(f"{path}: sha256 {hashlib.sha256(path.read_bytes()).hexdigest()} does not match")
-    assert "it is not the official file" in message and f"set {subsets.OVERRIDE_ENV}=1" in message
+    assert "it is not the official file" in message and f"set {cache.OVERRIDE_ENV}=1" in message
     assert "delete" not in message
     # Accepted as another file, it is not held to the official row count either.
-    monkeypatch.setenv(subsets.OVERRIDE_ENV, "1")
+    monkeypatch.setenv(cache.OVERRIDE_ENV, "1")
     assert [r.prompt_id for r in subsets.load_subset("full")] == ["a"]
 
 

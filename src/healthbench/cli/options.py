@@ -17,6 +17,7 @@ from healthbench.api.batch.records import BatchSettings
 from healthbench.api.endpoint import MAX_IN_FLIGHT
 from healthbench.api.pacing.store import PACE_STORE_VARIABLE
 from healthbench.api.wire import EFFORTS
+from healthbench.cli.render import download_bar
 from healthbench.data.schema import Row
 from healthbench.data.source import TaskSource
 from healthbench.data.subsets import PROFESSIONAL, TASK_SUBSETS
@@ -233,7 +234,7 @@ def data_flag_offered() -> Iterator[None]:
 def load_tasks(tasks: TaskSource) -> tuple[list[Row], str]:
     """The rows, and the sha256 of the file they came from (a run's identity includes its data)."""
     with data_flag_offered():
-        return tasks.rows(), tasks.sha256()
+        return tasks.rows(download_bar), tasks.sha256()
 
 
 def said_limit(limit: int | None, available: int, what: str) -> None:

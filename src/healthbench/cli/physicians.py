@@ -22,7 +22,7 @@ from healthbench.cli.options import (
     said_limit,
     user_errors,
 )
-from healthbench.cli.render import Bar, finish
+from healthbench.cli.render import Bar, download_bar, finish
 from healthbench.data.loading import load_meta_rows
 from healthbench.data.schema import MetaRow
 from healthbench.data.select import select_rows
@@ -116,13 +116,14 @@ def baseline(
 
 def _load_meta(data: Path | None, subset: str | None) -> tuple[list[MetaRow], str]:
     """The meta-eval rows (the official file unless --data) and the sha256 of their file."""
-    from healthbench.data.subsets import file_sha256, load_meta_subset, subset_path
+    from healthbench.data.cache import file_sha256
+    from healthbench.data.subsets import load_meta_subset, subset_path
 
     if data is not None and subset is not None:
         raise click.UsageError("give at most one of --data PATH or --subset meta")
     if data is None:
         with data_flag_offered():
-            return load_meta_subset(), file_sha256(subset_path("meta"))
+            return load_meta_subset(download_bar), file_sha256(subset_path("meta"))
     return load_meta_rows(data), file_sha256(data)
 
 

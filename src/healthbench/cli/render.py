@@ -4,7 +4,8 @@ and the summary line, and the exit status."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import click
@@ -16,6 +17,17 @@ from healthbench.runs.pricing import CostMeter
 from healthbench.runs.session import SessionResult
 
 Headline = Callable[[dict[str, float | int]], str]
+
+
+@contextmanager
+def download_bar(name: str, total: int | None) -> Iterator[Callable[[int], None]]:
+    """A download's bytes as a bar on stderr (a `data.cache.Transfer`)."""
+    with tqdm(total=total, unit="B", unit_scale=True, desc=name) as bar:
+
+        def advance(received: int) -> None:
+            bar.update(received)
+
+        yield advance
 
 
 class Bar:

@@ -20,6 +20,7 @@ from healthbench.cli.options import (
     user_errors,
 )
 from healthbench.cli.physicians import meta_headline
+from healthbench.cli.render import download_bar
 from healthbench.data.source import TaskSource
 from healthbench.data.subsets import DOWNLOADABLE, TASK_SUBSETS
 from healthbench.errors import DataError, RequestFailed
@@ -45,7 +46,7 @@ def download(names: tuple[str, ...], subsets: tuple[str, ...]) -> None:
     from healthbench.data.subsets import subset_path
 
     for name in dict.fromkeys((*names, *subsets)) or DOWNLOADABLE:
-        click.echo(f"{name}: {subset_path(name)}")
+        click.echo(f"{name}: {subset_path(name, download_bar)}")
 
 
 @click.command()
@@ -211,7 +212,7 @@ def serve(
         kinds["test"] = source.kind
     try:
         with data_flag_offered():
-            splits = load_splits(data, subsets)
+            splits = load_splits(data, subsets, download_bar)
     except DataError:
         raise
     except ValueError as exc:  # --data together with --subset full

@@ -9,9 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from healthbench.data.cache import Transfer, file_sha256, unseen
 from healthbench.data.loading import Schema, file_schema, load_rows
 from healthbench.data.schema import Row
-from healthbench.data.subsets import PROFESSIONAL, file_sha256, load_subset, subset_path
+from healthbench.data.subsets import PROFESSIONAL, load_subset, subset_path
 
 
 @dataclass(frozen=True)
@@ -48,10 +49,11 @@ class TaskSource:
         """How run.json names the data: the file's path, or `subset:NAME`."""
         return str(self.path) if self.path is not None else f"subset:{self.subset}"
 
-    def rows(self) -> list[Row]:
-        """The rows, checked (an official subset also against its hash and row count)."""
-        return load_rows(self.path) if self.path is not None else load_subset(self.subset or "full")
+    def rows(self, transfer: Transfer = unseen) -> list[Row]:
+        """The rows, checked (an official subset also against its hash and row count, downloaded on first use
+        and shown through `transfer`)."""
+        return load_rows(self.path) if self.path is not None else load_subset(self.subset or "full", transfer)
 
-    def sha256(self) -> str:
+    def sha256(self, transfer: Transfer = unseen) -> str:
         """The sha256 of the file the rows come from: a run's identity includes its data."""
-        return file_sha256(self.path if self.path is not None else subset_path(self.subset or "full"))
+        return file_sha256(self.path if self.path is not None else subset_path(self.subset or "full", transfer))

@@ -8,11 +8,7 @@ file changed later is noticed. Each check has its override: `HEALTHBENCH_ALLOW_S
 `HEALTHBENCH_ALLOW_ROW_COUNT_MISMATCH` for a row count (a file accepted with another hash is not the official
 file, so its row count is not held to the official one either).
 
-HealthBench Professional comes from the Hugging Face dataset `openai/healthbench-professional` instead, at a
-pinned revision: `HEALTHBENCH_PROFESSIONAL_REVISION` when set, else the one its first download recorded,
-else `main` as it was at that first download. No sha256 of it is published, so the first one seen is
-recorded beside it (`healthbench_professional_eval.jsonl.json`: revision, sha256, when) and later files
-must match it.
+HealthBench Professional comes from the Hugging Face Hub instead (`professional`).
 """
 
 from __future__ import annotations
@@ -24,23 +20,28 @@ import tempfile
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
-import platformdirs
-from pydantic import BaseModel, ConfigDict, ValidationError
-from tqdm import tqdm
-
-from healthbench.data import hub
+from healthbench.data.cache import (
+    CHUNK,
+    DATA_DIR_ENV,
+    OVERRIDE_ENV,
+    ROW_COUNT_ENV,
+    Transfer,
+    allow_mismatch,
+    allowed,
+    cache_dir,
+    data_dir_path,
+    file_sha256,
+    unseen,
+)
 from healthbench.data.loading import load_meta_rows, load_professional_rows, load_rows
+from healthbench.data.professional import professional_path
 from healthbench.data.schema import MetaRow, Row
 from healthbench.errors import DataError, DownloadFailed
+from healthbench.files import write_atomic
 
 BASE_URL = "https://openaipublic.blob.core.windows.net/simple-evals/healthbench/"
-OVERRIDE_ENV = "HEALTHBENCH_ALLOW_SHA256_MISMATCH"
-ROW_COUNT_ENV = "HEALTHBENCH_ALLOW_ROW_COUNT_MISMATCH"
-DATA_DIR_ENV = "HEALTHBENCH_DATA_DIR"
-_CHUNK = 1 << 20
 # Seconds a connection may go without a byte (connecting, or between reads) before the download fails.
 TIMEOUT = 60.0
 
@@ -92,42 +93,16 @@ SUBSETS: dict[str, Subset] = {
 
 
 PROFESSIONAL = "professional"
-PROFESSIONAL_DATASET = "openai/healthbench-professional"
-PROFESSIONAL_FILENAME = "healthbench_professional_eval.jsonl"
 PROFESSIONAL_ROWS = 525
-REVISION_ENV = "HEALTHBENCH_PROFESSIONAL_REVISION"
 # The subsets whose rows are tasks (SUBSETS holds the files on OpenAI's blob store, meta-eval included).
 TASK_SUBSETS = ("full", "hard", "consensus", PROFESSIONAL)
 DOWNLOADABLE = (*TASK_SUBSETS, "meta")
 
 
-def _allowed(variable: str) -> bool:
-    return os.environ.get(variable, "") not in ("", "0")
-
-
-def _allow_mismatch() -> bool:
-    return _allowed(OVERRIDE_ENV)
-
-
-def cache_dir() -> Path:
-    """The download cache folder."""
-    configured = os.environ.get("HEALTHBENCH_CACHE_DIR")
-    return Path(configured) if configured else Path(platformdirs.user_cache_dir("healthbench"))
-
-
-def file_sha256(path: Path) -> str:
-    """The sha256 of a file, read in chunks."""
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _check_hash(subset: Subset, where: str, actual: str, *, yours: bool = False) -> None:
     """Refuse a file that is not the official one, unless the mismatch is allowed. `yours`: the file is the
     user's own copy in `HEALTHBENCH_DATA_DIR` (never downloaded over), else a download (never kept)."""
-    if actual == subset.sha256 or _allow_mismatch():
+    if actual == subset.sha256 or allow_mismatch():
         return
     mismatch = f"{where}: sha256 {actual} does not match the official {subset.name} file's {subset.sha256}"
     if yours:
@@ -188,12 +163,12 @@ def _open(subset: Subset) -> http.client.HTTPResponse:
 
 def _read(subset: Subset, response: http.client.HTTPResponse) -> bytes:
     try:
-        return response.read(_CHUNK)
+        return response.read(CHUNK)
     except _NETWORK_ERRORS as exc:
         raise download_error(subset, _cause(exc)) from None
 
 
-def _download(subset: Subset, target: Path) -> str:
+def _download(subset: Subset, target: Path, transfer: Transfer) -> str:
     """Download to a temporary file beside `target`, hash while writing, then rename into place.
 
     Whatever fails (the network, the hash, an interrupt), the temporary file is removed, so nothing
@@ -206,12 +181,12 @@ def _download(subset: Subset, target: Path) -> str:
         with os.fdopen(handle, "wb") as out, _open(subset) as response:
             total = int(response.headers.get("Content-Length") or 0) or None
             received = 0
-            with tqdm(total=total, unit="B", unit_scale=True, desc=f"healthbench {subset.name}") as bar:
+            with transfer(f"healthbench {subset.name}", total) as advance:
                 while chunk := _read(subset, response):
                     out.write(chunk)
                     digest.update(chunk)
                     received += len(chunk)
-                    bar.update(len(chunk))
+                    advance(len(chunk))
             # A read of a given size returns b"" when the connection ends early, even short of Content-Length.
             if total is not None and received < total:
                 raise download_error(subset, f"the connection closed after {received:,} of {total:,} bytes")
@@ -224,11 +199,11 @@ def _download(subset: Subset, target: Path) -> str:
     return actual
 
 
-def subset_path(name: str) -> Path:
-    """A checked local copy of the named subset's file, downloaded on first use."""
+def subset_path(name: str, transfer: Transfer = unseen) -> Path:
+    """A checked local copy of the named subset's file, downloaded on first use (shown through `transfer`)."""
     if name == PROFESSIONAL:
         return professional_path()
-    return _checked_file(_subset(name))[0]
+    return _checked_file(_subset(name), transfer)[0]
 
 
 def _subset(name: str) -> Subset:
@@ -237,9 +212,9 @@ def _subset(name: str) -> Subset:
     return SUBSETS[name]
 
 
-def _checked_file(subset: Subset) -> tuple[Path, str]:
+def _checked_file(subset: Subset, transfer: Transfer) -> tuple[Path, str]:
     """A checked local copy of an official file, and its sha256 (the official one unless a mismatch was allowed)."""
-    path = _data_dir_path(subset.filename)
+    path = data_dir_path(subset.filename)
     if path is not None:
         actual = file_sha256(path)
         _check_hash(subset, str(path), actual, yours=True)
@@ -255,111 +230,13 @@ def _checked_file(subset: Subset) -> tuple[Path, str]:
                 "delete it to download again"
             )
         return path, actual
-    actual = _download(subset, path)
-    _write_atomically(sidecar, actual + "\n")
+    actual = _download(subset, path, transfer)
+    write_atomic(sidecar, actual + "\n")
     return path, actual
 
 
-def _data_dir_path(filename: str) -> Path | None:
-    """The file in `HEALTHBENCH_DATA_DIR` when that is set (an error if it is not there), else None."""
-    data_dir = os.environ.get(DATA_DIR_ENV)
-    if not data_dir:
-        return None
-    path = Path(data_dir) / filename
-    if not path.is_file():
-        raise DataError(f"{path}: not found ({DATA_DIR_ENV} names a folder holding the official files)")
-    return path
-
-
-class ProfessionalRecord(BaseModel):
-    """What the first download of HealthBench Professional saw: the commit, its file's sha256, and when."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    revision: str
-    requested: str
-    sha256: str
-    downloaded_at: str
-
-
-def _record_path(path: Path) -> Path:
-    return path.with_name(path.name + ".json")
-
-
-def _read_record(path: Path) -> ProfessionalRecord | None:
-    try:
-        return ProfessionalRecord.model_validate_json(path.read_bytes())
-    except FileNotFoundError:
-        return None
-    except ValidationError as exc:
-        raise DataError(
-            f"{path}: not a download record ({exc.errors()[0]['msg']}); delete it to download again"
-        ) from None
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    handle, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.replace(temp_name, path)
-    except BaseException:
-        Path(temp_name).unlink(missing_ok=True)
-        raise
-
-
-def _checked_cache(path: Path, record: ProfessionalRecord) -> Path:
-    actual = file_sha256(path)
-    if actual != record.sha256 and not _allow_mismatch():
-        raise DataError(
-            f"{path}: changed since it was downloaded (sha256 {actual}, recorded {record.sha256} in "
-            f"{_record_path(path)}); delete the file to download revision {record.revision} again, or set "
-            f"{OVERRIDE_ENV}=1 to use it anyway"
-        )
-    return path
-
-
-def professional_path() -> Path:
-    """A local copy of HealthBench Professional, from `HEALTHBENCH_DATA_DIR`, the cache, or the Hub.
-
-    A cached copy is used without asking the Hub when it matches its record (and the revision asked for, if
-    `HEALTHBENCH_PROFESSIONAL_REVISION` is set). Otherwise the file is downloaded at the pinned revision and
-    must hash to the recorded sha256; the first download records both. `HEALTHBENCH_ALLOW_SHA256_MISMATCH=1`
-    uses a file that does not match, without recording it. Its row count is checked when it is loaded.
-    """
-    path = _data_dir_path(PROFESSIONAL_FILENAME)
-    if path is not None:
-        return path  # no published hash to check it against
-    path = cache_dir() / PROFESSIONAL_FILENAME
-    record_path = _record_path(path)
-    record = _read_record(record_path)
-    wanted = os.environ.get(REVISION_ENV) or None
-    if record is not None and path.is_file() and wanted in (None, record.revision, record.requested):
-        return _checked_cache(path, record)
-    requested = wanted or (record.revision if record is not None else "main")
-    commit = hub.resolve_commit(PROFESSIONAL_DATASET, PROFESSIONAL_FILENAME, requested)
-    if record is not None and path.is_file() and commit == record.revision:
-        return _checked_cache(path, record)  # another name for the recorded commit: nothing to download
-    with hub.downloaded(PROFESSIONAL_DATASET, PROFESSIONAL_FILENAME, commit, path.parent) as fetched:
-        actual = file_sha256(fetched)
-        if record is not None and actual != record.sha256 and not _allow_mismatch():
-            raise DataError(
-                f"{PROFESSIONAL_DATASET} {PROFESSIONAL_FILENAME} at revision {commit} has sha256 {actual}, but "
-                f"the file first downloaded (revision {record.revision}, {record.downloaded_at}) had "
-                f"{record.sha256}: the file changed. To accept the new file, delete {record_path} and load "
-                f"again; to use it without recording it, set {OVERRIDE_ENV}=1."
-            )
-        os.replace(fetched, path)
-    if record is None:
-        record = ProfessionalRecord(
-            revision=commit, requested=requested, sha256=actual, downloaded_at=datetime.now(UTC).isoformat()
-        )
-        _write_atomically(record_path, record.model_dump_json(indent=2) + "\n")
-    return path
-
-
 def _check_count(name: str, expected: int, path: Path, count: int) -> None:
-    if count != expected and not _allowed(ROW_COUNT_ENV):
+    if count != expected and not allowed(ROW_COUNT_ENV):
         raise DataError(
             f"{path}: {count} rows, the official {name} file has {expected}; set {ROW_COUNT_ENV}=1 to use it anyway"
         )
@@ -371,8 +248,8 @@ def _check_official_count(subset: Subset, path: Path, sha256: str, count: int) -
         _check_count(subset.name, subset.rows, path, count)
 
 
-def load_subset(name: str) -> list[Row]:
-    """Load a named task subset (one of `TASK_SUBSETS`), checked."""
+def load_subset(name: str, transfer: Transfer = unseen) -> list[Row]:
+    """Load a named task subset (one of `TASK_SUBSETS`), checked; a download is shown through `transfer`."""
     if name == "meta":
         raise DataError("subset 'meta' holds meta-evaluation rows; load it with load_meta_subset")
     if name == PROFESSIONAL:
@@ -381,16 +258,16 @@ def load_subset(name: str) -> list[Row]:
         _check_count(name, PROFESSIONAL_ROWS, path, len(rows))
         return rows
     subset = _subset(name)
-    path, sha256 = _checked_file(subset)
+    path, sha256 = _checked_file(subset, transfer)
     rows = load_rows(path)
     _check_official_count(subset, path, sha256, len(rows))
     return rows
 
 
-def load_meta_subset() -> list[MetaRow]:
-    """Load the meta-evaluation file, checked."""
+def load_meta_subset(transfer: Transfer = unseen) -> list[MetaRow]:
+    """Load the meta-evaluation file, checked; a download is shown through `transfer`."""
     subset = SUBSETS["meta"]
-    path, sha256 = _checked_file(subset)
+    path, sha256 = _checked_file(subset, transfer)
     rows = load_meta_rows(path)
     _check_official_count(subset, path, sha256, len(rows))
     return rows

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 from pydantic import SecretStr
 
 from healthbench.api.client import OPENAI_BASE_URL
+from healthbench.data.cache import Transfer, unseen
 from healthbench.data.loading import load_rows
 from healthbench.data.schema import Message, Row
 from healthbench.data.subsets import load_subset
@@ -48,11 +49,13 @@ def answer_prompt_text(messages: Sequence[Message]) -> str:
     return prompt_text(messages) + ANSWER_SUFFIX
 
 
-def load_splits(data: Path | None = None, subsets: Sequence[str] = ()) -> dict[str, list[Row]]:
+def load_splits(
+    data: Path | None = None, subsets: Sequence[str] = (), transfer: Transfer = unseen
+) -> dict[str, list[Row]]:
     """The rows to serve by split: a JSONL file or the `full` subset is `test`; `hard`, `consensus` and
     `professional` keep their names.
 
-    With neither a file nor a subset, the full set is served.
+    With neither a file nor a subset, the full set is served; a download is shown through `transfer`.
     """
     if data is None and not subsets:
         subsets = ("full",)
@@ -63,7 +66,7 @@ def load_splits(data: Path | None = None, subsets: Sequence[str] = ()) -> dict[s
         split = "test" if name == "full" else name
         if split in splits:
             raise ValueError(f"split {split!r} given twice (a data file and the full subset are both 'test')")
-        splits[split] = load_subset(name)
+        splits[split] = load_subset(name, transfer)
     return splits
 
 
