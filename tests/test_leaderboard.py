@@ -118,7 +118,7 @@ def test_json_is_each_runs_metrics_ranked_with_the_odd_settings_marked(runs: dic
     assert rest["model"].endswith("rest.replies.jsonl") and rest["command"] == "grade"
     assert doctor["grader"] == f"{MINI} (chat)" and pro["grader"] == "gpt-4.1-2025-04-14 (responses)"
     assert pro["data"] == "subset:professional" and pro["subset"] == "professional"
-    assert rest["subset"] == "rows.jsonl" and rest["data"].endswith("/rows.jsonl")  # grade records no sha256
+    assert rest["subset"].startswith("rows.jsonl sha256:") and rest["data"].endswith("/rows.jsonl")
     assert {m.split(":")[0] for m in pro["metrics"]} == {"use_case", "type", "difficulty", "specialty"}
     assert {m.split(":")[0] for m in rest["metrics"]} == {"theme", "axis"}
     assert set(board["families"]) == {"theme", "axis", "use_case", "type", "difficulty", "specialty"}
@@ -250,7 +250,7 @@ def test_an_eval_run_is_listed_under_its_model(runs: dict[str, Path], tmp_path: 
     listed = {run["command"]: run for run in json.loads(result.stdout)["runs"]}
     assert listed["eval"]["model"] == "fake-model" and listed["grade"]["model"].endswith("rest.replies.jsonl")
     assert listed["eval"]["score"] == metrics_of(tmp_path / "eval")["score"]
-    assert [mark["kind"] for mark in listed["eval"]["marks"]] == ["data"]  # the grade run records no sha256
+    assert listed["eval"]["marks"] == []  # the same file, graded by grade and by eval
     sha = json.loads((tmp_path / "eval" / "run.json").read_text())["data_sha256"]
     assert listed["eval"]["subset"] == f"rows.jsonl sha256:{sha[:12]}" and listed["eval"]["data_sha256"] == sha
     page = (tmp_path / "x.html").read_text()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
@@ -20,6 +21,14 @@ MAX_IN_FLIGHT = 1024
 def pace_store_from_env() -> str | None:
     """The pace store named by `HEALTHBENCH_PACE_STORE`, if any."""
     return os.environ.get(PACE_STORE_VARIABLE, "").strip() or None
+
+
+_OPENAI_HOST = urlsplit(OPENAI_BASE_URL).hostname
+
+
+def is_openai(base_url: str) -> bool:
+    """Whether an endpoint is OpenAI's own API (whose keys and limits are known), not a compatible server."""
+    return urlsplit(base_url).hostname == _OPENAI_HOST
 
 
 class EndpointSettings(BaseModel):

@@ -61,7 +61,7 @@ def grade(
     """Grade fixed replies to the tasks both the data and the replies name; results.jsonl grows as samples
     finish, then metrics.json is written."""
     adjustment, recorded = adjusted(tasks.kind, grader, length)
-    rows, _ = load_tasks(tasks)
+    rows, data_sha = load_tasks(tasks)
     replies = load_responses(responses, {row.prompt_id for row in rows}, strict=strict)
     jobs = [Job(row, 0, replies[row.prompt_id]) for row in rows if row.prompt_id in replies]
     ignored, missing = len(replies) - len(jobs), len(rows) - len(jobs)
@@ -76,7 +76,8 @@ def grade(
         print_estimate([unit(job) for job in jobs], grader, prices, dry_run)
         return
     identity = {"command": "grade"} | grader.identity()
-    extra = {"responses": str(responses), "data": tasks.name} | recorded
+    # Not in the identity, so a folder made before grade recorded it still resumes.
+    extra = {"responses": str(responses), "data": tasks.name, "data_sha256": data_sha} | recorded
     execute(
         jobs,
         out,

@@ -7,10 +7,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
-from urllib.parse import urlsplit
 
 from healthbench.api.client import OPENAI_BASE_URL
-from healthbench.api.endpoint import EndpointSettings
+from healthbench.api.endpoint import EndpointSettings, is_openai
 from healthbench.api.ratesignals import DEFAULT_OUTPUT_CAP
 from healthbench.api.wire import Shape, Usage
 from healthbench.data.schema import Message
@@ -100,12 +99,6 @@ def estimate_report(guess: Estimate, prices: Mapping[str, Price], grader_model: 
 DEFAULT_RPM, DEFAULT_TPM = 500.0, 30_000.0
 DEFAULT_LIMITS = "default: OpenAI usage tier 1 for gpt-4.1"
 NO_LIMITS = "none known"
-_OPENAI_HOST = urlsplit(OPENAI_BASE_URL).hostname
-
-
-def is_openai(base_url: str) -> bool:
-    """Whether `base_url` is OpenAI's own API, whose limits for a new account are known."""
-    return urlsplit(base_url).hostname == _OPENAI_HOST
 
 
 @dataclass(frozen=True)

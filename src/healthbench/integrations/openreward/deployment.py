@@ -9,11 +9,10 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from pydantic import SecretStr
 
-from healthbench.api.client import OPENAI_BASE_URL
+from healthbench.api.endpoint import is_openai
 from healthbench.data.cache import Transfer, unseen
 from healthbench.data.loading import load_rows
 from healthbench.data.schema import Message, Row
@@ -34,7 +33,6 @@ ENVIRONMENTS = (ENVIRONMENT, ANSWER_ENVIRONMENT)
 # The one sentence the answer-tool variant adds to a task's prompt.
 ANSWER_INSTRUCTION = "Send your reply to the user by calling the `answer` tool with it."
 ANSWER_SUFFIX = "\n\n" + ANSWER_INSTRUCTION
-_OPENAI_HOST = urlsplit(OPENAI_BASE_URL).hostname
 
 
 def prompt_text(messages: Sequence[Message]) -> str:
@@ -119,7 +117,7 @@ class Deployment:
         """Why a session that brings no grader key could never be graded on `split`, or None when it can be: the
         server has a key of its own, or its grader is not OpenAI's API (a local or self-hosted one may need none)."""
         config = self.graders[split]
-        if config.api_key is not None or urlsplit(config.base_url).hostname != _OPENAI_HOST:
+        if config.api_key is not None or not is_openai(config.base_url):
             return None
         return (
             f"no grader key for this session, and the grader {config.model} at {config.base_url} needs one: send "
