@@ -63,6 +63,18 @@ _REQUEST_CODES = frozenset(
 # The parameters that carry the conversation (`messages[1].content` among them): a 400 naming any other is about
 # the request.
 _CONVERSATION_PARAMS = frozenset({"messages", "input", "prompt"})
+# What a refusal of the conversation itself says (a content filter, a context too long for the model): codes, or
+# phrases of providers that send no code.
+_PROMPT_CODES = frozenset(
+    {
+        "invalid_prompt",
+        "content_filter",
+        "content_policy_violation",
+        "context_length_exceeded",
+        "string_above_max_length",
+    }
+)
+_PROMPT_PHRASES = ("content filter", "content management policy", "maximum context length", "prompt is too long")
 
 
 @dataclass(frozen=True)
@@ -107,7 +119,19 @@ class ProviderError:
             return False
         if self.code in _REQUEST_CODES:
             return True
-        return self.param is not None and re.split(r"[.\[]", self.param, maxsplit=1)[0] not in _CONVERSATION_PARAMS
+        return self.param is not None and not self._names_the_conversation
+
+    @property
+    def about_prompt(self) -> bool:
+        """Whether the refusal is of the conversation the request carries (OpenAI's `invalid_prompt`, a content
+        filter, a context too long for the model): the model's outcome for that prompt, not the caller's mistake."""
+        if self.status not in (400, 422) or (self.param is not None and not self._names_the_conversation):
+            return False
+        return self.code in _PROMPT_CODES or any(phrase in self.message.lower() for phrase in _PROMPT_PHRASES)
+
+    @property
+    def _names_the_conversation(self) -> bool:
+        return self.param is not None and re.split(r"[.\[]", self.param, maxsplit=1)[0] in _CONVERSATION_PARAMS
 
 
 class RequestFailed(HealthBenchError):

@@ -103,19 +103,6 @@ class Policy:
 # What the reference's ChatCompletionSampler answers for a request refused with BadRequestError.
 REFUSED_REPLY = "No response (bad request)."
 # Statuses a refusal of the prompt comes with: 400 (OpenAI, Azure, vLLM) and 422 (TGI's input validation).
-_REFUSAL_STATUSES = (400, 422)
-_PROMPT_CODES = frozenset(
-    {
-        "invalid_prompt",
-        "content_filter",
-        "content_policy_violation",
-        "context_length_exceeded",
-        "string_above_max_length",
-    }
-)
-_PROMPT_PHRASES = ("content filter", "content management policy", "maximum context length", "prompt is too long")
-# An error naming one of these is about the conversation; naming any other parameter, about the request.
-_PROMPT_PARAMS = (None, "messages", "input", "prompt")
 # Refusals stop the run once at least this many policy answers are in (or all there are, if fewer) and more
 # than half of them are refusals: a filter flags a few health prompts, never most of them.
 REFUSAL_PROBE = 20
@@ -140,15 +127,10 @@ class PromptRefusal:
 
 def prompt_refusal(failure: RequestFailed) -> PromptRefusal | None:
     """The refusal when `failure` is the provider refusing the prompt itself, else None."""
-    if failure.status not in _REFUSAL_STATUSES:
-        return None
     error = failure.error
-    if error is None or error.param not in _PROMPT_PARAMS:
+    if error is None or error.status is None or not error.about_prompt:
         return None
-    code, message = error.code, error.message or failure.cause
-    if code in _PROMPT_CODES or any(phrase in message.lower() for phrase in _PROMPT_PHRASES):
-        return PromptRefusal(failure.status, code, message)
-    return None
+    return PromptRefusal(error.status, error.code, error.message or failure.cause)
 
 
 class RefusalGuard:
