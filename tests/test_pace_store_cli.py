@@ -24,6 +24,7 @@ from healthbench.testing import FakeOpenAI
 from healthbench.testing.limits import RateLimits
 from tests.conftest import make_row, write_jsonl
 from tests.redisserver import RedisServer, needs_redis, redis_server
+from tests.test_metaeval import made_up_meta_rows
 
 KEY = "sk-pace-store-cli"
 
@@ -80,6 +81,31 @@ def test_a_pace_store_out_of_reach_stops_the_run_before_anything_is_sent(tmp_pat
         sent = server.requests_total
     assert result.exit_code == 1 and sent == 0
     assert "pace store redis://:***@127.0.0.1:9/0 cannot be reached" in result.output and "pw" not in result.output
+
+
+@pytest.mark.parametrize("command", ["grade", "baseline", "meta-eval"])
+def test_every_grading_command_checks_its_pace_store_first(tmp_path: Path, command: str) -> None:
+    ideal = {"ideal_completion": "Rest.", "ideal_completions_group": "Group 1", "ideal_completions_ref_completions": []}
+    data = write_jsonl(tmp_path / "rows.jsonl", [make_row("q0", ideal=ideal)])
+    inputs = {
+        "grade": [
+            "--data",
+            str(data),
+            "--responses",
+            str(write_jsonl(tmp_path / "r.jsonl", [{"prompt_id": "q0", "response": "Rest."}])),
+        ],
+        "baseline": ["--data", str(data), "--group", "1"],
+        "meta-eval": ["--data", str(write_jsonl(tmp_path / "meta.jsonl", made_up_meta_rows(2)))],
+    }[command]
+    with FakeOpenAI() as server:
+        assert server.base_url
+        args = [command, *inputs, "--out", str(tmp_path / "out"), "--grader-base-url", server.base_url, "--no-progress"]
+        result = CliRunner().invoke(
+            main, [*args, "--pace-store", "redis://127.0.0.1:9/0"], env={"HEALTHBENCH_GRADER_API_KEY": KEY}
+        )
+        sent = server.requests_total
+    assert result.exit_code == 1 and sent == 0, result.output
+    assert "pace store redis://127.0.0.1:9/0 cannot be reached" in result.output
 
 
 def test_serve_refuses_to_start_without_its_pace_store(tmp_path: Path) -> None:

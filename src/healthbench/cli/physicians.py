@@ -163,6 +163,7 @@ def meta_eval(
         print_estimate(units, grader, prices, dry_run)
         return
     identity = {"command": "meta-eval", "data_sha256": data_sha, "limit": limit} | grader.identity()
+    grader.check_pace_store()  # a shared pace out of reach stops the run before anything is sent
     folder = RunFolder(out)
 
     def start(wiring: Wiring) -> Awaitable[RunOutcome]:
