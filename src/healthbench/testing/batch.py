@@ -18,16 +18,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import count
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from aiohttp import BodyPartReader, web
 
 from healthbench.testing.batchlines import line_error, validate_lines
 from healthbench.testing.endpoints import ENDPOINTS, Endpoint, Prompt
 from healthbench.testing.replies import PROSE, STRING_VERDICT, Body, error, error_body
-
-if TYPE_CHECKING:
-    from healthbench.testing.server import FakeOpenAI
 
 __all__ = ["BATCH_ENDPOINTS", "FakeBatchAPI"]
 
@@ -62,6 +59,29 @@ class _Batch:
     malformed: int = 0  # answered lines whose verdict was made unusable on purpose
 
 
+class BatchHost(Protocol):
+    """What the Batch API needs of the server it is served by (``FakeOpenAI``): its batch settings, its batch
+    counters, and the answer a request gets when no fault is injected."""
+
+    seed: int
+    record: bool
+    strict_params: bool
+    batch_delay: float
+    batch_fail_rate: float
+    batch_malformed_rate: float
+    batch_fail_always: Callable[[Body], bool] | None
+    max_file_bytes: int
+    max_batch_requests: int
+    batch_token_limit: int | None
+    batches_created: int
+    batch_lines_submitted: int
+    batch_bodies: list[str]
+    files_uploaded: int
+
+    def ok_content(self, body: Body, prompt: Prompt) -> str | None:
+        """The reply when nothing is injected."""
+
+
 class FakeBatchAPI:
     """The Batch API state and handlers of one ``FakeOpenAI``; its settings and counters live there.
 
@@ -69,7 +89,7 @@ class FakeBatchAPI:
     progression; tests may replace it to move a batch through its phases without sleeping.
     """
 
-    def __init__(self, server: FakeOpenAI) -> None:
+    def __init__(self, server: BatchHost) -> None:
         self.server = server
         self.clock: Callable[[], float] = time.monotonic
         # The next this many status checks and file downloads answer 503, as during a provider outage.
@@ -242,7 +262,7 @@ class FakeBatchAPI:
             return 500, error_body("Injected batch failure", "server_error"), False
         if prompt.grader_prompt is not None and malformed_draw < server.batch_malformed_rate:
             return 200, endpoint.payload(body, prompt, _MALFORMED[malformed % 2], req_id), True
-        return 200, endpoint.payload(body, prompt, server._ok_content(body, prompt), req_id), False
+        return 200, endpoint.payload(body, prompt, server.ok_content(body, prompt), req_id), False
 
     def _status(self, batch: _Batch) -> str:
         if batch.cancelled is not None:

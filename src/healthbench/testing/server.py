@@ -233,7 +233,7 @@ class FakeOpenAI:
             payload = with_tool_call(endpoint.payload(body, prompt, None, serial), call, serial)
             return self._reply(endpoint, body, payload)
         if kind == "ok":
-            content = self._ok_content(body, prompt)
+            content = self.ok_content(body, prompt)
         elif kind in ("prose", "fail_always"):
             content = PROSE
         elif kind == "null":
@@ -263,7 +263,7 @@ class FakeOpenAI:
             return web.Response(text=chat_stream(payload, body), content_type="text/event-stream")
         return web.Response(text=json.dumps(payload), content_type="application/json")
 
-    def _ok_content(self, body: Body, prompt: Prompt) -> str | None:
+    def ok_content(self, body: Body, prompt: Prompt) -> str | None:
         """The reply when nothing is injected: shared by live requests and batch lines."""
         content = self.respond(body) if self.respond is not None else None
         if content is None:
