@@ -9,7 +9,7 @@ import re
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -38,12 +38,17 @@ def served(data: Path, grader_url: str | None, *flags: str, env: Mapping[str, st
     if grader_url is not None:
         environ["HEALTHBENCH_GRADER_BASE_URL"] = grader_url
     command = [sys.executable, "-m", "healthbench", "serve", "--data", str(data), "--host", "127.0.0.1", "--port", "0"]
+    with server_process([*command, "--max-attempts", "2", *flags], environ) as (url, lines):
+        yield url
+    assert KEY not in "".join(lines)
+
+
+@contextmanager
+def server_process(command: Sequence[str], env: Mapping[str, str]) -> Iterator[tuple[str, list[str]]]:
+    """Run a server `command` that says "Uvicorn running on URL"; yields the URL and the lines it has printed so
+    far (the list grows as it prints), and stops it on exit."""
     process = subprocess.Popen(
-        [*command, "--max-attempts", "2", *flags],
-        env=environ,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+        list(command), env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     lines: list[str] = []
     started = threading.Event()
@@ -62,12 +67,11 @@ def served(data: Path, grader_url: str | None, *flags: str, env: Mapping[str, st
         assert started.wait(120), "server did not start"
         found = re.search(r"Uvicorn running on (http://127\.0\.0\.1:\d+)", "".join(lines))
         assert found, "".join(lines)
-        yield found.group(1)
+        yield found.group(1), lines
     finally:
         process.terminate()
         process.wait(60)
         reader.join()
-    assert KEY not in "".join(lines)
 
 
 def graded_by_cli(

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -36,6 +35,7 @@ from healthbench.grading.settings import GraderConfig
 from healthbench.integrations.openreward.deployment import MULTI_TURN_INSTRUCTION, Deployment, load_splits
 from healthbench.integrations.openreward.environment import HealthBench, build_server
 from healthbench.testing import FakeOpenAI, prompt_verdict
+from tests.serving import server_process
 
 SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "healthbench_sample.jsonl"
 UNGRADABLE = "UNGRADABLE"  # a criterion containing this never gets a verdict from the fake
@@ -404,33 +404,10 @@ def test_served_process_keeps_the_key_out_of_its_output(rows: list[Row], fake: F
         "from healthbench.integrations.openreward.environment import serve; "
         "serve(load_splits(Path(sys.argv[1])), host='127.0.0.1', port=0, grader=GraderConfig.from_env(max_attempts=1))"
     )
-    process = subprocess.Popen(
-        [sys.executable, "-c", code, str(data)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    lines: list[str] = []
-    started = threading.Event()
-
-    def read() -> None:
-        assert process.stdout is not None
-        for line in process.stdout:
-            lines.append(line)
-            if "Uvicorn running on" in line:
-                started.set()
-        started.set()  # output ended: the process died, and the test says why below
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    try:
-        assert started.wait(120), "server did not start"
-        found = re.search(r"Uvicorn running on (http://127\.0\.0\.1:\d+)", "".join(lines))
-        assert found, "".join(lines)
+    with server_process([sys.executable, "-c", code, str(data)], env) as (url, lines):
         fake.reset()
-        graded = asyncio.run(session_call(found.group(1), 0, "reply"))
-        failed = asyncio.run(session_call(found.group(1), 3, "reply"))
-    finally:
-        process.terminate()
-        process.wait(60)
-        reader.join()
+        graded = asyncio.run(session_call(url, 0, "reply"))
+        failed = asyncio.run(session_call(url, 3, "reply"))
     output = "".join(lines)
     assert graded["output"].finished and isinstance(failed["error"], ToolFailed)
     assert f"Bearer {KEY}" in fake.auth_headers  # the key was used...

@@ -8,10 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
-import subprocess
 import sys
-import threading
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -26,6 +23,7 @@ from healthbench.grading.prompt import TEMPLATE
 from healthbench.testing import FakeOpenAI, prompt_verdict
 from tests.conftest import write_jsonl
 from tests.reference import KEY
+from tests.serving import server_process
 
 OFFICIAL = "gpt-5.4-2026-03-05"
 SLICES = {
@@ -172,23 +170,6 @@ def test_serve_rewards_the_length_adjusted_score(offline: list[dict[str, Any]], 
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "HEALTHBENCH_GRADER_API_KEY")}
     env.update(PYTHONUNBUFFERED="1", HEALTHBENCH_GRADER_BASE_URL=fake.base_url or "")
     command = [sys.executable, "-m", "healthbench", "serve", "--subset", "professional", "--host", "127.0.0.1"]
-    process = subprocess.Popen(
-        [*command, "--port", "0", "--max-attempts", "1"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True,
-    )  # fmt: skip
-    lines: list[str] = []
-    started = threading.Event()
-
-    def read() -> None:
-        assert process.stdout is not None
-        for line in process.stdout:
-            lines.append(line)
-            if "Uvicorn running on" in line:
-                started.set()
-        started.set()
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
     replies = {index: "Short plan." * (1 + 40 * index) for index in (0, 1, 7)}
 
     async def sessions(base_url: str) -> list[Any]:
@@ -206,16 +187,9 @@ def test_serve_rewards_the_length_adjusted_score(offline: list[dict[str, Any]], 
         finally:
             await client.environments.aclose()
 
-    try:
-        assert started.wait(120), "server did not start"
-        found = re.search(r"Uvicorn running on (http://127\.0\.0\.1:\d+)", "".join(lines))
-        assert found, "".join(lines)
+    with server_process([*command, "--port", "0", "--max-attempts", "1"], env) as (url, _):
         fake.reset()
-        outputs = asyncio.run(sessions(found.group(1)))
-    finally:
-        process.terminate()
-        process.wait(60)
-        reader.join()
+        outputs = asyncio.run(sessions(url))
     for (index, reply), output in zip(replies.items(), outputs, strict=True):
         score, adjusted = expected_scores(offline[index], reply)
         assert output.reward == pytest.approx(adjusted, abs=1e-9)
