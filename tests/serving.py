@@ -14,9 +14,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from healthbench.testing import GRADER_MARKER
 from tests.conftest import write_jsonl
 from tests.reference import KEY
 from tests.test_grade_cli import grade
+
+UNGRADABLE = "UNGRADABLE"  # a reply containing this never gets a verdict from a fake given `fails_marked`
+
+
+def fails_marked(body: dict[str, Any]) -> bool:
+    """For `FakeOpenAI(fail_always=...)`: every grader request about a reply marked UNGRADABLE fails."""
+    text = body["messages"][-1]["content"]
+    return GRADER_MARKER in text and UNGRADABLE in text
+
 
 # What a server must never read for its grader: set to a port nothing listens on, so following it would fail.
 POLICY_BASE_URL = "http://127.0.0.1:9/v1"

@@ -24,15 +24,9 @@ from healthbench.errors import CandidateError, GradingError
 from healthbench.grading.settings import GraderConfig, session_grader_key
 from healthbench.integrations.openreward.deployment import ANSWER_INSTRUCTION, Deployment, prompt_text
 from healthbench.integrations.openreward.environment import HealthBench, HealthBenchAnswer, candidate_reply
-from healthbench.testing import GRADER_MARKER, FakeOpenAI
+from healthbench.testing import FakeOpenAI
 from tests.reference import KEY, made_up_rows
-
-UNGRADABLE = "UNGRADABLE"  # a reply containing this never gets a verdict from the fake
-
-
-def fails_marked(body: dict[str, Any]) -> bool:
-    text = body["messages"][-1]["content"]
-    return GRADER_MARKER in text and UNGRADABLE in text
+from tests.serving import UNGRADABLE, fails_marked
 
 
 @pytest.fixture(scope="module")

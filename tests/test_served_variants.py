@@ -20,18 +20,12 @@ from openreward.api.environments.types import ReasoningBlock, TextBlock, ToolCal
 from openreward.api.errors import ScoreGroupFailed, ToolCallError
 
 from healthbench.integrations.openreward.deployment import ANSWER_INSTRUCTION
-from healthbench.testing import GRADER_MARKER, FakeOpenAI
+from healthbench.testing import FakeOpenAI
 from tests.conftest import write_jsonl
 from tests.reference import KEY, made_up_rows
-from tests.serving import doc_function, graded_by_cli, served
+from tests.serving import UNGRADABLE, doc_function, fails_marked, graded_by_cli, served
 
-UNGRADABLE = "UNGRADABLE"
 ROWS = made_up_rows()[:5]
-
-
-def fails_marked(body: dict[str, Any]) -> bool:
-    text = body["messages"][-1]["content"]
-    return GRADER_MARKER in text and UNGRADABLE in text
 
 
 @pytest.fixture(scope="module")

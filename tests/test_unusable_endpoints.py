@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
@@ -22,6 +22,7 @@ from healthbench.errors import EndpointUnusable, ProviderError, RequestFailed
 from healthbench.grading.grader import parse_verdict
 from healthbench.testing import FakeOpenAI
 from tests.reference import KEY
+from tests.test_client import run
 
 T = TypeVar("T")
 FAST = RetryPolicy(max_attempts=12, initial_backoff=0.001, max_backoff=0.01)
@@ -34,16 +35,6 @@ def dead_url() -> str:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     return f"http://127.0.0.1:{port}/v1"
-
-
-def run(client: ApiClient, work: Callable[[], Awaitable[T]]) -> T:
-    async def main() -> T:
-        try:
-            return await work()
-        finally:
-            await client.aclose()
-
-    return asyncio.run(main())
 
 
 def attempts_of(client: ApiClient) -> list[int]:
