@@ -65,23 +65,6 @@ def test_missing_and_empty_files(tmp_path: Path) -> None:
         load_rows(tmp_path / "empty.jsonl")
 
 
-def test_meta_rows(tmp_path: Path) -> None:
-    meta = {
-        "prompt": [{"role": "user", "content": "hi"}],
-        "completion": "hello",
-        "rubric": "Greets the user",
-        "category": "cluster:communication_x_y",
-        "binary_labels": [True, False],
-        "anonymized_physician_ids": ["a", "b"],
-        "prompt_id": "p",
-        "completion_id": "c",
-    }
-    assert load_meta_rows(write_jsonl(tmp_path / "m.jsonl", [meta, meta]))[1].binary_labels == [True, False]
-    meta["anonymized_physician_ids"] = ["a"]
-    with pytest.raises(DataError, match=r"m\.jsonl:1: field anonymized_physician_ids"):
-        load_meta_rows(write_jsonl(tmp_path / "m.jsonl", [meta]))
-
-
 META_ROW = {
     "prompt": [{"role": "user", "content": "hi"}],
     "completion": "hello",
@@ -92,6 +75,14 @@ META_ROW = {
     "prompt_id": "p",
     "completion_id": "c",
 }
+
+
+def test_meta_rows(tmp_path: Path) -> None:
+    meta = dict(META_ROW)
+    assert load_meta_rows(write_jsonl(tmp_path / "m.jsonl", [meta, meta]))[1].binary_labels == [True, False]
+    meta["anonymized_physician_ids"] = ["a"]
+    with pytest.raises(DataError, match=r"m\.jsonl:1: field anonymized_physician_ids"):
+        load_meta_rows(write_jsonl(tmp_path / "m.jsonl", [meta]))
 
 
 def test_a_byte_order_mark_is_read_past(tmp_path: Path) -> None:
