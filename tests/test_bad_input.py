@@ -167,10 +167,13 @@ def test_runs_whose_files_are_garbage_are_named(files: dict[str, Path], tmp_path
         records[2]["metrics"] = None
 
     cases = {
-        "no prompt_id": (rewrite_results(drop_prompt_id), "result 2: no field prompt_id"),
-        "text score": (rewrite_results(text_score), "result 1: field score must be a number (is 'high')"),
-        "no metrics": (rewrite_results(no_metrics), "result 3: field metrics must be an object of numbers"),
-        "objects": (lambda run: write_jsonl(run / "results.jsonl", [{"x": 1}, [1, 2]]), "result 1: no field prompt_id"),
+        "no prompt_id": (rewrite_results(drop_prompt_id), "line 2: field prompt_id: Field required"),
+        "text score": (rewrite_results(text_score), "line 1: field score: Input should be a valid number"),
+        "no metrics": (rewrite_results(no_metrics), "line 3: field metrics: Input should be an object"),
+        "objects": (
+            lambda run: write_jsonl(run / "results.jsonl", [{"x": 1}, [1, 2]]),
+            "line 1: field prompt_id: Field required",
+        ),
     }
     for spoil, said in cases.values():
         run = spoiled(files, tmp_path, "run", spoil)
@@ -180,11 +183,12 @@ def test_runs_whose_files_are_garbage_are_named(files: dict[str, Path], tmp_path
 
     def bad_adjustment(run: Path) -> None:
         recorded = json.loads((run / "run.json").read_text())
-        (run / "run.json").write_text(json.dumps(recorded | {"length_adjustment": {"center": "x"}}))
+        recorded["spec"]["length_adjustment"] = {"center": "x"}
+        (run / "run.json").write_text(json.dumps(recorded))
 
     run = spoiled(files, tmp_path, "run", bad_adjustment)
-    refused(invoke("report", run), f"{run / 'run.json'}: field length_adjustment")
-    refused(invoke("compare", files["run"], run), "run.json: field length_adjustment")
+    refused(invoke("report", run), f"{run / 'run.json'}: field spec.length_adjustment.center")
+    refused(invoke("compare", files["run"], run), "run.json: field spec.length_adjustment.center")
     for name in ("run.json", "metrics.json"):
         for text, said in (("[1, 2", "not valid JSON"), ("[1, 2]", "expected a JSON object")):
             broken = spoiled(files, tmp_path, "run", writing(name, text))
@@ -205,7 +209,9 @@ def test_meta_eval_runs_are_refused_where_they_do_not_belong_and_checked_where_t
         records[3]["binary_labels"] = "yes"
 
     run = spoiled(files, tmp_path, "meta-run", rewrite_results(labels_as_text))
-    refused(invoke("report", run), f"{run / 'results.jsonl'}: result 4: field binary_labels must be a list of booleans")
+    refused(
+        invoke("report", run), f"{run / 'results.jsonl'}: line 4: field binary_labels: Input should be a valid array"
+    )
 
 
 def run_process(*args: str | Path) -> subprocess.CompletedProcess[str]:

@@ -15,6 +15,7 @@ from healthbench.cli import main
 from healthbench.data.schema import Row
 from healthbench.errors import DataError
 from healthbench.runs.baselines import baseline_jobs, group_name
+from healthbench.runs.folder import RunFolder
 from healthbench.testing import FakeOpenAI
 from tests.conftest import make_row, write_jsonl
 from tests.reference import KEY, expected_means, reference_metrics, sent_prompts
@@ -118,8 +119,10 @@ def test_made_up_references_match_the_reference(tmp_path: Path, fake: FakeOpenAI
         for k in range(4)
     }
     assert all(r["prompt"][0]["role"] == "user" for r in results)
-    run = json.loads((tmp_path / "out" / "run.json").read_text())
-    assert (run["command"], run["group"], run["references"], run["samples"]) == ("baseline", 3, True, 28)
+    run = RunFolder(tmp_path / "out").require_run()
+    assert run.spec.baseline is not None
+    assert (run.spec.command, run.spec.baseline.group, run.spec.baseline.references) == ("baseline", 3, True)
+    assert run.stats.samples == 28
     assert "report" in (tmp_path / "out" / "report.html").read_text().lower()
 
 

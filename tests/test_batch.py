@@ -25,7 +25,7 @@ from healthbench.data.schema import Row
 from healthbench.errors import GradingError, RequestFailed
 from healthbench.grading.grader import Grader
 from healthbench.grading.prompt import grader_prompt, render_conversation, rubric_item_text, transcript_with_reply
-from healthbench.runs.folder import STORE
+from healthbench.runs.folder import STORE, RunFolder
 from healthbench.runs.store import Store
 from healthbench.testing import FakeOpenAI
 from tests.conftest import make_row, write_jsonl
@@ -305,7 +305,7 @@ def test_no_wait_submits_leaves_and_a_later_run_collects(tmp_path: Path) -> None
         assert result.exit_code == 0, result.output
         assert f"{len(rows)} of {len(rows)} samples wait on 1 batch(es) still out" in result.output
         assert not (tmp_path / "out" / "metrics.json").exists()
-        assert json.loads((tmp_path / "out" / "run.json").read_text())["deferred"] == len(rows)
+        assert RunFolder(tmp_path / "out").require_run().stats.deferred == len(rows)
         assert run(args).exit_code == 0 and server.batches_created == 1  # still out: nothing sent again
         sessions = 1
         while not (tmp_path / "out" / "metrics.json").exists():

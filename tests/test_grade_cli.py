@@ -9,6 +9,7 @@ from typing import Any
 from click.testing import CliRunner, Result
 
 from healthbench.cli import main
+from healthbench.runs.folder import RunFolder
 from healthbench.testing import FakeOpenAI
 from tests.conftest import make_row, write_jsonl
 from tests.reference import KEY, check_against_reference, made_up_rows, sent_prompts
@@ -106,7 +107,7 @@ def test_ungradable_task_fails_loudly_and_keeps_the_rest(tmp_path: Path) -> None
     assert not (tmp_path / "out" / "metrics.json").exists()
     kept = [json.loads(line)["prompt_id"] for line in (tmp_path / "out" / "results.jsonl").read_text().split("\n")[:-1]]
     assert sorted(kept) == sorted(set(replies) - {"multi"})
-    assert json.loads((tmp_path / "out" / "run.json").read_text())["failed"] == 1
+    assert RunFolder(tmp_path / "out").require_run().stats.failed == 1
 
     with FakeOpenAI() as server:  # the grader recovers: only what was never answered is asked again
         assert server.base_url

@@ -16,12 +16,12 @@ from inspect_ai import eval as inspect_eval
 from inspect_ai.log import EvalLog
 
 from healthbench.cli import main
-from healthbench.grading.aggregate import aggregate_records
 from healthbench.grading.scoring import aggregate
 from healthbench.integrations.inspect_task import healthbench
 from healthbench.testing import GRADER_MARKER, FakeOpenAI
 from tests.conftest import write_jsonl
 from tests.reference import KEY, made_up_rows
+from tests.runfiles import aggregate_records
 from tests.test_grade_cli import grade
 
 POLICY_KEY = "sk-policy-never-stored-0123456789"
@@ -140,7 +140,9 @@ def test_repeats_are_pooled_as_separate_samples(tmp_path: Path, fake: FakeOpenAI
     mine = log_metrics(log)
     assert mine["clipped_mean"] == pytest.approx(expected["score"], abs=1e-9)
     assert mine["bootstrap_std"] == pytest.approx(expected["score:bootstrap_std"], abs=1e-9)
-    worst = aggregate_records(records, seed=3)  # as healthbench eval --n-repeats 2 writes metrics.json
+    worst = aggregate_records(
+        records, seed=3, model_samples=True
+    )  # as healthbench eval --n-repeats 2 writes metrics.json
     assert {r["policy_model"] for r in records} == {"openai-api/fake/policy"}
     assert mine["worst_at_k:1"] == pytest.approx(worst["worst_at_k:1"], abs=1e-9)
     assert mine["worst_at_k:2"] == pytest.approx(worst["worst_at_k:2"], abs=1e-9)
@@ -269,8 +271,8 @@ def test_grader_arguments_reach_the_grader(tmp_path: Path) -> None:
     )
     assert task.metadata is not None
     grader = task.metadata["grader"]
-    assert grader["grader_model"] == "o3" and grader["grader_base_url"] == "http://127.0.0.1:9/v1"
-    assert grader["grader_request"] == {
+    assert grader["model"] == "o3" and grader["base_url"] == "http://127.0.0.1:9/v1"
+    assert grader["request"] == {
         "api": "responses",
         "reasoning": True,
         "reasoning_effort": "high",
@@ -278,5 +280,5 @@ def test_grader_arguments_reach_the_grader(tmp_path: Path) -> None:
         "max_output_tokens": 4000,
         "system_message": False,
     }
-    with pytest.raises(ValueError, match="both length_adjustment_center and"):
+    with pytest.raises(ValueError, match="both `length_adjustment_center` and"):
         healthbench(data=str(data), length_adjustment_center=2000)

@@ -18,6 +18,7 @@ from click.testing import CliRunner, Result
 
 from healthbench.cli import main
 from healthbench.data.professional import PROFESSIONAL_FILENAME
+from healthbench.runs.folder import RunFolder
 from healthbench.testing import FakeOpenAI
 from tests.conftest import make_row, write_jsonl
 from tests.reference import KEY
@@ -251,7 +252,8 @@ def test_an_eval_run_is_listed_under_its_model(runs: dict[str, Path], tmp_path: 
     assert listed["eval"]["model"] == "fake-model" and listed["grade"]["model"].endswith("rest.replies.jsonl")
     assert listed["eval"]["score"] == metrics_of(tmp_path / "eval")["score"]
     assert listed["eval"]["marks"] == []  # the same file, graded by grade and by eval
-    sha = json.loads((tmp_path / "eval" / "run.json").read_text())["data_sha256"]
+    sha = RunFolder(tmp_path / "eval").require_run().spec.data.sha256
+    assert sha is not None
     assert listed["eval"]["subset"] == f"rows.jsonl sha256:{sha[:12]}" and listed["eval"]["data_sha256"] == sha
     page = (tmp_path / "x.html").read_text()
     assert f">rows.jsonl sha256:{sha[:12]}</td>" in page and f"{tmp_path / 'rows.jsonl'} (sha256 {sha})" in page

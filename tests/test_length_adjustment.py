@@ -11,15 +11,16 @@ from typing import Any
 import pytest
 
 from healthbench.data.loading import load_rows
-from healthbench.errors import DataError
-from healthbench.grading.aggregate import aggregate_records
+from healthbench.errors import DataError, SettingsError
 from healthbench.grading.scoring import LENGTH_ADJUSTED, PROFESSIONAL_LENGTH_ADJUSTMENT, LengthAdjustment
 from healthbench.grading.settings import GraderConfig
 from healthbench.runs.folder import METRICS, RESULTS, RunFolder
 from healthbench.runs.runner import Job, run_jobs
+from healthbench.runs.spec import LengthSpec
 from healthbench.runs.store import Store
 from healthbench.testing import FakeOpenAI
 from tests.conftest import make_row, write_jsonl
+from tests.runfiles import aggregate_records
 
 PRO = PROFESSIONAL_LENGTH_ADJUSTMENT
 ADJUSTED_KEYS = {LENGTH_ADJUSTED, f"{LENGTH_ADJUSTED}:n_samples", f"{LENGTH_ADJUSTED}:bootstrap_std"}
@@ -61,18 +62,19 @@ def test_symmetric_and_counted_in_characters_not_bytes() -> None:
     assert PRO.adjust(0.5, "é" * 1000) == PRO.adjust(0.5, "e" * 1000)
 
 
-def test_from_dict_round_trips_and_names_what_is_wrong() -> None:
-    assert LengthAdjustment.from_dict(PRO.as_dict()) == PRO
-    assert LengthAdjustment.from_dict({"center": 1500.5, "penalty_per_500_chars": 0}).center == 1500.5
+def test_run_json_form_round_trips_and_names_what_is_wrong() -> None:
+    assert LengthSpec.model_validate(PRO.as_dict()).adjustment == PRO
+    assert LengthSpec.model_validate({"center": 1500.5, "penalty_per_500_chars": 0}).adjustment.center == 1500.5
     with pytest.raises(ValueError, match="penalty_per_500_chars"):
-        LengthAdjustment.from_dict({"center": 2000})
-    with pytest.raises(ValueError, match="keys"):
-        LengthAdjustment.from_dict({"center": 2000, "penalty_per_500_chars": 0.01, "clip": True})
-    with pytest.raises(ValueError, match="center must be a finite number"):
-        LengthAdjustment.from_dict({"center": True, "penalty_per_500_chars": 0.01})
-    with pytest.raises(ValueError, match="penalty_per_500_chars must be a finite number"):
+        LengthSpec.model_validate({"center": 2000})
+    for wrong in ({"center": math.inf, "penalty_per_500_chars": 0.01}, {"center": 2000, "penalty_per_500_chars": -1}):
+        with pytest.raises(ValueError, match=r"center|penalty_per_500_chars"):
+            LengthSpec.model_validate(wrong)
+    with pytest.raises(SettingsError, match="center must be a finite number"):
+        LengthAdjustment(True, 0.01)
+    with pytest.raises(SettingsError, match="penalty_per_500_chars must be a finite number"):
         LengthAdjustment(2000, math.nan)
-    with pytest.raises(ValueError, match="must not be negative"):
+    with pytest.raises(SettingsError, match="must not be negative"):
         LengthAdjustment(2000, -0.01)
 
 

@@ -13,7 +13,7 @@ from click.testing import CliRunner, Result
 
 from healthbench.cli import main
 from healthbench.errors import PolicyMisuse, RequestFailed
-from healthbench.runs.policy import REFUSAL_PROBE, REFUSED_REPLY, RefusalGuard, misuse, prompt_refusal
+from healthbench.runs.policy import REFUSAL_PROBE, REFUSED_REPLY, PromptRefusal, RefusalGuard, misuse, prompt_refusal
 from healthbench.testing import FakeOpenAI
 from tests.conftest import make_row, write_jsonl
 from tests.reference import KEY
@@ -35,7 +35,7 @@ def failure(status: int | None, error: Any) -> RequestFailed:
 
 def test_refusals_of_the_prompt_are_told_from_refusals_of_the_request() -> None:
     refusal = prompt_refusal(failure(400, INVALID_PROMPT))
-    assert refusal is not None and refusal.as_dict() == {"status": 400, "code": "invalid_prompt", "message": FLAGGED}
+    assert refusal == PromptRefusal(400, "invalid_prompt", FLAGGED)
     context = {
         "error": {
             "message": "This model's maximum context length is 8192 tokens. However, your messages resulted in "

@@ -19,6 +19,7 @@ from healthbench.grading.official import PROFESSIONAL_GRADER
 from healthbench.grading.scoring import PROFESSIONAL_LENGTH_ADJUSTMENT
 from healthbench.grading.settings import GraderConfig
 from healthbench.integrations.common import load_tasks
+from healthbench.runs.folder import RunFolder
 from healthbench.testing import FakeOpenAI
 from tests.conftest import make_row, write_jsonl
 from tests.test_professional_runs import OFFICIAL, check_run, pro_row, run
@@ -69,18 +70,18 @@ def test_grade_by_file_is_the_subset_exactly(
         f"healthbench: {data} {RECOGNISED} (its official grader and length adjustment, unless flags say otherwise)"
     ]
     recorded = check_run(tmp_path / "file", rows, replies, fake)  # gpt-5.4 at low effort, Responses, adjusted
-    assert recorded["official_configuration"] is True and recorded["official_differences"] == []
-    assert recorded["length_adjustment"] == PROFESSIONAL_LENGTH_ADJUSTMENT.as_dict()
-    assert recorded["data"] == str(data)
+    assert recorded.official is not None and recorded.official.configuration
+    assert recorded.adjustment == PROFESSIONAL_LENGTH_ADJUSTMENT
+    assert recorded.data.source == str(data)
 
     fake.reset()
     by_name = run("grade", "--subset", "professional", "--responses", str(answers), "--out", str(tmp_path / "name"),
                   base_url=fake.base_url)  # fmt: skip
     assert by_name.exit_code == 0, by_name.output
     assert RECOGNISED not in by_name.stderr
-    named = json.loads((tmp_path / "name" / "run.json").read_text())
-    same = ("official_configuration", "official_differences", "length_adjustment", "grader_model", "grader_request")
-    assert {k: named[k] for k in same} == {k: recorded[k] for k in same}
+    named = RunFolder(tmp_path / "name").require_run().spec
+    same = ("official", "length_adjustment", "grader")
+    assert named.model_dump(include=set(same)) == recorded.model_dump(include=set(same))
     metrics = (tmp_path / "file" / "metrics.json").read_text()
     assert metrics == (tmp_path / "name" / "metrics.json").read_text()
 
@@ -95,9 +96,9 @@ def test_a_file_graded_otherwise_is_recorded_as_not_official(
                  "--grader-model", "gpt-4.1-2025-04-14", "--no-length-adjustment", base_url=fake.base_url)  # fmt: skip
     assert result.exit_code == 0, result.output
     assert RECOGNISED in result.stderr and "not HealthBench Professional's official configuration" in result.stderr
-    recorded = json.loads((tmp_path / "o" / "run.json").read_text())
-    assert recorded["official_configuration"] is False and recorded["length_adjustment"] is None
-    assert {d["setting"] for d in recorded["official_differences"]} == {
+    spec = RunFolder(tmp_path / "o").require_run().spec
+    assert spec.official is not None and not spec.official.configuration and spec.length_adjustment is None
+    assert {d.setting for d in spec.official.differences} == {
         "grader model",
         "grader reasoning effort",
         "length adjustment",
@@ -118,7 +119,8 @@ def test_eval_and_baseline_by_file(
     result = run("baseline", "--data", str(data), "--out", str(tmp_path / "b"), base_url=fake.base_url)
     assert result.exit_code == 0, result.output
     recorded = check_run(tmp_path / "b", rows, {row["id"]: row["physician_response"] for row in rows}, fake)
-    assert recorded["completions"] == "physician responses" and recorded["official_configuration"] is True
+    assert recorded.baseline is not None and recorded.baseline.completions == "physician responses"
+    assert recorded.official is not None and recorded.official.configuration
 
 
 def test_serve_grades_the_test_split_of_a_professional_file(
@@ -163,5 +165,5 @@ def test_inspect_task_by_file_has_the_official_settings(pro_file: tuple[Path, li
     data, _ = pro_file
     task = healthbench(data=str(data), limit=4)
     assert task.metadata is not None
-    assert task.metadata["grader"]["grader_model"] == OFFICIAL
+    assert task.metadata["grader"]["model"] == OFFICIAL
     assert task.metadata["length_adjustment"] == PROFESSIONAL_LENGTH_ADJUSTMENT.as_dict()

@@ -20,6 +20,9 @@ from openreward import AsyncOpenReward
 from healthbench.cli import main
 from healthbench.data.professional import PROFESSIONAL_FILENAME
 from healthbench.grading.prompt import TEMPLATE
+from healthbench.grading.scoring import LengthAdjustment
+from healthbench.runs.folder import RunFolder
+from healthbench.runs.spec import RunSpec
 from healthbench.testing import FakeOpenAI, prompt_verdict
 from tests.conftest import write_jsonl
 from tests.reference import KEY
@@ -90,7 +93,7 @@ def run(*args: str, base_url: str) -> Result:
     return CliRunner().invoke(main, [*args, "--no-progress"], env=env)
 
 
-def check_run(out: Path, rows: list[dict[str, Any]], replies: dict[str, str], fake: FakeOpenAI) -> dict[str, Any]:
+def check_run(out: Path, rows: list[dict[str, Any]], replies: dict[str, str], fake: FakeOpenAI) -> RunSpec:
     """The official requests, the adjusted headline, unadjusted slices; returns run.json."""
     assert set(fake.paths) == {"/v1/responses"}
     assert len(fake.bodies) == 3 * len(rows)
@@ -118,7 +121,7 @@ def check_run(out: Path, rows: list[dict[str, Any]], replies: dict[str, str], fa
     results = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     for record in results:
         assert record["length_adjusted_score"] == pytest.approx(scores[record["prompt_id"]][1], abs=1e-12)
-    return dict(json.loads((out / "run.json").read_text()))
+    return RunFolder(out).require_run().spec
 
 
 def test_grade_with_no_grader_flags_is_the_official_configuration(
@@ -132,9 +135,10 @@ def test_grade_with_no_grader_flags_is_the_official_configuration(
     assert result.exit_code == 0, result.output
     assert "length-adjusted score" in result.output and "not HealthBench Professional" not in result.output
     recorded = check_run(tmp_path / "o", offline, replies, fake)
-    assert recorded["official_configuration"] is True and recorded["official_differences"] == []
-    assert recorded["length_adjustment"] == {"center": 2000, "penalty_per_500_chars": 0.0147}
-    assert recorded["grader_model"] == OFFICIAL and recorded["grader_request"]["reasoning_effort"] == "low"
+    assert recorded.official is not None and recorded.official.configuration and recorded.official.differences == []
+    assert recorded.adjustment == LengthAdjustment(2000, 0.0147)
+    assert recorded.grader.model == OFFICIAL
+    assert recorded.grader.request is not None and recorded.grader.request.reasoning_effort == "low"
     report = CliRunner().invoke(main, ["report", str(tmp_path / "o")])
     assert report.exit_code == 0, report.output
     html = (tmp_path / "o" / "report.html").read_text()
@@ -145,9 +149,9 @@ def test_grade_with_no_grader_flags_is_the_official_configuration(
                 "--grader-model", "gpt-4.1-2025-04-14", base_url=fake.base_url)  # fmt: skip
     assert other.exit_code == 0, other.output
     assert "not HealthBench Professional's official configuration" in other.output
-    recorded = json.loads((tmp_path / "g41" / "run.json").read_text())
-    assert recorded["official_configuration"] is False
-    assert recorded["official_differences"] == [
+    official = RunFolder(tmp_path / "g41").require_run().spec.official
+    assert official is not None and not official.configuration
+    assert [d.model_dump() for d in official.differences] == [
         {"setting": "grader model", "value": "gpt-4.1-2025-04-14", "official": OFFICIAL},
         {"setting": "grader reasoning effort", "value": "none", "official": "low"},
     ]
@@ -163,7 +167,8 @@ def test_baseline_grades_the_physician_responses(
     assert result.exit_code == 0, result.output
     replies = {row["id"]: row["physician_response"] for row in offline}
     recorded = check_run(tmp_path / "b", offline, replies, fake)
-    assert recorded["completions"] == "physician responses" and recorded["official_configuration"] is True
+    assert recorded.baseline is not None and recorded.baseline.completions == "physician responses"
+    assert recorded.official is not None and recorded.official.configuration
 
 
 def test_serve_rewards_the_length_adjusted_score(offline: list[dict[str, Any]], fake: FakeOpenAI) -> None:

@@ -22,6 +22,7 @@ from healthbench.grading.grader import REFERENCE_SHAPE, Grader
 from healthbench.grading.prompt import transcript_with_reply
 from healthbench.grading.settings import GraderConfig
 from healthbench.runs.estimate import REASONING_TOKENS
+from healthbench.runs.folder import RunFolder
 from healthbench.testing import FakeOpenAI, prompt_verdict
 from tests.conftest import write_jsonl
 from tests.reference import KEY, check_against_reference, made_up_rows
@@ -85,8 +86,8 @@ def test_gpt_5_4_at_low_effort_grades_as_the_reference(tmp_path: Path, fake: Fak
         else:
             assert body["reasoning"] == {"effort": "low"} and "reasoning_effort" not in body
             assert body["input"] == [{"role": "user", "content": user_prompt(body)}]
-    run = json.loads((tmp_path / "out" / "run.json").read_text())
-    assert run["grader_request"]["api"] == ("chat" if way == "chat" else "responses")
+    request = RunFolder(tmp_path / "out").require_run().spec.grader.request
+    assert request is not None and request.api == ("chat" if way == "chat" else "responses")
     usage = json.loads((tmp_path / "out" / "usage.json").read_text())["whole_run"]["grader"]
     # The fake thinks 16 tokens per call at low effort, and bills them as output, as OpenAI does.
     assert usage["reasoning_tokens"] == 16 * usage["calls"] > 0

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from healthbench.grading.aggregate import aggregate_records
 from healthbench.grading.scoring import (
     LENGTH_ADJUSTED,
     PROFESSIONAL_LENGTH_ADJUSTMENT,
@@ -18,7 +17,8 @@ from healthbench.grading.scoring import (
     aggregate,
     task_metrics,
 )
-from healthbench.reporting.report import rebuild, render_meta_report, render_report, write_report
+from healthbench.reporting.report import rebuild, write_report
+from tests.runfiles import aggregate_records, render_meta_report, render_report
 
 XSS = "<script>alert(1)</script>"
 RUN = {
@@ -26,7 +26,6 @@ RUN = {
     "template_sha256": "f" * 64,
     "seed": 0,
     "tasks": 3,
-    "usage": {"calls": 12, "prompt_tokens": 123456, "cached_prompt_tokens": 0, "completion_tokens": 789},
     "cost_usd": 1.234,
 }
 
@@ -95,7 +94,7 @@ def test_headline_run_facts_and_interval() -> None:
     std = float(metrics["score:bootstrap_std"])
     low, high = max(0.0, float(metrics["score"]) - 1.96 * std), min(1.0, float(metrics["score"]) + 1.96 * std)
     assert f"[{low:.3f}, {high:.3f}]" in html
-    for fact in ("made-up-grader-1", "f" * 64, "123,456", "$1.23", "3 tasks graded"):
+    for fact in ("made-up-grader-1", "f" * 64, "$1.23", "3 tasks graded"):
         assert fact in html
 
 

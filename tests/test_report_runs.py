@@ -11,10 +11,10 @@ from typing import Any
 from click.testing import CliRunner, Result
 
 from healthbench.cli import main
-from healthbench.reporting.report import render_meta_report, render_report
 from healthbench.testing import FakeOpenAI
 from tests.conftest import make_row, write_jsonl
 from tests.reference import KEY
+from tests.runfiles import render_meta_report, render_report
 from tests.test_report import RECORDS, make_record, metrics_of
 
 FIELDS = ("calls", "prompt_tokens", "cached_prompt_tokens", "completion_tokens", "reasoning_tokens")
@@ -154,7 +154,11 @@ def test_a_resumed_run_reports_the_tokens_of_every_session(tmp_path: Path) -> No
 
 
 def test_a_meta_eval_run_not_finished_lists_its_failed_rows() -> None:
-    records = [{"index": i, "prompt_id": "p", "criteria_met": True} for i in (0, 2)]
+    records = [
+        {"index": i, "prompt_id": "p", "category": "cluster:x", "criteria_met": True}
+        | {"binary_labels": [True], "anonymized_physician_ids": ["a"]}
+        for i in (0, 2)
+    ]
     error = "meta-eval row 1 (prompt p, completion c, criterion 'x') could not be graded: HTTP 500 (after 1 attempt)"
     run = {"command": "meta-eval", "samples": 3, "failed": 1}
     html = render_meta_report({}, {}, run, records, [{"error": error}])

@@ -231,5 +231,5 @@ def test_grader_settings_reach_the_grader() -> None:
     )
     grader = task.grader(task.subset)
     assert (grader.model, grader.api, grader.reasoning_effort, grader.max_attempts) == ("o3", "responses", "high", 3)
-    with pytest.raises(ValueError, match="both length_adjustment_center and"):
+    with pytest.raises(ValueError, match="both `length_adjustment_center` and"):
         task.model_copy(update={"length_adjustment_center": 10}).length_adjustment(None)

@@ -14,11 +14,11 @@ import pytest
 from click.testing import CliRunner
 
 from healthbench.cli import main
-from healthbench.grading.aggregate import aggregate_records
 from healthbench.grading.scoring import LengthAdjustment, mean_worst_of_k, worst_at_k
 from healthbench.testing import FakeOpenAI
 from tests.conftest import make_row, write_jsonl
 from tests.reference import KEY
+from tests.runfiles import aggregate_records
 
 
 def brute_force(scores: list[float], k: int) -> float:
@@ -75,14 +75,14 @@ def record(prompt_id: str, repeat: int, score: float, response: str = "reply") -
 
 def test_aggregate_records_adds_worst_at_k_only_with_repeats() -> None:
     records = [record("a", 0, 1.0), record("a", 1, 0.5), record("b", 0, 0.0), record("b", 1, 0.5)]
-    metrics = aggregate_records(records, seed=0)
+    metrics = aggregate_records(records, seed=0, model_samples=True)
     assert metrics["worst_at_k:1"] == pytest.approx(0.5) == pytest.approx(metrics["score"])
     assert metrics["worst_at_k:2"] == pytest.approx(0.25)
     assert "worst_at_k:3" not in metrics
-    single = aggregate_records([record("a", 0, 1.0), record("b", 0, 0.0)], seed=0)
+    single = aggregate_records([record("a", 0, 1.0), record("b", 0, 0.0)], seed=0, model_samples=True)
     assert not any(name.startswith("worst_at_k") for name in single)
     # Four physicians' reference completions of a task are no repeats of one model.
-    physicians = aggregate_records([{k: v for k, v in r.items() if k != "policy_model"} for r in records], seed=0)
+    physicians = aggregate_records(records, seed=0, model_samples=False)
     assert not any(name.startswith("worst_at_k") for name in physicians)
     # Every other metric is what it was before worst-at-k existed.
     without = {k: v for k, v in metrics.items() if not k.startswith("worst_at_k")}
@@ -98,7 +98,7 @@ def test_worst_at_k_is_of_the_length_adjusted_score_when_the_headline_is() -> No
         record("b", 0, 0.8, ""),
         record("b", 1, 0.8, ""),
     ]
-    metrics = aggregate_records(records, seed=0, length_adjustment=adjustment)
+    metrics = aggregate_records(records, seed=0, length_adjustment=adjustment, model_samples=True)
     # a: [0.5, 1.0] -> worst 0.5; b: [0.8, 0.8] -> 0.8
     assert metrics["worst_at_k:1"] == pytest.approx((0.75 + 0.8) / 2) == pytest.approx(metrics["score"])
     assert metrics["worst_at_k:2"] == pytest.approx((0.5 + 0.8) / 2)

@@ -14,7 +14,7 @@ from healthbench.data.loading import load_meta_rows, load_professional_rows, loa
 from healthbench.data.schema import IdealCompletions, Message, MetaRow, Row, RubricItem
 from healthbench.data.subsets import SUBSETS, TASK_SUBSETS, load_meta_subset, load_subset, subset_path
 from healthbench.errors import DataError, GradingError, HealthBenchError, InvalidResponse, RequestFailed, SettingsError
-from healthbench.grading.aggregate import aggregate_records
+from healthbench.grading.aggregate import aggregate_samples
 from healthbench.grading.grader import DEFAULT_GRADER_MODEL, GradedItem, GradedReply, Grader, Verdict, parse_verdict
 from healthbench.grading.official import PROFESSIONAL_GRADER
 from healthbench.grading.prompt import (
@@ -34,8 +34,10 @@ from healthbench.grading.scoring import (
     score,
     task_metrics,
 )
-from healthbench.grading.settings import GraderConfig, GradingOptions
+from healthbench.grading.settings import GraderConfig, GradingOptions, GradingPlan
 from healthbench.runs.folder import RunFolder
+from healthbench.runs.records import FailureRecord, MetaRecord, RunRecord, SampleRecord, UsageRecord
+from healthbench.runs.spec import RunSpec, run_spec
 
 __all__ = [
     "CHAT",
@@ -53,6 +55,7 @@ __all__ = [
     "BatchSettings",
     "Completer",
     "DataError",
+    "FailureRecord",
     "GradedItem",
     "GradedReply",
     "GradedSample",
@@ -60,6 +63,7 @@ __all__ = [
     "GraderConfig",
     "GradingError",
     "GradingOptions",
+    "GradingPlan",
     "HealthBenchEnv",
     "HealthBenchError",
     "HealthBenchTaskset",
@@ -67,18 +71,23 @@ __all__ = [
     "InvalidResponse",
     "LengthAdjustment",
     "Message",
+    "MetaRecord",
     "MetaRow",
     "RequestFailed",
     "RetryPolicy",
     "Row",
     "RubricItem",
     "RunFolder",
+    "RunRecord",
+    "RunSpec",
+    "SampleRecord",
     "SettingsError",
     "Shape",
     "Usage",
+    "UsageRecord",
     "Verdict",
     "aggregate",
-    "aggregate_records",
+    "aggregate_samples",
     "clipped_mean",
     "grade_sample",
     "grader_prompt",
@@ -92,6 +101,7 @@ __all__ = [
     "parse_verdict",
     "render_conversation",
     "rubric_item_text",
+    "run_spec",
     "score",
     "subset_path",
     "task_metrics",

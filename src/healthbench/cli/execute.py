@@ -1,5 +1,5 @@
-"""How a grading command runs: its length adjustment and what run.json records of it, its dry run, and its
-jobs in a session, with what it says when the session is over."""
+"""How a grading command runs: its dry run, and its jobs in a session, with what it says when the session is
+over."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ from typing import Any
 
 import click
 
-from healthbench.cli.options import DryRun, length_adjustment, official
+from healthbench.cli.options import DryRun
 from healthbench.cli.render import Bar, finish
-from healthbench.grading.scoring import LengthAdjustment
 from healthbench.grading.settings import GraderConfig
 from healthbench.reporting.report import write_report
 from healthbench.runs.estimate import Unit, dry_run
@@ -21,20 +20,7 @@ from healthbench.runs.policy import PolicyConfig
 from healthbench.runs.pricing import load_prices
 from healthbench.runs.runner import Job
 from healthbench.runs.session import BatchChoice, jobs_start, run_session
-
-
-def adjusted(
-    subset: str | None, grader: GraderConfig, flags: dict[str, Any]
-) -> tuple[LengthAdjustment | None, dict[str, Any]]:
-    """The run's length adjustment, and what run.json records of it and of the official configuration."""
-    adjustment = length_adjustment(
-        subset,
-        flags["length_adjustment_center"],
-        flags["length_adjustment_penalty_per_500_chars"],
-        flags["no_length_adjustment"],
-    )
-    recorded = {"length_adjustment": None if adjustment is None else adjustment.as_dict()}
-    return adjustment, recorded | official(subset, grader, adjustment)
+from healthbench.runs.spec import RunSpec
 
 
 def unit(job: Job) -> Unit:
@@ -114,39 +100,34 @@ def estimate_lines(estimate: dict[str, Any]) -> list[str]:
 def execute(
     jobs: Sequence[Job],
     out: Path,
+    spec: RunSpec,
     grader: GraderConfig,
-    identity: dict[str, Any],
     *,
     policy: PolicyConfig | None = None,
     batch: BatchChoice | None,
-    seed: int,
     prices: Path | None,
     progress: bool,
-    extra: dict[str, Any],
     html: bool = True,
-    length_adjustment: LengthAdjustment | None = None,
 ) -> None:
-    """Run jobs in `out` and say how it went (exit 1 on failures); with `html`, write the report too."""
+    """Run the jobs of `spec` in `out` and say how it went (exit 1 on failures); with `html`, write the report too."""
     for config in (grader, policy):
         if config is not None:
             config.check_pace_store()  # a shared pace out of reach stops the run before anything is sent
     folder = RunFolder(out)
-    start = jobs_start(jobs, folder, seed=seed, sample_first=batch is not None, length_adjustment=length_adjustment)
+    start = jobs_start(jobs, folder, spec, sample_first=batch is not None)
     result = run_session(
         start,
         folder,
+        spec,
         grader,
-        identity,
         samples=len(jobs),
         policy=policy,
         batch=batch,
-        seed=seed,
         prices=prices,
-        extra=extra,
         progress=Bar(progress),
         report=write_report if html else None,
     )
-    kind = "score" if length_adjustment is None else "length-adjusted score"
+    kind = "score" if spec.length_adjustment is None else "length-adjusted score"
 
     def headline(metrics: dict[str, float | int]) -> str:
         std, n = metrics["score:bootstrap_std"], metrics["score:n_samples"]

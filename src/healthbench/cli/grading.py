@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
 
 import click
 
-from healthbench.cli.execute import adjusted, execute, print_estimate, unit
+from healthbench.cli.execute import execute, print_estimate, unit
 from healthbench.cli.options import (
     DryRun,
     data_options,
@@ -23,10 +22,11 @@ from healthbench.cli.options import (
 from healthbench.data.responses import load_responses
 from healthbench.data.select import select_rows
 from healthbench.data.source import TaskSource
-from healthbench.grading.settings import GraderConfig
+from healthbench.grading.settings import GradingPlan
 from healthbench.runs.policy import PolicyConfig
 from healthbench.runs.runner import Job
 from healthbench.runs.session import BatchChoice
+from healthbench.runs.spec import DataSpec, run_spec
 
 
 @click.command()
@@ -54,13 +54,11 @@ def grade(
     prices: Path | None,
     progress: bool,
     dry_run: DryRun | None,
-    grader: GraderConfig,
+    plan: GradingPlan,
     batch: BatchChoice | None,
-    **length: Any,
 ) -> None:
     """Grade fixed replies to the tasks both the data and the replies name; results.jsonl grows as samples
     finish, then metrics.json is written."""
-    adjustment, recorded = adjusted(tasks.kind, grader, length)
     rows, data_sha = load_tasks(tasks)
     replies = load_responses(responses, {row.prompt_id for row in rows}, strict=strict)
     jobs = [Job(row, 0, replies[row.prompt_id]) for row in rows if row.prompt_id in replies]
@@ -73,24 +71,11 @@ def grade(
             err=True,
         )
     if dry_run:
-        print_estimate([unit(job) for job in jobs], grader, prices, dry_run)
+        print_estimate([unit(job) for job in jobs], plan.grader, prices, dry_run)
         return
-    identity = {"command": "grade"} | grader.identity()
-    # Not in the identity, so a folder made before grade recorded it still resumes.
-    extra = {"responses": str(responses), "data": tasks.name, "data_sha256": data_sha} | recorded
-    execute(
-        jobs,
-        out,
-        grader,
-        identity,
-        batch=batch,
-        seed=seed,
-        prices=prices,
-        progress=progress,
-        extra=extra,
-        html=report,
-        length_adjustment=adjustment,
-    )
+    data = DataSpec(source=tasks.name, sha256=data_sha)
+    spec = run_spec("grade", plan, data, seed=seed, responses=str(responses))
+    execute(jobs, out, spec, plan.grader, batch=batch, prices=prices, progress=progress, html=report)
 
 
 @click.command(name="eval")
@@ -157,16 +142,14 @@ def evaluate(
     prices: Path | None,
     progress: bool,
     dry_run: DryRun | None,
-    grader: GraderConfig,
+    plan: GradingPlan,
     batch: BatchChoice | None,
-    **length: Any,
 ) -> None:
     """Sample replies from a model and grade them; run again on the same --out to resume."""
     if policy_batch:
         if batch is None:
             raise click.UsageError("--policy-batch needs --batch")
         batch = dataclasses.replace(batch, policy=True)
-    adjustment, recorded = adjusted(tasks.kind, grader, length)
     all_rows, data_sha = load_tasks(tasks)
     said_limit(limit, len(all_rows), "tasks in the data")
     rows = select_rows(all_rows, limit)
@@ -181,31 +164,14 @@ def evaluate(
         concurrency=policy_concurrency,
         rpm=rpm,
         tpm=tpm,
-        max_attempts=grader.max_attempts,  # the one --max-attempts flag bounds both sides
-        pace_store=grader.pace_store,  # one store for the process: the model's key may be the grader's
+        max_attempts=plan.grader.max_attempts,  # the one --max-attempts flag bounds both sides
+        pace_store=plan.grader.pace_store,  # one store for the process: the model's key may be the grader's
         policy_errors=policy_errors,
     )
     jobs = [Job(row, repeat) for repeat in range(n_repeats) for row in rows]
     if dry_run:
-        print_estimate([unit(job) for job in jobs], grader, prices, dry_run, policy_config, tasks=len(rows))
+        print_estimate([unit(job) for job in jobs], plan.grader, prices, dry_run, policy_config, tasks=len(rows))
         return
-    identity = (
-        {"command": "eval", "data_sha256": data_sha, "limit": limit, "n_repeats": n_repeats}
-        | policy_config.identity()
-        | grader.identity()
-    )
-    extra = {"data": tasks.name, "base_url": policy_config.base_url, "policy_errors": policy_errors}
-    extra |= recorded
-    execute(
-        jobs,
-        out,
-        grader,
-        identity,
-        policy=policy_config,
-        batch=batch,
-        seed=seed,
-        prices=prices,
-        progress=progress,
-        extra=extra,
-        length_adjustment=adjustment,
-    )
+    data = DataSpec(source=tasks.name, sha256=data_sha)
+    spec = run_spec("eval", plan, data, seed=seed, limit=limit, n_repeats=n_repeats, policy=policy_config)
+    execute(jobs, out, spec, plan.grader, policy=policy_config, batch=batch, prices=prices, progress=progress)

@@ -17,10 +17,10 @@ from healthbench.api.batch.records import BatchSettings
 from healthbench.api.endpoint import MAX_IN_FLIGHT
 from healthbench.api.pacing.store import PACE_STORE_VARIABLE
 from healthbench.api.wire import EFFORTS
-from healthbench.cli.render import download_bar
+from healthbench.cli.render import download_bar, in_flags
 from healthbench.data.schema import Row
 from healthbench.data.source import TaskSource
-from healthbench.data.subsets import PROFESSIONAL, TASK_SUBSETS
+from healthbench.data.subsets import TASK_SUBSETS
 from healthbench.errors import (
     DownloadFailed,
     EndpointUnusable,
@@ -30,9 +30,7 @@ from healthbench.errors import (
     QuotaExhausted,
     SettingsError,
 )
-from healthbench.grading.official import length_adjustment_for, recorded
-from healthbench.grading.scoring import LengthAdjustment
-from healthbench.grading.settings import DEFAULT_CONCURRENCY, GraderConfig, GradingOptions
+from healthbench.grading.settings import DEFAULT_CONCURRENCY, GradingOptions
 from healthbench.runs.session import BatchChoice
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -284,16 +282,17 @@ def user_errors(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except ValidationError as exc:
-            raise click.UsageError("; ".join(e["msg"] for e in exc.errors(include_url=False))) from None
+            said = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors(include_url=False))
+            raise click.UsageError(in_flags(said)) from None
         except SettingsError as exc:
-            raise click.UsageError(str(exc)) from None
+            raise click.UsageError(in_flags(str(exc))) from None
         except (QuotaExhausted, PolicyMisuse, EndpointUnusable) as exc:
-            raise click.ClickException(f"stopped, {exc}") from None
+            raise click.ClickException(in_flags(f"stopped, {exc}")) from None
         except Interrupted as exc:
             click.echo(f"healthbench: {exc}", err=True)
             sys.exit(INTERRUPTED)
         except HealthBenchError as exc:
-            raise click.ClickException(str(exc)) from None
+            raise click.ClickException(in_flags(str(exc))) from None
         except OSError as exc:
             raise click.ClickException(os_error(exc)) from None
         except KeyboardInterrupt:
@@ -310,7 +309,7 @@ def os_error(exc: OSError) -> str:
     return f"cannot use {where}: {reason}" if where else reason
 
 
-_GRADING_FLAGS = tuple(name for name in GradingOptions.model_fields if name.startswith("grader_"))
+_GRADING_FLAGS = tuple(GradingOptions.model_fields)
 
 
 def _batch_choice(batch: bool, poll_interval: float, tokens: int | None, no_wait: bool) -> BatchChoice | None:
@@ -322,45 +321,29 @@ def _batch_choice(batch: bool, poll_interval: float, tokens: int | None, no_wait
 
 
 def grading_options(flags: dict[str, Any]) -> GradingOptions:
-    """The `grader_options` flags (taken out of `flags`) as the one grader-settings model."""
-    return GradingOptions(**{name: flags.pop(name) for name in _GRADING_FLAGS})
+    """The grader and length-adjustment flags (taken out of `flags`) as the one grader-settings model."""
+    return GradingOptions(**{name: flags.pop(name) for name in _GRADING_FLAGS if name in flags})
 
 
 def grading(func: F) -> F:
-    """Add the grader and batch flags to a grading command, and hand them to it made into `grader` (the
-    settings, with the official defaults of what it grades: the kind of its `tasks`, see `graded_tasks`) and
-    `batch` (None for live grading)."""
+    """Add the grader and batch flags to a grading command, and hand them to it made into `plan` (the grader
+    settings and length adjustment, with the official defaults of what it grades: the kind of its `tasks`, see
+    `graded_tasks`, said on stderr when a Professional run is not in its official configuration) and `batch`
+    (None for live grading). The command's length flags (`length_options`), when it has them, go into the plan."""
 
     @functools.wraps(func)
     def wrapper(
         *args: Any, batch: bool, poll_interval: float, batch_tokens: int | None, no_wait: bool, **kwargs: Any
     ) -> Any:
         tasks = kwargs.get("tasks")
-        grader = grading_options(kwargs).grader(tasks.kind if isinstance(tasks, TaskSource) else None)
+        plan = grading_options(kwargs).plan(tasks.kind if isinstance(tasks, TaskSource) else None)
+        if plan.differences:
+            click.echo(
+                "healthbench: this is not HealthBench Professional's official configuration: "
+                + "; ".join(map(str, plan.differences)),
+                err=True,
+            )
         choice = _batch_choice(batch, poll_interval, batch_tokens, no_wait)
-        return func(*args, grader=grader, batch=choice, **kwargs)
+        return func(*args, plan=plan, batch=choice, **kwargs)
 
     return cast(F, grader_options(batch_options(wrapper)))
-
-
-def length_adjustment(
-    subset: str | None, center: float | None, penalty: float | None, off: bool
-) -> LengthAdjustment | None:
-    """The length adjustment the flags ask for: both numbers or neither; Professional's by default."""
-    if off:
-        if center is not None or penalty is not None:
-            raise click.UsageError("--no-length-adjustment cannot be given with length adjustment settings")
-        return None
-    return length_adjustment_for(subset, center, penalty)
-
-
-def official(subset: str | None, grader: GraderConfig, adjustment: LengthAdjustment | None) -> dict[str, Any]:
-    """run.json's account of the official configuration, said on stderr when a Professional run is not in it;
-    `subset` is the kind of what is graded (`professional` for a file in its schema too)."""
-    found = grader.official_differences(adjustment) if subset == PROFESSIONAL else []
-    if found:
-        click.echo(
-            "healthbench: this is not HealthBench Professional's official configuration: " + "; ".join(map(str, found)),
-            err=True,
-        )
-    return recorded(subset, found)

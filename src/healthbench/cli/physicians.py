@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any
 
 import click
 
-from healthbench.cli.execute import adjusted, execute, print_estimate, unit
+from healthbench.cli.execute import execute, print_estimate, unit
 from healthbench.cli.options import (
     DryRun,
     data_flag_offered,
@@ -29,7 +28,7 @@ from healthbench.data.select import select_rows
 from healthbench.data.source import TaskSource
 from healthbench.data.subsets import PROFESSIONAL
 from healthbench.grading.agreement import MODEL_F1, PHYSICIAN_F1
-from healthbench.grading.settings import GraderConfig
+from healthbench.grading.settings import GradingPlan
 from healthbench.reporting.report import write_meta_report
 from healthbench.runs.baselines import GROUP_DESCRIPTIONS, baseline_jobs, physician_jobs
 from healthbench.runs.estimate import Unit
@@ -37,6 +36,7 @@ from healthbench.runs.folder import RunFolder
 from healthbench.runs.metaeval import grade_meta_rows
 from healthbench.runs.runner import RunOutcome
 from healthbench.runs.session import BatchChoice, Wiring, run_session
+from healthbench.runs.spec import BaselineSpec, DataSpec, run_spec
 
 
 @click.command()
@@ -64,9 +64,8 @@ def baseline(
     prices: Path | None,
     progress: bool,
     dry_run: DryRun | None,
-    grader: GraderConfig,
+    plan: GradingPlan,
     batch: BatchChoice | None,
-    **length: Any,
 ) -> None:
     """Grade the physicians' ideal completions of one group, the reference completions they were shown, or
     HealthBench Professional's physician responses."""
@@ -74,7 +73,6 @@ def baseline(
         raise click.UsageError(
             "--references: Group 1 physicians were shown no reference completions; use --group 2 or 3"
         )
-    adjustment, recorded = adjusted(tasks.kind, grader, length)
     rows, data_sha = load_tasks(tasks)
     professional = tasks.kind == PROFESSIONAL or any(row.physician_response is not None for row in rows)
     if group is None and not professional:
@@ -83,35 +81,20 @@ def baseline(
         if references:
             raise click.UsageError("--references needs --group 2 or 3; Professional has no reference completions")
         jobs = physician_jobs(rows, limit=limit)
-        described = {"completions": "physician responses", "group_description": "HealthBench Professional"}
+        whose = BaselineSpec(completions="physician responses", group_description="HealthBench Professional")
     else:
         jobs = baseline_jobs(rows, group, references=references, limit=limit)
         completions = f"Group {group} {'reference' if references else 'physician ideal'} completions"
-        described = {"completions": completions, "group_description": GROUP_DESCRIPTIONS[group]}
-    said_limit(limit, len(jobs), f"{described['completions']} in the data")  # jobs are all there are when short
-    identity = {
-        "command": "baseline",
-        "group": group,
-        "references": references,
-        "data_sha256": data_sha,
-        "limit": limit,
-    } | grader.identity()
-    extra = {"data": tasks.name} | described | recorded
+        whose = BaselineSpec(
+            group=group, references=references, completions=completions, group_description=GROUP_DESCRIPTIONS[group]
+        )
+    said_limit(limit, len(jobs), f"{whose.completions} in the data")  # jobs are all there are when short
     if dry_run:
-        print_estimate([unit(job) for job in jobs], grader, prices, dry_run)
+        print_estimate([unit(job) for job in jobs], plan.grader, prices, dry_run)
         return
-    execute(
-        jobs,
-        out,
-        grader,
-        identity,
-        batch=batch,
-        seed=seed,
-        prices=prices,
-        progress=progress,
-        extra=extra,
-        length_adjustment=adjustment,
-    )
+    data = DataSpec(source=tasks.name, sha256=data_sha)
+    spec = run_spec("baseline", plan, data, seed=seed, limit=limit, baseline=whose)
+    execute(jobs, out, spec, plan.grader, batch=batch, prices=prices, progress=progress)
 
 
 def _load_meta(data: Path | None, subset: str | None) -> tuple[list[MetaRow], str]:
@@ -151,7 +134,7 @@ def meta_eval(
     prices: Path | None,
     progress: bool,
     dry_run: DryRun | None,
-    grader: GraderConfig,
+    plan: GradingPlan,
     batch: BatchChoice | None,
 ) -> None:
     """Measure the grader's agreement with physicians (macro F1); run again on the same --out to resume."""
@@ -160,10 +143,16 @@ def meta_eval(
     rows = select_rows(all_rows, limit)
     if dry_run:
         units = [Unit(row.prompt, row.completion, [row.rubric]) for row in rows]
-        print_estimate(units, grader, prices, dry_run)
+        print_estimate(units, plan.grader, prices, dry_run)
         return
-    identity = {"command": "meta-eval", "data_sha256": data_sha, "limit": limit} | grader.identity()
-    grader.check_pace_store()  # a shared pace out of reach stops the run before anything is sent
+    spec = run_spec(
+        "meta-eval",
+        plan,
+        DataSpec(source=str(data) if data else "subset:meta", sha256=data_sha),
+        seed=seed,
+        limit=limit,
+    )
+    plan.grader.check_pace_store()  # a shared pace out of reach stops the run before anything is sent
     folder = RunFolder(out)
 
     def start(wiring: Wiring) -> Awaitable[RunOutcome]:
@@ -172,13 +161,11 @@ def meta_eval(
     result = run_session(
         start,
         folder,
-        grader,
-        identity,
+        spec,
+        plan.grader,
         samples=len(rows),
         batch=batch,
-        seed=seed,
         prices=prices,
-        extra={"data": str(data) if data else "subset:meta"},
         progress=Bar(progress),
         report=write_meta_report,
     )

@@ -3,6 +3,7 @@ and the summary line, and the exit status."""
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -51,12 +52,35 @@ class Bar:
 
     def note(self, message: str) -> None:
         """A line above the bar."""
-        tqdm.write(f"healthbench: {message}", file=sys.stderr)
+        tqdm.write(f"healthbench: {in_flags(message)}", file=sys.stderr)
 
     def close(self) -> None:
         """Close the bar."""
         if self._bar is not None:
             self._bar.close()
+
+
+def in_flags(message: str) -> str:
+    """A library message that names settings in backticks (`grader_reasoning_effort`, `reasoning=False`), said in
+    the running command's flags (--grader-reasoning-effort, --no-reasoning): the library speaks in settings, which
+    is what an Inspect or SDK user gives; a name the command has no flag for stays as it is."""
+    context = click.get_current_context(silent=True)
+    if context is None:
+        return message
+    command = context.command
+    flags: dict[str, click.Option] = {
+        param.name: param for param in command.params if isinstance(param, click.Option) and param.name
+    }
+
+    def flag(match: re.Match[str]) -> str:
+        option = flags.get(match[1])
+        if option is None:
+            return match[0]
+        if match[2] == "=False" and option.secondary_opts:
+            return option.secondary_opts[0]
+        return option.opts[0]
+
+    return re.sub(r"`(\w+)(=True|=False)?`", flag, message)
 
 
 def finish(result: SessionResult, headline: Headline, unit: str) -> None:
@@ -86,7 +110,8 @@ def finish(result: SessionResult, headline: Headline, unit: str) -> None:
     if outcome.refused:
         refused = f" ({outcome.refused} refused by the model and graded as the reply {REFUSED_REPLY!r})"
     report = f", report in {result.report}" if result.report is not None else ""
+    cost = CostMeter.describe(result.usage.this_session or result.usage.whole_run)
     click.echo(
         f"{headline(outcome.metrics)}{refused}; {calls} calls this session{batched} ({result.cache_hits} verdicts "
-        f"reused), cost {CostMeter.describe(result.usage['this_session'])}; metrics in {folder / METRICS}{report}"
+        f"reused), cost {cost}; metrics in {folder / METRICS}{report}"
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,6 @@ from healthbench.cli.options import (
     data_flag_offered,
     grader_options,
     grading_options,
-    length_adjustment,
     professional_note,
     rescoring_length_options,
     user_errors,
@@ -24,14 +24,13 @@ from healthbench.cli.render import download_bar
 from healthbench.data.source import TaskSource
 from healthbench.data.subsets import DOWNLOADABLE, TASK_SUBSETS
 from healthbench.errors import DataError, RequestFailed
-from healthbench.grading.scoring import LengthAdjustment
-from healthbench.grading.settings import GraderConfig
+from healthbench.grading.settings import GraderConfig, GradingOptions
 from healthbench.integrations.openreward.deployment import ENVIRONMENT, ENVIRONMENTS
 from healthbench.reporting.report import rebuild, unfinished, write_meta_report, write_report
-from healthbench.runs.folder import RESULTS, RUN, STORE, RunFolder
+from healthbench.runs.folder import RESULTS, STORE, RunFolder
 from healthbench.runs.metaeval import write_meta_metrics
 from healthbench.runs.policy import PolicyConfig
-from healthbench.runs.records import check_results
+from healthbench.runs.records import MetaRecord, SampleRecord
 from healthbench.runs.store import Store
 
 
@@ -65,35 +64,32 @@ def report(
     the length adjustment is the run's unless given. A run that is not finished gets no score: its page says
     what is missing and why, and the command exits 1."""
     folder = RunFolder(out)
-    results = folder.read_results()
+    run = folder.read_run()
+    meta = run is not None and run.spec.command == "meta-eval"
+    results: Sequence[SampleRecord | MetaRecord] = folder.read_meta_results() if meta else folder.read_results()
     if not results:
         raise click.ClickException(f"{folder / RESULTS}: no results")
-    run = folder.read_run()
-    check_results(results, folder / RESULTS, meta=run.get("command") == "meta-eval")
     missing = unfinished(run, results)
-    if missing:
-        page = write_meta_report(out) if run.get("command") == "meta-eval" else write_report(out)
+    if missing or run is None:
+        page = write_meta_report(out) if meta else write_report(out)
         raise click.ClickException(
             f"{out}: not a finished run ({missing}), so no score; the page of what it holds, with what is missing "
             f"and why, is in {page}. Run the same command again to finish the run, then report it."
         )
-    bootstrap_seed = run.get("seed", 0) if seed is None else seed
-    if run.get("command") == "meta-eval":
-        meta = write_meta_metrics(folder, results, seed=bootstrap_seed)
-        click.echo(f"{meta_headline(meta)}; report in {write_meta_report(out)}")
+    bootstrap_seed = run.spec.seed if seed is None else seed
+    if meta:
+        scored = write_meta_metrics(folder, folder.read_meta_results(), seed=bootstrap_seed)
+        click.echo(f"{meta_headline(scored)}; report in {write_meta_report(out)}")
         return
     given = length_adjustment_center is not None or length_adjustment_penalty_per_500_chars is not None
-    adjustment: LengthAdjustment | None
+    adjustment = run.spec.adjustment
     if given or no_length_adjustment:
-        adjustment = length_adjustment(
-            None, length_adjustment_center, length_adjustment_penalty_per_500_chars, no_length_adjustment
+        rescoring = GradingOptions(
+            length_adjustment_center=length_adjustment_center,
+            length_adjustment_penalty_per_500_chars=length_adjustment_penalty_per_500_chars,
+            no_length_adjustment=no_length_adjustment,
         )
-    else:
-        recorded = run.get("length_adjustment")
-        try:
-            adjustment = LengthAdjustment.from_dict(recorded) if recorded else None
-        except ValueError as exc:
-            raise DataError(f"{folder / RUN}: field length_adjustment: {exc}") from None
+        adjustment = rescoring.length_adjustment(None)
     metrics = rebuild(out, seed=bootstrap_seed, length_adjustment=adjustment)
     kind = "length-adjusted score" if adjustment is not None else "score"
     click.echo(f"{kind} {metrics['score']:.4f} ± {metrics['score:bootstrap_std']:.4f}; report in {out / 'report.html'}")
@@ -117,9 +113,13 @@ def batches(out: Path, cancel: bool, grader_base_url: str | None, base_url: str 
     folder = RunFolder(out)
     if not folder.exists(STORE):
         raise click.ClickException(f"{out}: no run here ({STORE} is missing)")
-    run = folder.read_run()
-    grader = GraderConfig.from_env(base_url=grader_base_url or run.get("grader_base_url"))
-    policy = PolicyConfig.from_env(base_url=base_url or run.get("base_url"), model=run.get("model", "unknown"))
+    spec = run.spec if (run := folder.read_run()) is not None else None
+    recorded_policy = spec.policy if spec is not None else None
+    grader = GraderConfig.from_env(base_url=grader_base_url or (spec.grader.base_url if spec else None))
+    policy = PolicyConfig.from_env(
+        base_url=base_url or (recorded_policy.base_url if recorded_policy else None),
+        model=recorded_policy.model if recorded_policy else "unknown",
+    )
     store = Store(folder / STORE)
     try:
         records = store.open_batches()
@@ -219,10 +219,11 @@ def serve(
         raise click.UsageError(str(exc)) from None
     kinds = {split: kinds.get(split, split) for split in splits}
     options = grading_options(flags)
-    graders = {split: options.grader(kinds[split], served=True) for split in splits}
+    plans = {split: options.plan(kinds[split], served=True) for split in splits}
+    graders = {split: plan.grader for split, plan in plans.items()}
     for config in graders.values():
         config.check_pace_store()  # a shared pace out of reach: no server, rather than one that overruns the key
-    adjustments = {split: length_adjustment(kinds[split], None, None, False) for split in splits}
+    adjustments = {split: plan.length_adjustment for split, plan in plans.items()}
     serve_environment(
         splits, host=host, port=port, grader=graders, adjustments=adjustments, default=default_environment
     )

@@ -8,6 +8,7 @@ message. huggingface_hub itself is imported only when something is downloaded: i
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import tempfile
@@ -83,6 +84,19 @@ def hub_error(repo_id: str, filename: str, url: str, exc: BaseException) -> Data
     )
 
 
+def _hub_failures() -> tuple[type[Exception], ...]:
+    """What huggingface_hub raises when a request fails: its own errors and requests' (OSError, in every
+    version), a repo id or revision it refuses (ValueError), and the transport errors of httpx or httpx2, which
+    its later versions use and which are no OSError. Every one is the same user-facing problem, its cause named."""
+    kinds: list[type[Exception]] = [OSError, ValueError]
+    for transport in ("httpx2", "httpx"):
+        try:
+            kinds.append(importlib.import_module(transport).HTTPError)
+        except (ImportError, AttributeError):
+            continue
+    return tuple(kinds)
+
+
 def resolve_commit(repo_id: str, filename: str, revision: str) -> str:
     """The commit sha that `revision` (a branch, tag or sha) names, from the file's metadata: one HEAD request.
 
@@ -93,9 +107,7 @@ def resolve_commit(repo_id: str, filename: str, revision: str) -> str:
     url = file_url(repo_id, filename, revision)
     try:
         metadata = get_hf_file_metadata(url, token=_token(), timeout=TIMEOUT)
-    # huggingface_hub's transport errors are requests', httpx' or httpx2's, depending on its version: every
-    # failure here is the same user-facing problem, and its cause is named in the message.
-    except Exception as exc:
+    except _hub_failures() as exc:
         raise hub_error(repo_id, filename, url, exc) from None
     if not metadata.commit_hash:
         raise DataError(
@@ -131,7 +143,7 @@ def downloaded(repo_id: str, filename: str, commit: str, folder: Path) -> Iterat
                 cache_dir=staging / "cache",
                 etag_timeout=TIMEOUT,
             )
-        except Exception as exc:  # as in resolve_commit: one problem, its cause named
+        except _hub_failures() as exc:
             raise hub_error(repo_id, filename, file_url(repo_id, filename, commit), exc) from None
         yield Path(local)
     finally:

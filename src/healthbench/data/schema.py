@@ -1,7 +1,7 @@
 """HealthBench rows as the official JSONL files hold them, validated field by field.
 
 Two task schemas exist: HealthBench's own (`prompt`, `rubrics`; the full, hard and consensus files) and
-HealthBench Professional's (`conversation`, `rubric_items`; SPEC section 7), which becomes the same `Row`. Each
+HealthBench Professional's (`conversation`, `rubric_items`; docs/SPEC.md section 7), which becomes the same `Row`. Each
 model says what makes a row unusable (`problem`), so the loader can name the line and field.
 """
 
@@ -115,7 +115,7 @@ class ProfessionalRubricItem(_Model):
 
 
 class ProfessionalRow(_Model):
-    """One HealthBench Professional row, as its dataset card describes it (SPEC section 7).
+    """One HealthBench Professional row, as its dataset card describes it (docs/SPEC.md section 7).
 
     The card does not settle the id's field name, so the id is `id`, else `prompt_id`, else `task_id` (the
     first one present and not null; a string, or an integer kept as its string). `conversation` is a list

@@ -1,4 +1,5 @@
-"""Meta-evaluation (SPEC section 5): how well a grader agrees with physicians, measured as OpenAI's reference does.
+"""Meta-evaluation (docs/SPEC.md section 5): how well a grader agrees with physicians, measured as OpenAI's
+reference does.
 
 A meta-eval row is one completion, one consensus criterion and the binary labels of several physicians. The
 grader judges each row once, with the bare criterion text as the rubric item. Every (row, physician label) pair
@@ -15,9 +16,9 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from healthbench.data.tags import THEMES
 
@@ -242,9 +243,22 @@ def group_figures(
     return [overall, *(figures(group, f"{group}: ", rows[group], pairs[group]) for group in sorted(rows))]
 
 
-def meta_metrics(
-    records: Sequence[Mapping[str, Any]], *, seed: int = 0
-) -> tuple[dict[str, float | int], dict[str, Any]]:
+class Judged(Protocol):
+    """A meta-eval row as graded (a results.jsonl record of a meta-eval, say)."""
+
+    @property
+    def index(self) -> int: ...
+    @property
+    def criteria_met(self) -> bool: ...
+    @property
+    def binary_labels(self) -> Sequence[bool]: ...
+    @property
+    def anonymized_physician_ids(self) -> Sequence[str]: ...
+    @property
+    def category(self) -> str: ...
+
+
+def meta_metrics(records: Sequence[Judged], *, seed: int = 0) -> tuple[dict[str, float | int], dict[str, Any]]:
     """metrics.json and agreement.json of a meta-eval from its results.jsonl records.
 
     metrics.json holds the reference's metrics (row statistics and every defined `pairwise_model_*` figure,
@@ -252,11 +266,11 @@ def meta_metrics(
     baseline under `pairwise_physician_*` keys. agreement.json holds the same figures with their pair counts,
     per physician (the reference's metadata), and the by-theme and by-category comparison of the report.
     """
-    ordered = sorted(records, key=lambda record: int(record["index"]))
-    verdicts = [bool(r["criteria_met"]) for r in ordered]
-    labels = [[bool(label) for label in r["binary_labels"]] for r in ordered]
-    physicians = [[str(p) for p in r["anonymized_physician_ids"]] for r in ordered]
-    categories = [str(r["category"]) for r in ordered]
+    ordered = sorted(records, key=lambda record: record.index)
+    verdicts = [r.criteria_met for r in ordered]
+    labels = [list(r.binary_labels) for r in ordered]
+    physicians = [list(r.anonymized_physician_ids) for r in ordered]
+    categories = [r.category for r in ordered]
     model = rater_agreement(verdicts, labels, categories, "model")
     pooled = pooled_physician_agreement(labels, categories)
     metrics = row_statistics(verdicts, labels, categories, seed=seed)

@@ -1,8 +1,9 @@
-"""HealthBench Professional's official configuration (SPEC section 7), and how a run's settings differ from it.
+"""HealthBench Professional's official configuration (docs/SPEC.md section 7), and how a run's settings differ from it.
 
 A Professional run is official only with the whole bundle: gpt-5.4 at low effort through the Responses API,
 and the length adjustment of center 2000 and 0.0147 per 500 characters. The differences are data (the setting,
-the run's value, the official value), recorded in run.json and shown by the report and the leaderboard.
+the run's value, the official value), recorded in run.json (`runs.spec.OfficialSpec`) and shown by the report
+and the leaderboard.
 """
 
 from __future__ import annotations
@@ -62,22 +63,13 @@ def differences(grader: Mapping[str, Any], adjustment: LengthAdjustment | None) 
     return found
 
 
-def recorded(subset: str | None, found: Sequence[Difference]) -> dict[str, Any]:
-    """run.json's account of the official configuration: for a Professional run whether it is in it and how it
-    differs; None and no differences for the other subsets, which have no official configuration."""
-    if subset != PROFESSIONAL:
-        return {"official_configuration": None, "official_differences": []}
-    return {"official_configuration": not found, "official_differences": [d.as_dict() for d in found]}
-
-
-def with_length_adjustment(run: Mapping[str, Any], adjustment: LengthAdjustment | None) -> dict[str, Any]:
-    """run.json's account of the official configuration once the run is rescored with `adjustment`."""
-    if run.get("official_configuration") is None:
-        return {}
-    kept = [d for d in map(Difference.read, run.get("official_differences") or []) if d.setting != LENGTH_SETTING]
+def rescored(found: Sequence[Difference], adjustment: LengthAdjustment | None) -> list[Difference]:
+    """A Professional run's differences once it is rescored with `adjustment`: its grader's as they were, and the
+    length adjustment's afresh."""
+    kept = [d for d in found if d.setting != LENGTH_SETTING]
     if adjustment != PROFESSIONAL_LENGTH_ADJUSTMENT:
         kept.append(Difference(LENGTH_SETTING, _described(adjustment), _described(PROFESSIONAL_LENGTH_ADJUSTMENT)))
-    return {"official_configuration": not kept, "official_differences": [d.as_dict() for d in kept]}
+    return kept
 
 
 def length_adjustment_for(
@@ -87,8 +79,8 @@ def length_adjustment_for(
     and none for the other subsets, which have no confirmed one."""
     if (center is None) != (penalty_per_500_chars is None):
         raise SettingsError(
-            "length adjustment: give both length_adjustment_center and length_adjustment_penalty_per_500_chars "
-            "(--length-adjustment-center and --length-adjustment-penalty-per-500-chars), or neither"
+            "length adjustment: give both `length_adjustment_center` and `length_adjustment_penalty_per_500_chars`, "
+            "or neither"
         )
     if center is not None and penalty_per_500_chars is not None:
         return LengthAdjustment(center, penalty_per_500_chars)

@@ -2,14 +2,14 @@
 
 This is the one place a reply becomes a score. `healthbench grade`/`eval`/`baseline`, the OpenReward
 environment (its tool and its group scoring), the Inspect task and the verifiers environment all call
-`grade_sample`, so they grade the same transcript the same way and record the same fields. A reply that
+`grade_sample`, so they grade the same transcript the same way; `runs.records.SampleRecord.of` is the one
+record of it they keep. A reply that
 cannot be graded raises `GradingError`: there is no sample, and so no score, for it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from healthbench.api.wire import Usage
 from healthbench.data.schema import Message, Row
@@ -50,24 +50,6 @@ class GradedSample:
     def reward(self) -> float:
         """The headline task score: length-adjusted when an adjustment applies, else the task score."""
         return self.score if self.adjusted is None else self.adjusted
-
-    def record(self) -> dict[str, Any]:
-        """The sample as one line of results.jsonl: what the metrics, the report and `compare` read."""
-        record: dict[str, Any] = {
-            "prompt_id": self.row.prompt_id,
-            "repeat": self.repeat,
-            "score": self.score,
-            "response": self.reply,
-            "prompt": [message.model_dump() for message in self.transcript[:-1]],
-            "example_tags": list(self.row.example_tags),
-            "metrics": dict(self.metrics),
-            "rubric_items": [item.as_dict() for item in self.items],
-            "usage": self.usage.as_dict(),
-            "grader_model": self.grader_model,
-        }
-        if self.adjusted is not None:
-            record["length_adjusted_score"] = self.adjusted
-        return record
 
 
 async def grade_sample(

@@ -1,9 +1,9 @@
-"""HealthBench scoring (SPEC section 4): pure functions, no I/O.
+"""HealthBench scoring (docs/SPEC.md section 4): pure functions, no I/O.
 
 A task's score is the points of the items judged met (negative items included) over the positive points
 available. It is not clipped: a reply that meets many undesirable criteria scores below zero, and that is
 the reward. Aggregates clip the mean of task scores to [0, 1], never the task scores themselves.
-A length adjustment (SPEC section 7) shifts each task score by the reply's length, unclipped too; its
+A length adjustment (docs/SPEC.md section 7) shifts each task score by the reply's length, unclipped too; its
 aggregate is the clipped mean of the adjusted scores, like any other metric. Worst-at-k, over repeated
 samples of each task, is the mean of the lowest of K of a task's scores.
 """
@@ -13,7 +13,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from healthbench.errors import SettingsError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -123,7 +125,7 @@ def mean_worst_of_k(scores: Sequence[float], k: int) -> float:
 
 
 def worst_at_k(per_task: Sequence[Sequence[float]]) -> dict[int, float]:
-    """Worst-at-k (SPEC section 4) for K = 1..n, each task having the same number n of sample scores: the
+    """Worst-at-k (docs/SPEC.md section 4) for K = 1..n, each task having the same number n of sample scores: the
     mean over tasks of each task's mean worst-of-K, clipped to [0, 1]. K = 1 is the pooled mean."""
     counts = {len(scores) for scores in per_task}
     if len(counts) != 1 or 0 in counts:
@@ -134,7 +136,7 @@ def worst_at_k(per_task: Sequence[Sequence[float]]) -> dict[int, float]:
 
 @dataclass(frozen=True)
 class LengthAdjustment:
-    """Length-adjusted scoring (SPEC section 7): each character past `center` costs
+    """Length-adjusted scoring (docs/SPEC.md section 7): each character past `center` costs
     `penalty_per_500_chars / 500` of score, and each character short of it gains as much."""
 
     center: float
@@ -145,9 +147,9 @@ class LengthAdjustment:
             value = getattr(self, name)
             # bool is an int, and True as a center is a mistake, not 1 character.
             if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-                raise ValueError(f"length adjustment: {name} must be a finite number, not {value!r}")
+                raise SettingsError(f"length adjustment: {name} must be a finite number, not {value!r}")
         if self.center < 0 or self.penalty_per_500_chars < 0:
-            raise ValueError(f"length adjustment: center and penalty must not be negative: {self.as_dict()}")
+            raise SettingsError(f"length adjustment: center and penalty must not be negative: {self.as_dict()}")
 
     def adjust(self, score: float, reply: str) -> float:
         """The task score adjusted for the reply's length in characters; unclipped, like the score."""
@@ -161,14 +163,6 @@ class LengthAdjustment:
         """The settings as run.json records them."""
         return {"center": self.center, "penalty_per_500_chars": self.penalty_per_500_chars}
 
-    @classmethod
-    def from_dict(cls, value: Mapping[str, Any]) -> LengthAdjustment:
-        """The settings from `as_dict`'s form; a missing or extra key is an error naming it."""
-        keys = {"center", "penalty_per_500_chars"}
-        if not isinstance(value, Mapping) or set(value) != keys:
-            raise ValueError(f"length adjustment: expected exactly the keys {sorted(keys)}, got {value!r}")
-        return cls(center=value["center"], penalty_per_500_chars=value["penalty_per_500_chars"])
 
-
-# HealthBench Professional's official settings; the other subsets have none (SPEC section 7).
+# HealthBench Professional's official settings; the other subsets have none (docs/SPEC.md section 7).
 PROFESSIONAL_LENGTH_ADJUSTMENT = LengthAdjustment(2000, 0.0147)

@@ -26,6 +26,7 @@ from healthbench.api.client import OPENAI_BASE_URL, ApiClient, Budget, Completer
 from healthbench.api.endpoint import EndpointSettings, pace_store_from_env
 from healthbench.api.wire import APIS, Api, ApiName, Effort, Shape, is_reasoning_model
 from healthbench.data.subsets import PROFESSIONAL
+from healthbench.errors import SettingsError
 from healthbench.grading.grader import DEFAULT_GRADER_MODEL, GRADER_MAX_TOKENS, GRADER_TEMPERATURE, Grader, VerdictCache
 from healthbench.grading.official import PROFESSIONAL_GRADER, Difference, differences, length_adjustment_for
 from healthbench.grading.prompt import TEMPLATE_SHA256
@@ -118,8 +119,8 @@ class GraderConfig(EndpointSettings):
     def _settings_fit_the_model(self) -> GraderConfig:
         if self.reasoning_effort is not None and not self.is_reasoning:
             raise ValueError(
-                f"grader {self.model} is not treated as a reasoning model, so it takes no reasoning effort; "
-                "drop --grader-reasoning-effort, or pass --grader-reasoning"
+                f"grader {self.model} is not treated as a reasoning model, so it takes no reasoning effort: drop "
+                "`grader_reasoning_effort`, or set `grader_reasoning=True`"
             )
         return self
 
@@ -139,18 +140,10 @@ class GraderConfig(EndpointSettings):
         """How the grader is asked, for run.json and the report."""
         return self.shape.describe() | {"system_message": self.sends_system_message}
 
-    def identity(self) -> dict[str, Any]:
-        """What decides the verdicts: recorded with a run, and compared on resume. The request settings are
-        named only when they are not the reference's, so runs made before they existed still resume."""
-        identity: dict[str, Any] = {"grader_model": self.model, "template_sha256": TEMPLATE_SHA256}
-        settings = self.request_settings()
-        if settings != _REFERENCE_SETTINGS:
-            identity["grader_request"] = settings
-        return identity
-
-    def describe(self) -> dict[str, Any]:
-        """What a run reports about its grader (never the key)."""
-        return self.identity() | {"grader_base_url": self.base_url, "grader_request": self.request_settings()}
+    @property
+    def template_sha256(self) -> str:
+        """The sha256 of the grader prompt's template."""
+        return TEMPLATE_SHA256
 
     def official_differences(self, adjustment: LengthAdjustment | None) -> list[Difference]:
         """How these settings, with `adjustment`, differ from HealthBench Professional's official configuration."""
@@ -173,7 +166,8 @@ class GraderConfig(EndpointSettings):
         return super().client(budget, api or APIS[self.api])
 
 
-_REFERENCE_SETTINGS = GraderConfig().request_settings()
+# How the reference asks its grader: a run asked otherwise records it in its identity.
+REFERENCE_REQUEST = GraderConfig().request_settings()
 
 
 class GradingOptions(BaseModel):
@@ -202,6 +196,7 @@ class GradingOptions(BaseModel):
     grader_pace_store: str | None = None
     length_adjustment_center: float | None = Field(default=None, ge=0)
     length_adjustment_penalty_per_500_chars: float | None = Field(default=None, ge=0)
+    no_length_adjustment: bool = False
 
     def grader(self, subset: str | None, *, served: bool = False) -> GraderConfig:
         """The grader settings for `subset` (with `served`, for `serve`: see `GraderConfig.from_env`)."""
@@ -209,9 +204,35 @@ class GradingOptions(BaseModel):
         return GraderConfig.for_subset(subset, served=served, **given)
 
     def length_adjustment(self, subset: str | None) -> LengthAdjustment | None:
-        """The length adjustment for `subset`."""
+        """The length adjustment for `subset`: none with `no_length_adjustment`, else the settings given (both
+        or neither), else the subset's official one (Professional's)."""
         center, penalty = self.length_adjustment_center, self.length_adjustment_penalty_per_500_chars
+        if self.no_length_adjustment:
+            if center is not None or penalty is not None:
+                raise SettingsError(
+                    "`no_length_adjustment` cannot be given with length adjustment settings "
+                    "(`length_adjustment_center`, `length_adjustment_penalty_per_500_chars`)"
+                )
+            return None
         return length_adjustment_for(subset, center, penalty)
+
+    def plan(self, subset: str | None, *, served: bool = False) -> GradingPlan:
+        """How replies to tasks of `subset` (their kind: `professional` for a file in its schema too) are graded:
+        the one place the front-end rules apply, for the command line, `serve` and the integrations alike."""
+        grader = self.grader(subset, served=served)
+        adjustment = self.length_adjustment(subset)
+        differences = grader.official_differences(adjustment) if subset == PROFESSIONAL else None
+        return GradingPlan(grader, adjustment, differences)
+
+
+@dataclass(frozen=True)
+class GradingPlan:
+    """How a run grades: its grader settings, its length adjustment, and for a HealthBench Professional run how
+    it differs from the official configuration (None for the other subsets, which have none)."""
+
+    grader: GraderConfig
+    length_adjustment: LengthAdjustment | None
+    differences: list[Difference] | None
 
 
 @dataclass

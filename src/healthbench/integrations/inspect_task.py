@@ -24,12 +24,15 @@ from inspect_ai.scorer import Metric, SampleScore, Score, Scorer, Target, Value,
 from inspect_ai.solver import TaskState, generate
 
 from healthbench.data.schema import Message, Row
+from healthbench.errors import DataError
 from healthbench.grading import scoring
-from healthbench.grading.aggregate import aggregate_records
+from healthbench.grading.aggregate import aggregate_samples
 from healthbench.grading.sample import GradedSample, grade_sample
-from healthbench.grading.scoring import WORST_AT_K, LengthAdjustment
+from healthbench.grading.scoring import WORST_AT_K
 from healthbench.grading.settings import GradingOptions
 from healthbench.integrations.common import GRADERS, load_tasks, slice_prefixes
+from healthbench.runs.records import SampleRecord
+from healthbench.runs.spec import GraderSpec, LengthSpec
 
 ROW_KEY = "healthbench_row"
 
@@ -63,13 +66,13 @@ def _sample(row: Row) -> Sample:
     )
 
 
-def _records(scores: Sequence[SampleScore]) -> list[dict[str, Any]]:
+def _records(scores: Sequence[SampleScore]) -> list[SampleRecord]:
     records = []
     for sample_score in scores:
         record = sample_score.score.metadata
         if not record or "metrics" not in record:
-            raise ValueError(f"sample {sample_score.sample_id}: its score has no HealthBench record to aggregate")
-        records.append(record)
+            raise DataError(f"sample {sample_score.sample_id}: its score has no HealthBench record to aggregate")
+        records.append(SampleRecord.model_validate(record))
     return records
 
 
@@ -84,14 +87,12 @@ def _metrics(scores: Sequence[SampleScore], seed: int, adjustment: Mapping[str, 
     key = (
         seed,
         None if adjustment is None else tuple(sorted(adjustment.items())),
-        tuple(
-            (r["prompt_id"], r["repeat"], r["score"], r["response"], tuple(sorted(r["metrics"].items())))
-            for r in records
-        ),
+        tuple((r.prompt_id, r.repeat, r.score, r.response, tuple(sorted(r.metrics.items()))) for r in records),
     )
     if _last is None or _last[0] != key:
-        settings = None if adjustment is None else LengthAdjustment.from_dict(adjustment)
-        _last = (key, aggregate_records(records, seed=seed, length_adjustment=settings))
+        settings = None if adjustment is None else LengthSpec.model_validate(adjustment).adjustment
+        # Inspect's epochs are the model asked again: worst-at-k applies, as for `healthbench eval`.
+        _last = (key, aggregate_samples(records, seed=seed, length_adjustment=settings, model_samples=True))
     return _last[1]
 
 
@@ -156,7 +157,7 @@ def _score(sample: GradedSample, policy_model: str) -> Score:
         value=sample.reward,
         answer=sample.reply,
         explanation=f"{met} of {len(sample.items)} rubric items met; task score {sample.score:.4f}",
-        metadata=sample.record() | {"policy_model": policy_model},
+        metadata=SampleRecord.of(sample, policy_model=policy_model).model_dump(mode="json", exclude_none=True),
     )
 
 
@@ -164,8 +165,8 @@ def _score(sample: GradedSample, policy_model: str) -> Score:
 def healthbench_scorer(subset: str | None = None, grading: dict[str, Any] | None = None) -> Scorer:
     """Grade the model's last reply against its sample's rubric with this project's grader; `grading` holds
     the `GradingOptions` given (grader settings and length adjustment), the rest as `subset` defaults them."""
-    options = GradingOptions(**(grading or {}))
-    config, adjustment = options.grader(subset), options.length_adjustment(subset)
+    plan = GradingOptions(**(grading or {})).plan(subset)
+    config, adjustment = plan.grader, plan.length_adjustment
 
     async def score(state: TaskState, target: Target) -> Score:
         row = Row.model_validate(state.metadata[ROW_KEY])
@@ -201,9 +202,9 @@ def healthbench(
     the subset's official settings."""
     options = GradingOptions(**grading)
     rows, kind = load_tasks(subset, data, limit)
-    adjustment = options.length_adjustment(kind)
-    settings = None if adjustment is None else adjustment.as_dict()
-    given = options.model_dump(exclude_none=True)
+    plan = options.plan(kind)
+    settings = None if plan.length_adjustment is None else plan.length_adjustment.as_dict()
+    given = options.model_dump(exclude_defaults=True)
     return Task(
         dataset=MemoryDataset([_sample(row) for row in rows], name=subset or data or "full"),
         solver=generate(),
@@ -214,7 +215,7 @@ def healthbench(
             slice_scores(list(slice_prefixes(kind)), seed, settings),
         ],
         epochs=Epochs(n_repeats) if n_repeats > 1 else None,
-        metadata={"grader": options.grader(kind).describe(), "length_adjustment": settings, "seed": seed},
+        metadata={"grader": GraderSpec.of(plan.grader).model_dump(), "length_adjustment": settings, "seed": seed},
     )
 
 

@@ -19,9 +19,11 @@ import verifiers.v1 as vf  # type: ignore[import-untyped, import-not-found, unus
 from verifiers.v1.harnesses.null import NullHarnessConfig  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
 from healthbench.data.schema import Message, Row
+from healthbench.errors import SettingsError
 from healthbench.grading.sample import grade_sample
 from healthbench.grading.settings import GradingOptions
 from healthbench.integrations.common import GRADERS, load_tasks
+from healthbench.runs.records import SampleRecord
 
 __all__ = [
     "HealthBenchConfig",
@@ -79,16 +81,17 @@ class HealthBenchTask(vf.Task[HealthBenchData, vf.State, HealthBenchTaskConfig])
         """The unclipped task score; raises `GradingError` (a failed rollout) when an item cannot be graded."""
         row = Row.model_validate(self.data.row)
         config: HealthBenchTaskConfig = self.config
-        async with GRADERS.lease(config.grader(config.subset)) as grader:
+        plan = config.plan(config.subset)
+        async with GRADERS.lease(plan.grader) as grader:
             graded = await grade_sample(
                 grader,
                 row,
                 _reply(trace),
                 repeat=self.data.repeat,
                 system_message=self.data.system_prompt,
-                adjustment=config.length_adjustment(config.subset),
+                adjustment=plan.length_adjustment,
             )
-        trace.info[INFO_KEY] = graded.record()
+        trace.info[INFO_KEY] = SampleRecord.of(graded).model_dump(mode="json", exclude_none=True)
         return graded.reward
 
 
@@ -116,7 +119,7 @@ class HealthBenchTaskset(vf.Taskset[HealthBenchTask, HealthBenchConfig]):  # typ
         """Every selected row, `n_repeats` times."""
         config: HealthBenchConfig = self.config
         if config.n_repeats < 1:
-            raise ValueError(f"n_repeats must be at least 1, not {config.n_repeats}")
+            raise SettingsError(f"`n_repeats` must be at least 1, not {config.n_repeats}")
         rows, kind = load_tasks(config.subset, config.data, config.limit)
         # Graded with the settings of what the rows are: a file in Professional's schema as that subset is.
         task_config = config.task.model_copy(update={"subset": kind})

@@ -24,17 +24,14 @@ from typing import TYPE_CHECKING, Any
 from healthbench.data import tags
 from healthbench.errors import DataError
 from healthbench.files import write_atomic
-from healthbench.grading.official import Difference
-from healthbench.grading.scoring import LENGTH_ADJUSTED, LengthAdjustment
+from healthbench.grading.scoring import LENGTH_ADJUSTED
 from healthbench.reporting.report.charts import interval
 from healthbench.reporting.report.common import label
 from healthbench.runs.folder import METRICS, RunFolder
+from healthbench.runs.spec import LengthSpec
 
 if TYPE_CHECKING:
     from jinja2 import Template
-
-# What, per command, run.json names as the thing graded.
-GRADED = {"eval": "model", "baseline": "completions", "grade": "responses"}
 
 
 @dataclass(frozen=True)
@@ -76,7 +73,7 @@ class Entry:
     data: str
     data_sha256: str | None
     adjusted: bool
-    length_adjustment: dict[str, Any] | None
+    length_adjustment: LengthSpec | None
     official: bool | None
     official_differences: list[str]
     headline: Figure
@@ -108,10 +105,7 @@ class Entry:
             return "score"
         if self.length_adjustment is None:
             return "length-adjusted score (settings not recorded)"
-        try:
-            return f"length-adjusted score ({LengthAdjustment.from_dict(self.length_adjustment).describe()})"
-        except ValueError:
-            return f"length-adjusted score (unreadable settings {self.length_adjustment!r})"
+        return f"length-adjusted score ({self.length_adjustment.adjustment.describe()})"
 
     def as_dict(self, rank: int) -> dict[str, Any]:
         """The run as --json prints it."""
@@ -128,7 +122,7 @@ class Entry:
             "data": self.data,
             "data_sha256": self.data_sha256,
             "headline": self.headline_kind,
-            "length_adjustment": self.length_adjustment,
+            "length_adjustment": None if self.length_adjustment is None else self.length_adjustment.model_dump(),
             "score": self.headline.value,
             "bootstrap_std": self.headline.std,
             "ci_low": low,
@@ -149,37 +143,37 @@ def _figure(metrics: Mapping[str, Any], name: str) -> Figure:
 def load_entry(folder: Path) -> Entry:
     """One finished run from its folder; a folder that is not one (no metrics.json or run.json, samples
     not graded, a meta-eval) is a DataError naming it."""
-    run = RunFolder(folder).read_run(required=True)
-    command = str(run.get("command", "unknown"))
-    if command == "meta-eval":
+    run = RunFolder(folder).require_run()
+    spec = run.spec
+    if spec.command == "meta-eval":
         raise DataError(
             f"{folder}: a meta-eval run measures a grader against physicians, not a model, so it has no place "
             "on a leaderboard of models (its report.html shows the grader's agreement)"
         )
-    for key, why in (("failed", "could not be graded"), ("deferred", "waiting on batches")):
-        if run.get(key):
-            many = f"{run[key]} sample{'s' if run[key] != 1 else ''}"
-            raise DataError(f"{folder}: not a finished run ({many} {why}); finish the run first")
-    metrics = RunFolder(folder).read_metrics(required=True)
-    if not isinstance(metrics.get("score"), int | float):
+    for count, why in ((run.stats.failed, "could not be graded"), (run.stats.deferred, "waiting on batches")):
+        if count:
+            raise DataError(
+                f"{folder}: not a finished run ({count} sample{'s' if count != 1 else ''} {why}); finish the run first"
+            )
+    metrics = RunFolder(folder).require_metrics()
+    if "score" not in metrics:
         raise DataError(f"{folder / METRICS}: no score")
     families = tuple(f"{name}:" for name in tags.BREAKDOWN_FAMILIES)
     names = [n for n in metrics if n.startswith(families) and not n.endswith((":n_samples", ":bootstrap_std"))]
-    request = run.get("grader_request")
     adjusted = LENGTH_ADJUSTED in metrics
-    graded = (GRADED.get(command, "model"), "model", "responses", "completions")
+    request = spec.grader.request
     return Entry(
         run=str(folder),
-        command=command,
-        model=str(next((run[key] for key in graded if run.get(key)), "unknown")),
-        grader_model=str(run.get("grader_model") or "unknown"),
-        grader_request=request if isinstance(request, dict) else None,
-        data=str(run.get("data") or "unknown"),
-        data_sha256=run["data_sha256"] if isinstance(run.get("data_sha256"), str) else None,
+        command=spec.command,
+        model=spec.subject,
+        grader_model=spec.grader.model,
+        grader_request=None if request is None else request.model_dump(),
+        data=spec.data.source,
+        data_sha256=spec.data.sha256,
         adjusted=adjusted,
-        length_adjustment=run.get("length_adjustment") if adjusted else None,
-        official=run.get("official_configuration"),
-        official_differences=[str(Difference.read(d)) for d in run.get("official_differences") or []],
+        length_adjustment=spec.length_adjustment if adjusted else None,
+        official=None if spec.official is None else spec.official.configuration,
+        official_differences=[] if spec.official is None else [str(d) for d in spec.official.differences],
         headline=_figure(metrics, "score"),
         metrics={name: _figure(metrics, name) for name in sorted(names, key=_order)},
     )

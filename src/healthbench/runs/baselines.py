@@ -1,4 +1,4 @@
-"""Physician baselines (SPEC section 5): the completions physicians wrote, graded like a model's replies.
+"""Physician baselines (docs/SPEC.md section 5): the completions physicians wrote, graded like a model's replies.
 
 Rows carry `ideal_completions_data` from one of three groups of physicians: Group 1 wrote without seeing any
 model's reply; Groups 2 and 3 were shown four reference completions from models of Aug/Sep 2024 and Apr 2025
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from healthbench.data.schema import Row
 from healthbench.data.select import select_rows
-from healthbench.errors import DataError
+from healthbench.errors import DataError, SettingsError
 from healthbench.runs.runner import Job
 
 REFERENCES_PER_ROW = 4
@@ -28,7 +28,7 @@ GROUP_DESCRIPTIONS = {
 def group_name(group: int) -> str:
     """The value of `ideal_completions_group` for a group number: `"Group 3"` for 3."""
     if group not in GROUP_DESCRIPTIONS:
-        raise ValueError(f"there is no physician group {group}; the groups are 1, 2 and 3")
+        raise SettingsError(f"there is no physician group {group}; the groups are 1, 2 and 3")
     return f"Group {group}"
 
 
@@ -42,7 +42,7 @@ def baseline_jobs(rows: Sequence[Row], group: int, *, references: bool = False, 
     """
     name = group_name(group)
     if references and group == 1:
-        raise ValueError("Group 1 physicians were shown no reference completions; --references needs group 2 or 3")
+        raise SettingsError("Group 1 physicians were shown no reference completions; `references` needs group 2 or 3")
     matching = [
         (row, row.ideal_completions_data)
         for row in rows

@@ -1,14 +1,17 @@
-"""A run's output folder: the names of its files, how each is written and how each is read back.
+"""A run's output folder: the names of its files, and the one place each is written and read back, as the types
+of `runs.records`.
 
 Every command that grades writes here, and every command that reads a run (`report`, `compare`,
-`leaderboard`, `batches`) reads through the same readers, so a file's name, its format and what a missing or
-torn file means are decided once:
+`leaderboard`, `batches`, a resumed run) reads through the same readers, so a file's name, its format and what a
+missing or broken file means are decided once:
 
-- `results.jsonl`: one graded sample a line, appended the moment it is graded (a line torn by a crash is
-  skipped when read, as a resumed run rewrites the file anyway);
-- `metrics.json`: the aggregate, written only once every sample is graded;
-- `run.json`: the settings and counts of the run; `usage.json`: tokens and cost;
-- `failures.jsonl`: each sample the last session could not grade (which, and why), written with run.json and
+- `results.jsonl`: one graded sample a line (`SampleRecord`; `MetaRecord` for a meta-eval), appended the moment
+  it is graded. A line that cannot be read stops the reader with the file, the line and the field; only a last
+  line cut short by a crash mid-write (no newline at its end) is passed over, as the next session rewrites the
+  file anyway;
+- `metrics.json`: the aggregate, written only once every sample is graded: the reference's keys, plain numbers;
+- `run.json` (`RunRecord`: the spec and the last session's counts), `usage.json` (`UsageRecord`);
+- `failures.jsonl` (`FailureRecord`): each sample the last session could not grade, written with run.json and
   removed by a session without failures, so a report can say what a failed run is missing;
 - `progress.sqlite`: the store of replies and verdicts; `report.html`, and a meta-eval's `agreement.json`.
 
@@ -18,13 +21,16 @@ JSON files are written atomically (`files.write_json`).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
 
 from healthbench.errors import DataError
 from healthbench.files import write_atomic, write_json
+from healthbench.runs.records import FailureRecord, MetaRecord, Metrics, RunRecord, SampleRecord, UsageRecord
 
 RESULTS = "results.jsonl"
 METRICS = "metrics.json"
@@ -35,16 +41,15 @@ REPORT = "report.html"
 AGREEMENT = "agreement.json"
 FAILURES = "failures.jsonl"
 
+RecordT = TypeVar("RecordT", bound=BaseModel)
 
-def failure_record(error: Exception, where: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """One line of failures.jsonl: which sample (`where`: prompt_id and repeat, when known), the error's
-    message, and its rubric item and cause when the error names them."""
-    record: dict[str, Any] = dict(where or {})
-    for field in ("criterion", "cause"):
-        value = getattr(error, field, None)
-        if isinstance(value, str):
-            record[field] = value
-    return record | {"error": str(error)}
+
+def invalid(where: str, exc: ValidationError, hint: str = "") -> DataError:
+    """A record that does not validate, said as "FILE: line 3: field score: Input should be a valid number"."""
+    error = exc.errors(include_url=False)[0]
+    field = ".".join(str(part) for part in error["loc"]) or "(record)"
+    missing = hint if error["type"] == "missing" else ""
+    return DataError(f"{where}: field {field}: {error['msg']}{missing}")
 
 
 @dataclass(frozen=True)
@@ -60,72 +65,149 @@ class RunFolder:
         """Whether the folder holds the file `name`."""
         return (self.path / name).exists()
 
-    def read_results(self) -> list[dict[str, Any]]:
-        """The records of results.jsonl, in file order; [] when there is no such file.
+    # results.jsonl
 
-        Lines are split on "\\n" only: replies may contain U+2028, which `str.splitlines` would split on.
-        A line that is not a JSON object (one torn by a crash mid-write) is skipped.
-        """
-        return self._read_lines(RESULTS)
+    def read_results(self) -> list[SampleRecord]:
+        """The graded samples of results.jsonl, in file order; [] when there is no such file."""
+        return list(self._records(RESULTS, SampleRecord, "; is it a graded run's results.jsonl?"))
 
-    def read_failures(self) -> list[dict[str, Any]]:
-        """The records of failures.jsonl (see `failure_record`); [] when the last session had none."""
-        return self._read_lines(FAILURES)
+    def read_meta_results(self) -> list[MetaRecord]:
+        """The graded rows of a meta-eval's results.jsonl, in file order; [] when there is no such file."""
+        return list(self._records(RESULTS, MetaRecord, "; is it a meta-eval run's results.jsonl?"))
 
-    def write_failures(self, records: Sequence[Mapping[str, Any]]) -> None:
+    def count_results(self) -> int:
+        """How many lines results.jsonl holds (samples graded so far), without reading them as records."""
+        try:
+            with (self.path / RESULTS).open("rb") as lines:
+                return sum(1 for line in lines if line.strip())
+        except FileNotFoundError:
+            return 0
+
+    def open_results(self) -> ResultsWriter:
+        """results.jsonl, emptied, for this session to write record by record."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        return ResultsWriter((self.path / RESULTS).open("w", encoding="utf-8"))
+
+    def _records(self, name: str, model: type[RecordT], hint: str) -> Iterator[RecordT]:
+        """Each line of a JSONL file of the folder as `model`. Lines are split on "\\n" only: replies may contain
+        U+2028, which `str.splitlines` would split on."""
+        path = self.path / name
+        try:
+            handle = path.open(encoding="utf-8", newline="\n")
+        except FileNotFoundError:
+            return
+        with handle:
+            try:
+                for number, line in enumerate(handle, start=1):
+                    if not line.strip():
+                        continue
+                    try:
+                        yield model.model_validate_json(line)
+                    except ValidationError as exc:
+                        if not line.endswith("\n") and exc.errors()[0]["type"] == "json_invalid":
+                            return  # the last line, cut short by a crash while it was written
+                        if exc.errors()[0]["type"] == "json_invalid":
+                            raise DataError(f"{path}: line {number}: not a JSON object") from None
+                        raise invalid(f"{path}: line {number}", exc, hint) from None
+            except UnicodeDecodeError as exc:
+                raise DataError(f"{path}: not UTF-8 text ({exc.reason})") from None
+
+    # failures.jsonl
+
+    def read_failures(self) -> list[FailureRecord]:
+        """The failures of the last session (see `FailureRecord`); [] when it had none."""
+        return list(self._records(FAILURES, FailureRecord, ""))
+
+    def write_failures(self, records: Sequence[FailureRecord]) -> None:
         """failures.jsonl, written atomically; removed when there are no failures."""
         if not records:
             self.discard(FAILURES)
             return
         self.path.mkdir(parents=True, exist_ok=True)
-        write_atomic(self.path / FAILURES, "".join(json.dumps(record) + "\n" for record in records))
+        write_atomic(
+            self.path / FAILURES, "".join(record.model_dump_json(exclude_none=True) + "\n" for record in records)
+        )
 
-    def _read_lines(self, name: str) -> list[dict[str, Any]]:
-        records: list[dict[str, Any]] = []
+    # run.json, usage.json, metrics.json
+
+    def read_run(self) -> RunRecord | None:
+        """run.json of any release, or None when there is none (a first session that never ended)."""
+        value = self._json(RUN)
+        if value is None:
+            return None
         try:
-            lines = (self.path / name).open(encoding="utf-8", newline="\n")
-        except FileNotFoundError:
-            return records
-        with lines:
-            for line in lines:
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(record, dict):
-                    records.append(record)
-        return records
+            return RunRecord.read(value)
+        except ValidationError as exc:
+            raise invalid(str(self.path / RUN), exc) from None
 
-    def read_json(self, name: str, *, required: bool = False) -> dict[str, Any]:
-        """A JSON object of the folder: {} when the file is absent (an unfinished run), unless `required`;
-        a `DataError` naming the file when it is not a JSON object."""
+    def require_run(self) -> RunRecord:
+        """run.json, or a `DataError` saying the folder holds no finished run."""
+        run = self.read_run()
+        if run is None:
+            raise DataError(f"{self.path}: not a finished run ({RUN} is missing)")
+        return run
+
+    def write_run(self, record: RunRecord) -> Path:
+        """run.json."""
+        return self._write(RUN, record.model_dump(mode="json"))
+
+    def read_usage(self) -> UsageRecord | None:
+        """usage.json, or None when there is none."""
+        value = self._json(USAGE)
+        if value is None:
+            return None
+        try:
+            return UsageRecord.model_validate(value)
+        except ValidationError as exc:
+            raise invalid(str(self.path / USAGE), exc) from None
+
+    def write_usage(self, record: UsageRecord) -> Path:
+        """usage.json."""
+        return self._write(USAGE, record.model_dump(mode="json"))
+
+    def read_metrics(self) -> Metrics | None:
+        """metrics.json, or None when there is none (a run not finished)."""
+        value = self._json(METRICS)
+        if value is None:
+            return None
+        numbers = {k: v for k, v in value.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+        if len(numbers) != len(value):
+            wrong = next(k for k in value if k not in numbers)
+            raise DataError(f"{self.path / METRICS}: field {wrong}: expected a number, got {value[wrong]!r}")
+        return {name: float(number) if isinstance(number, float) else number for name, number in numbers.items()}
+
+    def require_metrics(self) -> Metrics:
+        """metrics.json, or a `DataError` saying the folder holds no finished run."""
+        metrics = self.read_metrics()
+        if metrics is None:
+            raise DataError(f"{self.path}: not a finished run ({METRICS} is missing)")
+        return metrics
+
+    def write_metrics(self, metrics: Metrics) -> Path:
+        """metrics.json: the reference's keys and numbers, nothing else."""
+        return self._write(METRICS, metrics)
+
+    def read_agreement(self) -> dict[str, Any]:
+        """A meta-eval's agreement.json (its figures with intervals); {} when there is none."""
+        return self._json(AGREEMENT) or {}
+
+    def write_agreement(self, agreement: dict[str, Any]) -> Path:
+        """A meta-eval's agreement.json."""
+        return self._write(AGREEMENT, agreement)
+
+    def _json(self, name: str) -> dict[str, Any] | None:
         path = self.path / name
         try:
             value = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            if required:
-                raise DataError(f"{self.path}: not a finished run ({name} is missing)") from None
-            return {}
-        except ValueError as exc:
+            return None
+        except (ValueError, UnicodeDecodeError) as exc:
             raise DataError(f"{path}: not valid JSON ({exc})") from None
         if not isinstance(value, dict):
             raise DataError(f"{path}: expected a JSON object")
         return value
 
-    def read_run(self, *, required: bool = False) -> dict[str, Any]:
-        """run.json."""
-        return self.read_json(RUN, required=required)
-
-    def read_metrics(self, *, required: bool = False) -> dict[str, Any]:
-        """metrics.json."""
-        return self.read_json(METRICS, required=required)
-
-    def read_usage(self) -> dict[str, Any]:
-        """usage.json."""
-        return self.read_json(USAGE)
-
-    def write(self, name: str, value: Any) -> Path:
-        """Write a JSON file of the folder atomically."""
+    def _write(self, name: str, value: Any) -> Path:
         self.path.mkdir(parents=True, exist_ok=True)
         return write_json(self.path / name, value)
 
@@ -133,7 +215,18 @@ class RunFolder:
         """Remove a file an earlier session wrote and this one will write afresh (if at all)."""
         (self.path / name).unlink(missing_ok=True)
 
-    def open_results(self) -> IO[str]:
-        """results.jsonl, emptied, for this session to write line by line."""
-        self.path.mkdir(parents=True, exist_ok=True)
-        return (self.path / RESULTS).open("w", encoding="utf-8")
+
+class ResultsWriter:
+    """results.jsonl of this session: a line per record, flushed as it is written."""
+
+    def __init__(self, handle: IO[str]) -> None:
+        self._handle = handle
+
+    def write(self, record: SampleRecord | MetaRecord) -> None:
+        """Append one record."""
+        self._handle.write(record.model_dump_json(exclude_none=True) + "\n")
+        self._handle.flush()
+
+    def close(self) -> None:
+        """Close the file."""
+        self._handle.close()

@@ -3,8 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 from healthbench.api.wire import Usage
 from healthbench.data.schema import MetaRow
@@ -12,18 +11,17 @@ from healthbench.errors import Deferred, EndpointUnusable, MetaGradingError, Req
 from healthbench.grading.agreement import meta_metrics
 from healthbench.grading.grader import Grader
 from healthbench.grading.prompt import grader_prompt, render_conversation, transcript_with_reply
-from healthbench.runs.folder import AGREEMENT, METRICS, RunFolder
+from healthbench.runs.folder import AGREEMENT, RunFolder
 from healthbench.runs.progress import Progress, Quiet
+from healthbench.runs.records import MetaRecord, UsageNumbers
 from healthbench.runs.runner import GRADER, ResultSink, RunOutcome, all_or_none
 
-"""Label pairs by (group, the rater's label, the truth label)."""
 
-
-def write_meta_metrics(folder: RunFolder, records: Sequence[Mapping[str, Any]], *, seed: int) -> dict[str, float | int]:
+def write_meta_metrics(folder: RunFolder, records: Sequence[MetaRecord], *, seed: int) -> dict[str, float | int]:
     """Compute and write metrics.json and agreement.json; return the metrics."""
     metrics, agreement = meta_metrics(records, seed=seed)
-    folder.write(AGREEMENT, agreement)
-    folder.write(METRICS, metrics)
+    folder.write_agreement(agreement)
+    folder.write_metrics(metrics)
     return metrics
 
 
@@ -44,7 +42,9 @@ async def grade_meta_rows(
     stops the run at once (`EndpointUnusable`).
     """
     outcome = RunOutcome(metrics=None)
-    sink = ResultSink(folder, len(rows), outcome, unit="row", progress=progress or Quiet(), status=status)
+    sink: ResultSink[MetaRecord] = ResultSink(
+        folder, len(rows), outcome, unit="row", progress=progress or Quiet(), status=status
+    )
     folder.discard(AGREEMENT)
 
     async def one(index: int, row: MetaRow) -> None:
@@ -60,19 +60,19 @@ async def grade_meta_rows(
         except EndpointUnusable as exc:
             raise exc.of(GRADER) from None
         outcome.grader_usage.add(usage)
-        record = {
-            "index": index,
-            "prompt_id": row.prompt_id,
-            "completion_id": row.completion_id,
-            "category": row.category,
-            "rubric": row.rubric,
-            "criteria_met": verdict.criteria_met,
-            "explanation": verdict.explanation,
-            "binary_labels": list(row.binary_labels),
-            "anonymized_physician_ids": list(row.anonymized_physician_ids),
-            "usage": usage.as_dict(),
-            "grader_model": grader.model,
-        }
+        record = MetaRecord(
+            index=index,
+            prompt_id=row.prompt_id,
+            completion_id=row.completion_id,
+            category=row.category,
+            rubric=row.rubric,
+            criteria_met=verdict.criteria_met,
+            explanation=verdict.explanation,
+            binary_labels=list(row.binary_labels),
+            anonymized_physician_ids=list(row.anonymized_physician_ids),
+            usage=UsageNumbers.of(usage),
+            grader_model=grader.model,
+        )
         sink.add(record)
 
     try:

@@ -26,10 +26,6 @@ from healthbench.data.schema import Message
 from healthbench.errors import PolicyMisuse, RequestFailed
 
 
-def _reply(content: str) -> str:
-    return content
-
-
 class PolicyConfig(EndpointSettings):
     """How the evaluated model is called: always through Chat Completions, the API every compatible server has.
 
@@ -58,8 +54,8 @@ class PolicyConfig(EndpointSettings):
     def _temperature_needs_a_chat_model(self) -> PolicyConfig:
         if self.is_reasoning and self.temperature is not None:
             raise ValueError(
-                f"{self.model} is treated as a reasoning model, which takes no temperature; "
-                "drop --temperature, or pass --no-reasoning to send it anyway"
+                f"{self.model} is treated as a reasoning model, which takes no temperature: drop `temperature`, "
+                "or set `reasoning=False` to send it anyway"
             )
         return self
 
@@ -69,12 +65,6 @@ class PolicyConfig(EndpointSettings):
         if self.is_reasoning:
             return Shape("chat", True, None, self.max_tokens, self.reasoning_effort)
         return Shape("chat", False, self.temperature, self.max_tokens)
-
-    def identity(self) -> dict[str, Any]:
-        """What decides the replies: recorded with a run, and compared on resume."""
-        return self.model_dump(include={"model", "system_message", "temperature", "max_tokens", "reasoning_effort"}) | {
-            "reasoning": self.is_reasoning
-        }
 
 
 class Policy:
@@ -97,7 +87,7 @@ class Policy:
     async def sample(self, prompt: Sequence[Message], *, ident: str | None = None) -> tuple[str, Usage]:
         """One reply; raises `RequestFailed` past the retry bound. `ident` names the sample (task and repeat),
         so that batched repeats of one prompt are answered apart."""
-        return await self.client.complete(self.request_body(prompt), _reply, ident=ident)
+        return await self.client.complete(self.request_body(prompt), str, ident=ident)
 
 
 # What the reference's ChatCompletionSampler answers for a request refused with BadRequestError.
@@ -115,10 +105,6 @@ class PromptRefusal:
     status: int
     code: str | None
     message: str
-
-    def as_dict(self) -> dict[str, Any]:
-        """The refusal as the `policy_error` field of a result."""
-        return {"status": self.status, "code": self.code, "message": self.message}
 
     def describe(self) -> str:
         """One line: status, code and the provider's message."""

@@ -13,12 +13,12 @@ import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from healthbench.api.wire import Usage
 from healthbench.errors import DataError
+from healthbench.runs.records import SideUsage, UsageReport
 
 
 class Price(BaseModel):
@@ -126,38 +126,38 @@ class CostMeter:
         self.started = time.monotonic()
         self._seen: deque[tuple[float, int]] = deque()
 
-    def _side(self, model: str, parts: Sequence[Usage]) -> dict[str, Any]:
+    def _side(self, model: str, parts: Sequence[Usage]) -> SideUsage:
         """Summed tokens of one side, its batch calls, and its cost with each part at its own prices."""
         total = Usage()
         for part in parts:
             total.add(part)
         costs = [cost(part, model, self.table) for part in parts if part.calls] or [cost(total, model, self.table)]
-        side: dict[str, Any] = total.as_dict()
-        side.pop("batch", None)
-        return side | {
-            "batch_calls": sum(part.calls for part in parts if part.batch),
-            "model": model,
-            "cost_usd": None if None in costs else sum(c for c in costs if c is not None),
-        }
+        return SideUsage(
+            **total.as_dict() | {"batch": 0},
+            batch_calls=sum(part.calls for part in parts if part.batch),
+            model=model,
+            cost_usd=None if None in costs else sum(c for c in costs if c is not None),
+        )
 
-    def usage_report(self, policy: Usage | Sequence[Usage], grader: Usage | Sequence[Usage]) -> dict[str, Any]:
+    def usage_report(self, policy: Usage | Sequence[Usage], grader: Usage | Sequence[Usage]) -> UsageReport:
         """Tokens and USD per side (each side one usage, or its live and batch parts), the priced total, and
         the models without a price."""
         sides = {"grader": self._side(self.grader_model, [grader] if isinstance(grader, Usage) else grader)}
         if self.policy_model is not None:
             sides["policy"] = self._side(self.policy_model, [policy] if isinstance(policy, Usage) else policy)
-        report: dict[str, Any] = dict(sides)
-        priced = [side for side in sides.values() if side["calls"] or side is sides["grader"]]
-        report["cost_usd"] = sum(side["cost_usd"] or 0.0 for side in priced)
-        report["unpriced_models"] = sorted({side["model"] for side in priced if side["cost_usd"] is None})
-        return report
+        priced = [side for name, side in sides.items() if side.calls or name == "grader"]
+        return UsageReport(
+            **sides,
+            cost_usd=sum(side.cost_usd or 0.0 for side in priced),
+            unpriced_models=sorted({side.model for side in priced if side.cost_usd is None}),
+        )
 
     @staticmethod
-    def describe(report: dict[str, Any]) -> str:
+    def describe(report: UsageReport) -> str:
         """`$1.23`, with any unpriced model named."""
-        text = f"${report['cost_usd']:,.2f}"
-        if report["unpriced_models"]:
-            text += f" (+ {', '.join(report['unpriced_models'])}: no price)"
+        text = f"${report.cost_usd or 0.0:,.2f}"
+        if report.unpriced_models:
+            text += f" (+ {', '.join(report.unpriced_models)}: no price)"
         return text
 
     def progress(self, policy: Usage, grader: Usage) -> str:

@@ -1,78 +1,261 @@
-"""What each line of a run's results.jsonl must hold for the commands that read it back (`report`, `compare`):
-checked once, where it is read, so a file that is not a run's results is a `DataError` naming the file, the
-result and the field instead of a failure deep in the scoring."""
+"""What a run folder holds, as types: run.json (`RunRecord`: the `RunSpec` and how the run went), each line of
+results.jsonl (`SampleRecord` for a graded sample, `MetaRecord` for a meta-eval row), failures.jsonl
+(`FailureRecord`) and usage.json (`UsageRecord`); metrics.json stays a plain object of numbers, exactly the
+reference's keys (`Metrics`).
+
+These are read and written by `runs.folder` alone. run.json carries a schema version; a run.json without one
+is the flat object of the release before it, read here into the same types (`RunRecord.read`). Fields a
+record may lack (runs written before they existed) have defaults, so every reader handles one shape.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from healthbench.errors import DataError
+from pydantic import BaseModel, ConfigDict, Field
 
+from healthbench.api.wire import Usage
+from healthbench.data.schema import Message
+from healthbench.grading.sample import GradedSample
+from healthbench.runs.policy import PromptRefusal
+from healthbench.runs.spec import RunSpec
 
-def _string(value: Any) -> bool:
-    return isinstance(value, str)
+# 1: the flat run.json of the first releases (no `version` key); 2: `{"version", "spec", "stats"}`.
+RUN_SCHEMA_VERSION = 2
 
-
-def _whole(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+Metrics = dict[str, float]
 
 
-def _numbers(value: Any) -> bool:
-    return isinstance(value, dict) and all(isinstance(k, str) and _number(v) for k, v in value.items())
+class Record(BaseModel):
+    """A record of a run folder: fields kept as read (a later release's extra fields are ignored, not lost on
+    a rewrite by that release, since this one never rewrites another's records)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
 
 
-def _strings(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+class UsageNumbers(Record):
+    """Tokens of one or more calls, as results.jsonl and usage.json count them; `batch` is 1 for calls priced at
+    Batch API rates."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    completion_tokens: int = 0
+    reasoning_tokens: int = 0
+    batch: int = 0
+
+    @classmethod
+    def of(cls, usage: Usage) -> UsageNumbers:
+        """The record of a `Usage`."""
+        return cls(**usage.as_dict())
+
+    def usage(self) -> Usage:
+        """As the `Usage` the code sums."""
+        return Usage.from_dict(self.model_dump(include=set(UsageNumbers.model_fields)))
 
 
-def _booleans(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(item, bool) for item in value)
+class ItemRecord(Record):
+    """A rubric item with the grader's verdict."""
+
+    criterion: str
+    points: int
+    tags: list[str] = Field(default_factory=list)
+    criteria_met: bool
+    explanation: str = ""
 
 
-def _objects(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(item, dict) for item in value)
+class PolicyErrorRecord(Record):
+    """The provider's refusal of a prompt, graded with the reference's placeholder reply."""
+
+    status: int
+    code: str | None = None
+    message: str = ""
+
+    @classmethod
+    def of(cls, refusal: PromptRefusal) -> PolicyErrorRecord:
+        """The record of a refusal."""
+        return cls(status=refusal.status, code=refusal.code, message=refusal.message)
 
 
-# Field: (required, check, what it must be).
-Rule = tuple[bool, Callable[[Any], bool], str]
-GRADED: dict[str, Rule] = {
-    "prompt_id": (True, _string, "a string"),
-    "score": (True, _number, "a number"),
-    "metrics": (True, _numbers, "an object of numbers"),
-    "repeat": (False, _whole, "a whole number"),
-    "length_adjusted_score": (False, _number, "a number"),
-    "response": (False, _string, "a string"),
-    "rubric_items": (False, _objects, "a list of objects"),
-    "example_tags": (False, _strings, "a list of strings"),
-}
-META: dict[str, Rule] = {
-    "index": (True, _whole, "a whole number"),
-    "prompt_id": (True, _string, "a string"),
-    "category": (True, _string, "a string"),
-    "criteria_met": (True, lambda value: isinstance(value, bool), "true or false"),
-    "binary_labels": (True, _booleans, "a list of booleans"),
-    "anonymized_physician_ids": (True, _strings, "a list of strings"),
-}
+class SampleRecord(Record):
+    """One graded sample: a line of results.jsonl of `grade`, `eval` or `baseline`.
+
+    `score` is the unclipped task score and `metrics` the task's metric dict (docs/SPEC.md section 4);
+    `length_adjusted_score` is there when the run had a length adjustment. `policy_model` and `policy_usage` are
+    there when the reply was sampled from the model under evaluation (`eval`).
+    """
+
+    prompt_id: str
+    repeat: int = Field(default=0, ge=0)
+    score: float
+    metrics: Metrics
+    response: str | None = None
+    prompt: list[Message] = Field(default_factory=list)
+    example_tags: list[str] = Field(default_factory=list)
+    rubric_items: list[ItemRecord] = Field(default_factory=list)
+    usage: UsageNumbers | None = None
+    grader_model: str | None = None
+    length_adjusted_score: float | None = None
+    policy_model: str | None = None
+    policy_usage: UsageNumbers | None = None
+    policy_error: PolicyErrorRecord | None = None
+
+    @property
+    def key(self) -> tuple[str, int]:
+        """Which sample: (task, repeat)."""
+        return self.prompt_id, self.repeat
+
+    @property
+    def headline(self) -> float:
+        """The task's headline score: length-adjusted when the run adjusts, else the score."""
+        return self.score if self.length_adjusted_score is None else self.length_adjusted_score
+
+    @classmethod
+    def of(
+        cls,
+        sample: GradedSample,
+        *,
+        policy_model: str | None = None,
+        policy_usage: Usage | None = None,
+        policy_error: PolicyErrorRecord | None = None,
+    ) -> SampleRecord:
+        """The record of a graded sample, with the model that wrote its reply (`eval`) when there is one."""
+        return cls(
+            prompt_id=sample.row.prompt_id,
+            repeat=sample.repeat,
+            score=sample.score,
+            metrics=dict(sample.metrics),
+            response=sample.reply,
+            prompt=list(sample.transcript[:-1]),
+            example_tags=list(sample.row.example_tags),
+            rubric_items=[
+                ItemRecord(
+                    criterion=item.criterion,
+                    points=item.points,
+                    tags=list(item.tags),
+                    criteria_met=item.criteria_met,
+                    explanation=item.explanation,
+                )
+                for item in sample.items
+            ],
+            usage=UsageNumbers.of(sample.usage),
+            grader_model=sample.grader_model,
+            length_adjusted_score=sample.adjusted,
+            policy_model=policy_model,
+            policy_usage=None if policy_usage is None else UsageNumbers.of(policy_usage),
+            policy_error=policy_error,
+        )
 
 
-def check_results(records: Sequence[Mapping[str, Any]], path: Path, *, meta: bool = False) -> None:
-    """`DataError` for the first result (counted from 1) that lacks a field its readers need, or holds one of
-    another type: "runs/x/results.jsonl: result 3: field score must be a number (is 'abc')"."""
-    rules = META if meta else GRADED
-    kind = "a meta-eval run's" if meta else "a graded run's"
-    for number, record in enumerate(records, start=1):
-        for name, (required, valid, what) in rules.items():
-            if name not in record:
-                if required:
-                    raise DataError(f"{path}: result {number}: no field {name}; is it {kind} results.jsonl?")
-                continue
-            if not valid(record[name]):
-                shown = repr(record[name])
-                shown = shown if len(shown) <= 40 else shown[:37] + "..."
-                raise DataError(f"{path}: result {number}: field {name} must be {what} (is {shown})")
+class MetaRecord(Record):
+    """One meta-eval row as graded: a line of a meta-eval run's results.jsonl."""
+
+    index: int = Field(ge=0)
+    prompt_id: str
+    completion_id: str = ""
+    category: str
+    rubric: str = ""
+    criteria_met: bool
+    explanation: str = ""
+    binary_labels: list[bool]
+    anonymized_physician_ids: list[str]
+    usage: UsageNumbers | None = None
+    grader_model: str | None = None
+
+
+class FailureRecord(Record):
+    """A sample the last session could not grade: a line of failures.jsonl. `repeat` is None for a meta-eval
+    row, which has none."""
+
+    prompt_id: str | None = None
+    repeat: int | None = None
+    criterion: str | None = None
+    cause: str | None = None
+    error: str = ""
+
+    @classmethod
+    def of(cls, error: Exception, prompt_id: str | None = None, repeat: int | None = None) -> FailureRecord:
+        """The record of a failure: its message, and its rubric item and cause when the error names them."""
+        named = {
+            field: value for field in ("criterion", "cause") if isinstance(value := getattr(error, field, None), str)
+        }
+        return cls(prompt_id=prompt_id, repeat=repeat, error=str(error), **named)
+
+
+class SideUsage(UsageNumbers):
+    """One side's tokens (policy or grader) in usage.json, with its model, its calls made in batches and its cost
+    (None when the model has no price)."""
+
+    batch_calls: int = 0
+    model: str = ""
+    cost_usd: float | None = None
+
+
+class UsageReport(Record):
+    """Tokens and USD per side of one scope (the whole run, or this session), the priced total, and the models
+    without a price."""
+
+    grader: SideUsage | None = None
+    policy: SideUsage | None = None
+    cost_usd: float | None = None
+    unpriced_models: list[str] = Field(default_factory=list)
+
+    def side(self, name: Literal["grader", "policy"]) -> SideUsage | None:
+        """The `grader` or `policy` side."""
+        return self.grader if name == "grader" else self.policy
+
+
+class BatchCounts(Record):
+    """Batches created and requests uploaded in them."""
+
+    batches: int = 0
+    requests: int = 0
+
+
+class BatchTotals(Record):
+    """Batch counts of this session and of the whole run."""
+
+    this_session: BatchCounts = Field(default_factory=BatchCounts)
+    whole_run: BatchCounts = Field(default_factory=BatchCounts)
+
+
+class UsageRecord(Record):
+    """usage.json: the whole run's tokens and cost (every session of the folder) beside this session's, which is
+    what it added, so the sessions add up to the whole run."""
+
+    whole_run: UsageReport
+    this_session: UsageReport | None = None
+    verdict_cache_hits: int = 0
+    batches: BatchTotals = Field(default_factory=BatchTotals)
+
+
+class RunStats(Record):
+    """How the last session of a run went: samples planned, failed and left in batches, its seconds, and the
+    whole run's cost."""
+
+    samples: int | None = None
+    failed: int = 0
+    deferred: int = 0
+    seconds: float | None = None
+    cost_usd: float | None = None
+
+    @property
+    def finished(self) -> bool:
+        """Whether no planned sample failed or is left waiting in a batch."""
+        return not self.failed and not self.deferred
+
+
+class RunRecord(Record):
+    """run.json: what the run was asked to do (`spec`) and how its last session went (`stats`)."""
+
+    version: int = RUN_SCHEMA_VERSION
+    spec: RunSpec
+    stats: RunStats = Field(default_factory=RunStats)
+
+    @classmethod
+    def read(cls, value: dict[str, Any]) -> RunRecord:
+        """run.json as written by any release: the versioned form, or the flat object of version 1."""
+        if "version" in value:
+            return cls.model_validate(value)
+        stats = {key: value[key] for key in RunStats.model_fields if key in value}
+        return cls(version=1, spec=RunSpec.from_flat(value), stats=RunStats.model_validate(stats))

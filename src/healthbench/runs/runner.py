@@ -9,21 +9,21 @@ score would be a wrong score.
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from healthbench.api.wire import Usage
 from healthbench.data.schema import Row
 from healthbench.errors import Deferred, EndpointUnusable, GradingError, PolicyMisuse, RequestFailed, SampleError
-from healthbench.grading.aggregate import aggregate_records
+from healthbench.grading.aggregate import aggregate_samples
 from healthbench.grading.grader import Grader
 from healthbench.grading.sample import grade_sample
 from healthbench.grading.scoring import LengthAdjustment
-from healthbench.runs.folder import METRICS, RunFolder, failure_record
+from healthbench.runs.folder import METRICS, RunFolder
 from healthbench.runs.policy import REFUSED_REPLY, Policy, PromptRefusal, RefusalGuard, misuse, prompt_refusal
 from healthbench.runs.progress import Progress, Quiet
+from healthbench.runs.records import FailureRecord, MetaRecord, PolicyErrorRecord, SampleRecord
 from healthbench.runs.store import Store
 
 
@@ -45,7 +45,7 @@ class RunOutcome:
 
     metrics: dict[str, float | int] | None
     failures: list[Exception] = field(default_factory=list)
-    failed: list[dict[str, Any]] = field(default_factory=list)
+    failed: list[FailureRecord] = field(default_factory=list)
     deferred: int = 0
     policy_usage: Usage = field(default_factory=Usage)
     grader_usage: Usage = field(default_factory=Usage)
@@ -53,7 +53,10 @@ class RunOutcome:
     refused: int = 0
 
 
-class ResultSink:
+RecordT = TypeVar("RecordT", SampleRecord, MetaRecord)
+
+
+class ResultSink(Generic[RecordT]):
     """results.jsonl written afresh, a line per sample the moment it is done, with the run's counters and its
     progress; shared by every kind of run so they record and report progress alike."""
 
@@ -68,7 +71,7 @@ class ResultSink:
         status: Callable[[Usage, Usage], str] | None = None,
     ) -> None:
         folder.discard(METRICS)
-        self.records: list[dict[str, Any]] = []
+        self.records: list[RecordT] = []
         self._outcome = outcome
         self._status = status
         self._file = folder.open_results()
@@ -80,18 +83,17 @@ class ResultSink:
             return ""
         return self._status(self._outcome.policy_usage, self._outcome.grader_usage)
 
-    def add(self, record: dict[str, Any]) -> None:
+    def add(self, record: RecordT) -> None:
         """Write one finished sample."""
-        self._file.write(json.dumps(record) + "\n")
-        self._file.flush()
+        self._file.write(record)
         self.records.append(record)
         self._outcome.done += 1
         self._progress.advance(self._describe)
 
-    def fail(self, error: Exception, where: Mapping[str, Any] | None = None) -> None:
-        """Count a sample that could not be done; `where` names it (prompt_id, repeat) for failures.jsonl."""
+    def fail(self, error: Exception, prompt_id: str | None = None, repeat: int | None = None) -> None:
+        """Count a sample that could not be done; `prompt_id` and `repeat` name it for failures.jsonl."""
         self._outcome.failures.append(error)
-        self._outcome.failed.append(failure_record(error, where))
+        self._outcome.failed.append(FailureRecord.of(error, prompt_id, repeat))
         self._progress.advance(self._describe)
 
     def defer(self) -> None:
@@ -177,7 +179,9 @@ async def run_jobs(
     """
     outcome = RunOutcome(metrics=None)
     system_message = policy.config.system_message if policy else None
-    sink = ResultSink(folder, len(jobs), outcome, unit="sample", progress=progress or Quiet(), status=status)
+    sink: ResultSink[SampleRecord] = ResultSink(
+        folder, len(jobs), outcome, unit="sample", progress=progress or Quiet(), status=status
+    )
     sampler = _Sampler(jobs, store, policy)
     sampled: dict[int, Reply | SampleError | Deferred] = {}
 
@@ -205,19 +209,22 @@ async def run_jobs(
         except EndpointUnusable as exc:
             raise exc if exc.role else exc.of(GRADER) from None
         except (SampleError, GradingError) as exc:
-            sink.fail(exc, {"prompt_id": job.row.prompt_id, "repeat": job.repeat})
+            sink.fail(exc, job.row.prompt_id, job.repeat)
             return
         except Deferred:
             sink.defer()
             return
         outcome.grader_usage.add(sample.usage)
-        record = sample.record()
-        if policy is not None:
-            record |= {"policy_model": policy.config.model, "policy_usage": policy_usage.as_dict()}
         if refusal is not None:
-            record["policy_error"] = refusal.as_dict()
             outcome.refused += 1
-        sink.add(record)
+        sink.add(
+            SampleRecord.of(
+                sample,
+                policy_model=None if policy is None else policy.config.model,
+                policy_usage=None if policy is None else policy_usage,
+                policy_error=None if refusal is None else PolicyErrorRecord.of(refusal),
+            )
+        )
 
     try:
         if sample_first:
@@ -226,8 +233,10 @@ async def run_jobs(
     finally:
         sink.close()
     if not outcome.failures and not outcome.deferred:
-        outcome.metrics = aggregate_records(sink.records, seed=seed, length_adjustment=length_adjustment)
-        folder.write(METRICS, outcome.metrics)
+        outcome.metrics = aggregate_samples(
+            sink.records, seed=seed, length_adjustment=length_adjustment, model_samples=policy is not None
+        )
+        folder.write_metrics(outcome.metrics)
     return outcome
 
 

@@ -9,7 +9,6 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from healthbench.api.batch.client import BatchClient
 from healthbench.api.batch.records import BatchSettings
@@ -17,13 +16,14 @@ from healthbench.api.client import ApiClient, Completer, describe_pace
 from healthbench.api.wire import Usage
 from healthbench.errors import EndpointUnusable, Interrupted, QuotaExhausted
 from healthbench.grading.grader import Grader
-from healthbench.grading.scoring import LengthAdjustment
 from healthbench.grading.settings import GraderConfig
-from healthbench.runs.folder import RUN, STORE, USAGE, RunFolder
+from healthbench.runs.folder import STORE, RunFolder
 from healthbench.runs.policy import Policy, PolicyConfig
 from healthbench.runs.pricing import CostMeter
 from healthbench.runs.progress import Progress, Quiet
+from healthbench.runs.records import BatchCounts, BatchTotals, RunRecord, RunStats, UsageRecord
 from healthbench.runs.runner import Job, RunOutcome, run_jobs
+from healthbench.runs.spec import RunSpec
 from healthbench.runs.store import Store
 
 # Seconds the answers in flight when the quota ran out, or the user pressed Ctrl-C, may take to arrive: the
@@ -60,7 +60,7 @@ class SessionResult:
 
     outcome: RunOutcome
     folder: RunFolder
-    usage: dict[str, Any]
+    usage: UsageRecord
     samples: int
     cache_hits: int = 0
     batches_submitted: int = 0
@@ -78,9 +78,7 @@ class _Built:
     batchers: list[BatchClient]
 
 
-def jobs_start(
-    jobs: Sequence[Job], folder: RunFolder, *, seed: int, sample_first: bool, length_adjustment: LengthAdjustment | None
-) -> Start:
+def jobs_start(jobs: Sequence[Job], folder: RunFolder, spec: RunSpec, *, sample_first: bool) -> Start:
     """The run of a grading command: every job sampled (where needed) and graded by `run_jobs`."""
 
     def start(wiring: Wiring) -> Awaitable[RunOutcome]:
@@ -90,11 +88,11 @@ def jobs_start(
             wiring.store,
             folder,
             policy=wiring.policy,
-            seed=seed,
+            seed=spec.seed,
             progress=wiring.progress,
             status=wiring.status,
             sample_first=sample_first,
-            length_adjustment=length_adjustment,
+            length_adjustment=spec.adjustment,
         )
 
     return start
@@ -103,20 +101,18 @@ def jobs_start(
 def run_session(
     start: Start,
     folder: RunFolder,
+    spec: RunSpec,
     grader_config: GraderConfig,
-    identity: dict[str, Any],
     *,
     samples: int,
     policy: PolicyConfig | None = None,
     batch: BatchChoice | None = None,
-    seed: int = 0,
     prices: Path | None = None,
-    extra: Mapping[str, Any] | None = None,
     progress: Progress | None = None,
     report: Callable[[Path], Path] | None = None,
 ) -> SessionResult:
-    """One session of a run in `folder`: bind its store to `identity` (`ConfigMismatch` for a folder of
-    another run), run `start`, then write usage.json and run.json and, with `report`, the report.
+    """One session of the run `spec` in `folder`: bind its store to the spec's identity (`ConfigMismatch` for a
+    folder of another run), run `start`, then write usage.json and run.json and, with `report`, the report.
 
     `QuotaExhausted` when the account has no quota left: what was in flight lands in the store first, and the
     error says the same command goes on from there.
@@ -125,17 +121,22 @@ def run_session(
     costs = CostMeter(prices, grader_config.model, policy.model if policy else None)
     store = Store(folder / STORE)
     try:
-        store.bind_config(identity)
+        store.bind_config(spec.identity())
         built = _build(grader_config, policy, batch, store, progress)
         started, paid_before = time.time(), store.spent()
         outcome = _run(start, built, store, costs, progress, folder, samples)
         result = _account(folder, outcome, built, store, costs, samples, paid_before)
     finally:
         store.close()
-    counts = {"seed": seed, "samples": samples, "failed": len(outcome.failures), "deferred": outcome.deferred}
     folder.write_failures(outcome.failed)
-    timing = {"seconds": round(time.time() - started, 3), "cost_usd": result.usage["whole_run"]["cost_usd"]}
-    folder.write(RUN, identity | grader_config.describe() | dict(extra or {}) | counts | timing)
+    stats = RunStats(
+        samples=samples,
+        failed=len(outcome.failures),
+        deferred=outcome.deferred,
+        seconds=round(time.time() - started, 3),
+        cost_usd=result.usage.whole_run.cost_usd,
+    )
+    folder.write_run(RunRecord(spec=spec, stats=stats))
     if report is not None:
         result.report = report(folder.path)
     return result
@@ -195,7 +196,7 @@ def _run(
             raise
         except asyncio.CancelledError:
             await _land_and_stop(work, [c for c in clients.values() if isinstance(c, ApiClient)])
-            raise Interrupted(len(folder.read_results()), samples, str(folder / STORE)) from None
+            raise Interrupted(folder.count_results(), samples, str(folder / STORE)) from None
         finally:
             await built.grader.client.aclose()
             if built.policy is not None:
@@ -233,17 +234,17 @@ def _account(
     session_policy, session_grader = _since(paid_before[0], paid_policy), _since(paid_before[1], paid_grader)
     batches_made, batch_requests = store.batch_totals()
     submitted = sum(b.batches_submitted for b in built.batchers)
-    batches = {
-        "this_session": {"batches": submitted, "requests": sum(b.requests_submitted for b in built.batchers)},
-        "whole_run": {"batches": batches_made, "requests": batch_requests},
-    }
-    usage = {
-        "this_session": costs.usage_report(session_policy, session_grader),
-        "whole_run": costs.usage_report(paid_policy, paid_grader),
-        "verdict_cache_hits": store.hits,
-        "batches": batches,
-    }
-    folder.write(USAGE, usage)
+    batches = BatchTotals(
+        this_session=BatchCounts(batches=submitted, requests=sum(b.requests_submitted for b in built.batchers)),
+        whole_run=BatchCounts(batches=batches_made, requests=batch_requests),
+    )
+    usage = UsageRecord(
+        this_session=costs.usage_report(session_policy, session_grader),
+        whole_run=costs.usage_report(paid_policy, paid_grader),
+        verdict_cache_hits=store.hits,
+        batches=batches,
+    )
+    folder.write_usage(usage)
     return SessionResult(
         outcome,
         folder,
@@ -309,8 +310,8 @@ def _announce_batches(
         progress.note(f"re-attaching to {waiting} batch{'es' if waiting != 1 else ''} submitted earlier")
     left = len(store.open_batches()) - waiting
     if left:
-        flags = "--batch --policy-batch" if batch is not None else "--batch"
+        settings = "`batch` and `policy_batch`" if batch is not None else "`batch`"
         progress.note(
             f"{left} batch(es) submitted by an earlier session of this run are not collected by this one, and "
-            f"their requests are sent again; stop now and run with {flags} to collect them instead"
+            f"their requests are sent again; stop now and run with {settings} to collect them instead"
         )

@@ -119,7 +119,7 @@ class Store:
             )
             raise ConfigMismatch(
                 f"this output folder holds a run with other settings ({details}). "
-                "Use a new --out folder, or run with the recorded settings to resume."
+                "Use a new `out` folder, or run with the recorded settings to resume."
             )
 
     def config(self) -> dict[str, Any]:

@@ -88,6 +88,7 @@ from healthbench.integrations.openreward.deployment import (  # noqa: E402
     summary,
 )
 from healthbench.integrations.openreward.routing import DeploymentRouter  # noqa: E402
+from healthbench.runs.spec import GraderSpec  # noqa: E402
 
 # The tools a candidate of a group may have submitted its reply with.
 SUBMIT_TOOLS = ("answer", "respond")
@@ -300,7 +301,7 @@ def serve(
         environments=list(ENVIRONMENTS),
         default_environment=default,
         splits={name: len(rows) for name, rows in splits.items()},
-        graders={name: config.describe() for name, config in deployment.graders.items()},
+        graders={name: GraderSpec.of(config).model_dump() for name, config in deployment.graders.items()},
         length_adjustments={name: a.as_dict() for name, a in deployment.adjustments.items() if a is not None},
     )
     server.run(host=host, port=port)

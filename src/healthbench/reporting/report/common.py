@@ -3,18 +3,27 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from typing import Any
 
+from healthbench.runs.records import RunRecord
 
-def settings(run: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """Every run setting that reads as one line; usage is shown as its own table."""
-    shown = []
-    for key, value in run.items():
-        if key in ("usage", "policy_usage"):
-            continue
-        shown.append((str(key), value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)))
-    return shown
+
+def _flat(value: Any, prefix: str = "") -> list[tuple[str, str]]:
+    if isinstance(value, dict) and value:
+        return [line for key, inner in value.items() for line in _flat(inner, f"{prefix}{key}" + ".")]
+    name = prefix.removesuffix(".")
+    return [(name, value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))]
+
+
+def settings(run: RunRecord | None) -> list[tuple[str, str]]:
+    """Every setting and count of run.json, a line each ("grader.request.api", "chat")."""
+    if run is None:
+        return []
+    return [
+        ("schema version", str(run.version)),
+        *_flat(run.spec.model_dump(mode="json")),
+        *_flat(run.stats.model_dump(mode="json")),
+    ]
 
 
 def label(name: str) -> str:

@@ -12,7 +12,8 @@ from healthbench.files import write_atomic
 from healthbench.reporting.report.common import settings
 from healthbench.reporting.report.spending import spending
 from healthbench.reporting.report.status import counts, status
-from healthbench.runs.folder import AGREEMENT, REPORT, RunFolder
+from healthbench.runs.folder import REPORT, RunFolder
+from healthbench.runs.records import FailureRecord, MetaRecord, Metrics, RunRecord, UsageRecord
 
 
 def _figure(value: Any) -> str:
@@ -43,12 +44,12 @@ def _meta_group(figures: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def render_meta_report(
-    metrics: Mapping[str, Any],
+    metrics: Metrics | None,
     agreement: Mapping[str, Any],
-    run: Mapping[str, Any],
-    results: Sequence[Mapping[str, Any]] = (),
-    failures: Sequence[Mapping[str, Any]] = (),
-    spent: Mapping[str, Any] | None = None,
+    run: RunRecord | None,
+    results: Sequence[MetaRecord] = (),
+    failures: Sequence[FailureRecord] = (),
+    spent: UsageRecord | None = None,
 ) -> str:
     """The report of a meta-eval run (metrics.json, agreement.json, run.json, the records of results.jsonl
     and failures.jsonl, usage.json; each may be empty) as one self-contained, autoescaped HTML page; a run
@@ -57,6 +58,7 @@ def render_meta_report(
 
     notes = []
     state = status(run, metrics, results, counts(run, results), failures, unit="rows")
+    metrics = metrics or {}
     if metrics and "score" not in metrics:
         notes.append("The grader's macro F1 is undefined: it gave the same verdict on every row.")
     pooled = [
@@ -76,7 +78,7 @@ def render_meta_report(
         Environment(autoescape=True)
         .from_string(source)
         .render(
-            grader=run.get("grader_model", "unknown"),
+            grader="unknown" if run is None else run.spec.grader.model,
             score=_figure(metrics.get("score")) or "undefined",
             physicians=_figure(metrics.get("pairwise_physician_f1_balanced")) or "undefined",
             rows=metrics.get("score:n_samples", len(results)),
@@ -84,7 +86,7 @@ def render_meta_report(
             state=state,
             tables=tables,
             pooled=pooled,
-            spending=spending(spent or {}, run, results),
+            spending=spending(spent, run, results),
             settings=settings(run),
         )
     )
@@ -95,9 +97,9 @@ def write_meta_report(out_dir: Path) -> Path:
     folder = RunFolder(out_dir)
     html = render_meta_report(
         folder.read_metrics(),
-        folder.read_json(AGREEMENT),
+        folder.read_agreement(),
         folder.read_run(),
-        folder.read_results(),
+        folder.read_meta_results(),
         folder.read_failures(),
         folder.read_usage(),
     )

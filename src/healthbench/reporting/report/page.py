@@ -9,13 +9,11 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from healthbench.errors import DataError
 from healthbench.files import write_atomic
-from healthbench.grading import official
-from healthbench.grading.aggregate import aggregate_records
-from healthbench.grading.official import Difference
+from healthbench.grading.aggregate import aggregate_samples
 from healthbench.grading.scoring import LENGTH_ADJUSTED, LengthAdjustment
 from healthbench.reporting.compare import example_prefixes
 from healthbench.reporting.report.charts import charts, interval, metric_rows, worst_curve
@@ -23,14 +21,13 @@ from healthbench.reporting.report.common import settings
 from healthbench.reporting.report.spending import spending
 from healthbench.reporting.report.status import counts, status
 from healthbench.reporting.report.tasks import task
-from healthbench.runs.folder import METRICS, REPORT, RESULTS, RunFolder
+from healthbench.runs.folder import REPORT, RESULTS, RunFolder
 from healthbench.runs.policy import REFUSED_REPLY
+from healthbench.runs.records import FailureRecord, Metrics, RunRecord, SampleRecord, UsageRecord
+from healthbench.runs.spec import LengthSpec
 
 if TYPE_CHECKING:
     from jinja2 import Template
-
-# Set by `rebuild` when it rescores with other settings than the run was graded with.
-GRADED_WITH = "length_adjustment_when_graded"
 
 
 @dataclass(frozen=True)
@@ -58,15 +55,11 @@ def _describe(adjustment: LengthAdjustment | None) -> str:
     return "none" if adjustment is None else adjustment.describe()
 
 
-def _run_adjustment(run: Mapping[str, Any], notes: list[str]) -> LengthAdjustment | None:
-    raw = run.get("length_adjustment")
-    if raw is None:
-        return None
-    try:
-        return LengthAdjustment.from_dict(raw)
-    except ValueError as exc:
-        notes.append(f"run.json: field length_adjustment: {exc}")
-        return None
+@dataclass(frozen=True)
+class Rescored:
+    """A run rescored by `healthbench report` with other length-adjustment settings than it was graded with."""
+
+    graded_with: LengthAdjustment | None
 
 
 @cache
@@ -80,38 +73,40 @@ def _template() -> Template:
 
 
 def render_report(
-    metrics: Mapping[str, float | int],
-    results: Sequence[Mapping[str, Any]],
-    run: Mapping[str, Any],
-    spent: Mapping[str, Any] | None = None,
-    failures: Sequence[Mapping[str, Any]] = (),
+    metrics: Metrics | None,
+    results: Sequence[SampleRecord],
+    run: RunRecord | None,
+    spent: UsageRecord | None = None,
+    failures: Sequence[FailureRecord] = (),
+    rescored: Rescored | None = None,
 ) -> str:
     """The report of one run as a self-contained HTML document.
 
-    `metrics` is metrics.json (may be empty for an incomplete run), `results` the records of results.jsonl
-    in any order, `run` run.json, `spent` usage.json, `failures` the records of failures.jsonl; every key of
-    `run` and `spent` and every field beyond `prompt_id` is optional. The headline is length-adjusted when
-    metrics.json has the adjusted score (or, without metrics, when run.json records a length adjustment); its
-    settings come from run.json. A run that is not finished says what is missing and lists its failures.
+    `metrics` is metrics.json (None for an incomplete run), `results` the records of results.jsonl in any order,
+    `run` run.json, `spent` usage.json, `failures` the records of failures.jsonl; `rescored` says the run was
+    rescored with the length adjustment its `run` now records. The headline is length-adjusted when metrics.json
+    has the adjusted score (or, without metrics, when run.json records a length adjustment). A run that is not
+    finished says what is missing and lists its failures.
     """
     notes: list[str] = []
-    adjustment = _run_adjustment(run, notes)
-    adjusted = LENGTH_ADJUSTED in metrics or (not metrics and adjustment is not None)
-    headline = _figure(metrics, "score") if "score" in metrics else _figure(metrics, "overall_score")
+    spec = run.spec if run is not None else None
+    adjustment = spec.adjustment if spec is not None else None
+    shown = metrics or {}
+    adjusted = LENGTH_ADJUSTED in shown or (not shown and adjustment is not None)
+    headline = _figure(shown, "score") if "score" in shown else _figure(shown, "overall_score")
     tally = counts(run, results)
     state = status(run, metrics, results, tally, failures, unit="samples" if tally.repeats > 1 else "tasks")
     if headline.n is not None and headline.n != len(results):
         notes.append(f"metrics.json covers {headline.n} samples but results.jsonl holds {len(results)}.")
-    if metrics and not adjusted and adjustment is not None:
+    if shown and not adjusted and adjustment is not None:
         notes.append(
             f"run.json records a length adjustment ({adjustment.describe()}) but metrics.json has no "
             "length-adjusted score: the headline is the unadjusted score."
         )
-    if GRADED_WITH in run:
-        graded = _run_adjustment({"length_adjustment": run[GRADED_WITH]}, notes)
+    if rescored is not None:
         notes.append(
             f"Rescored by `healthbench report` with length adjustment {_describe(adjustment)}; the run "
-            f"was graded with {_describe(graded)}."
+            f"was graded with {_describe(rescored.graded_with)}."
         )
     if adjusted:
         caption = "headline: length-adjusted score, " + (
@@ -119,8 +114,8 @@ def render_report(
         )
     else:
         caption = "headline: score, not length-adjusted"
-    prefixes = example_prefixes(results, metrics)
-    ordered = sorted(results, key=lambda r: (str(r.get("prompt_id", "")), int(r.get("repeat") or 0)))
+    prefixes = example_prefixes(results, shown)
+    ordered = sorted(results, key=lambda r: r.key)
     tasks = [
         task(
             i,
@@ -132,28 +127,28 @@ def render_report(
         )
         for i, record in enumerate(ordered)
     ]
-    grader_models = sorted({str(r["grader_model"]) for r in results if r.get("grader_model")})
-    policy_models = sorted({str(r["policy_model"]) for r in results if r.get("policy_model")})
-    refused = sum(1 for record in results if record.get("policy_error"))
+    grader_models = sorted({r.grader_model for r in results if r.grader_model})
+    policy_models = sorted({r.policy_model for r in results if r.policy_model})
+    official = spec.official if spec is not None else None
     return _template().render(
         headline=headline,
         caption=caption,
         adjusted=adjusted,
-        unadjusted=_figure(metrics, "overall_score") if adjusted else None,
-        official=run.get("official_configuration"),
-        differences=[str(Difference.read(d)) for d in run.get("official_differences") or []],
+        unadjusted=_figure(shown, "overall_score") if adjusted else None,
+        official=None if official is None else official.configuration,
+        differences=[] if official is None else [str(d) for d in official.differences],
         counts=tally,
         state=state,
-        grader_model=run.get("grader_model") or ", ".join(grader_models) or "unknown",
-        policy_model=run.get("model") or ", ".join(policy_models) or None,
-        template_sha256=run.get("template_sha256"),
-        spending=spending(spent or {}, run, results),
+        grader_model=spec.grader.model if spec is not None else ", ".join(grader_models) or "unknown",
+        policy_model=spec.policy.model if spec is not None and spec.policy else ", ".join(policy_models) or None,
+        template_sha256=spec.grader.template_sha256 if spec is not None else None,
+        spending=spending(spent, run, results),
         notes=notes,
-        charts=charts(metrics, prefixes),
-        curve=worst_curve(metrics),
-        refused=refused,
+        charts=charts(shown, prefixes),
+        curve=worst_curve(shown),
+        refused=sum(1 for record in results if record.policy_error is not None),
         refused_reply=REFUSED_REPLY,
-        metric_rows=metric_rows(metrics, prefixes),
+        metric_rows=metric_rows(shown, prefixes),
         settings=settings(run),
         tasks=tasks,
         slice_name=prefixes[0].replace("_", " ") if prefixes else "theme",
@@ -174,29 +169,28 @@ def write_report(out_dir: Path) -> Path:
     return write_atomic(folder / REPORT, html)
 
 
-def _rescored(run: Mapping[str, Any], adjustment: LengthAdjustment | None) -> dict[str, Any]:
-    """run.json as the page describes a rescoring with `adjustment`: those settings, and whether a
-    HealthBench Professional run is still in its official configuration with them."""
-    new = None if adjustment is None else adjustment.as_dict()
-    if run.get("length_adjustment") == new:
-        return dict(run)
-    shown = dict(run) | {"length_adjustment": new, GRADED_WITH: run.get("length_adjustment")}
-    return shown | official.with_length_adjustment(run, adjustment)
-
-
 def rebuild(out: Path, *, seed: int, length_adjustment: LengthAdjustment | None) -> dict[str, float | int]:
     """Re-aggregate `out/results.jsonl` into `out/metrics.json` (with `length_adjustment`, the headline is
     the length-adjusted score) and rewrite `out/report.html`; returns the metrics.
 
     run.json is left as it is; when the settings differ from those it records, the page says so and
-    describes the run with the settings used.
+    describes the run (and whether a Professional run is still in its official configuration) with the
+    settings used.
     """
     folder = RunFolder(out)
+    run = folder.require_run()
     results = folder.read_results()
     if not results:
         raise DataError(f"{folder / RESULTS}: no results")
-    metrics = aggregate_records(results, seed=seed, length_adjustment=length_adjustment)
-    folder.write(METRICS, metrics)
-    run = _rescored(folder.read_run(), length_adjustment)
-    write_atomic(folder / REPORT, render_report(metrics, results, run, folder.read_usage()))
+    metrics = aggregate_samples(
+        results, seed=seed, length_adjustment=length_adjustment, model_samples=run.spec.samples_the_model
+    )
+    folder.write_metrics(metrics)
+    rescored = None
+    if run.spec.adjustment != length_adjustment:
+        rescored = Rescored(run.spec.adjustment)
+        official = None if run.spec.official is None else run.spec.official.rescored_with(length_adjustment)
+        spec = run.spec.model_copy(update={"length_adjustment": LengthSpec.of(length_adjustment), "official": official})
+        run = run.model_copy(update={"spec": spec})
+    write_atomic(folder / REPORT, render_report(metrics, results, run, folder.read_usage(), rescored=rescored))
     return metrics

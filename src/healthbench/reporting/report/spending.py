@@ -8,13 +8,24 @@ the sums over its graded samples instead, labelled as such: they leave out the c
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Literal
+
+from healthbench.runs.records import (
+    MetaRecord,
+    RunRecord,
+    SampleRecord,
+    SideUsage,
+    UsageNumbers,
+    UsageRecord,
+    UsageReport,
+)
 
 TOKEN_FIELDS = ("prompt_tokens", "cached_prompt_tokens", "completion_tokens", "reasoning_tokens")
 USAGE_FIELDS = ("calls", *TOKEN_FIELDS)
-SIDES = ("policy", "grader")
+Side = Literal["policy", "grader"]
+SIDES: tuple[Side, ...] = ("policy", "grader")
 
 
 @dataclass(frozen=True)
@@ -54,89 +65,84 @@ def dollars(cost: float) -> str:
     return f"${cost:,.2f}" if cost >= 1 else f"${cost:.4f}"
 
 
-def _count(value: Any) -> int:
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
+def _usd(value: float | None) -> str:
+    return "unpriced" if value is None else dollars(value)
 
 
-def _usd(value: Any) -> str:
-    return dollars(float(value)) if isinstance(value, int | float) and not isinstance(value, bool) else "unpriced"
-
-
-def _line(who: str, side: Mapping[str, Any]) -> Line:
+def _line(who: str, side: UsageNumbers, model: str = "", cost: float | None = None, batch_calls: int = 0) -> Line:
     return Line(
         who=who,
-        model=str(side.get("model", "")),
-        calls=f"{_count(side.get('calls')):,}",
-        batched=f"{_count(side.get('batch_calls')):,}",
-        tokens=[f"{_count(side.get(field)):,}" for field in TOKEN_FIELDS],
-        usd=_usd(side.get("cost_usd")),
+        model=model,
+        calls=f"{side.calls:,}",
+        batched=f"{batch_calls:,}",
+        tokens=[f"{getattr(side, field):,}" for field in TOKEN_FIELDS],
+        usd=_usd(cost),
     )
 
 
-def _lines(report: Mapping[str, Any], sides: Sequence[str]) -> list[Line]:
+def _side_line(who: str, side: SideUsage) -> Line:
+    return _line(who, side, side.model, side.cost_usd, side.batch_calls)
+
+
+def _lines(report: UsageReport, sides: Sequence[Side]) -> list[Line]:
     """The rows of one usage.json report (`whole_run` or `this_session`): each side, then the total."""
-    parts: list[Mapping[str, Any]] = []
-    for who in sides:
-        part = report.get(who)
-        parts.append(part if isinstance(part, Mapping) else {})
-    lines = [_line(who, part) for who, part in zip(sides, parts, strict=True)]
-    total: dict[str, Any] = {
-        field: sum(_count(part.get(field)) for part in parts) for field in (*USAGE_FIELDS, "batch_calls")
-    }
-    unpriced = [str(name) for name in report.get("unpriced_models") or []]
-    cost = report.get("cost_usd")
-    total_line = _line("total", total | {"cost_usd": cost})
-    if unpriced and isinstance(cost, int | float):
-        total_line = replace(total_line, usd=f"{dollars(float(cost))} + {', '.join(unpriced)}: no price")
+    parts = [report.side(who) or SideUsage() for who in sides]
+    lines = [_side_line(who, part) for who, part in zip(sides, parts, strict=True)]
+    total = UsageNumbers(**{field: sum(getattr(part, field) for part in parts) for field in USAGE_FIELDS})
+    total_line = _line("total", total, cost=report.cost_usd, batch_calls=sum(part.batch_calls for part in parts))
+    if report.unpriced_models and report.cost_usd is not None:
+        total_line = replace(
+            total_line, usd=f"{dollars(report.cost_usd)} + {', '.join(report.unpriced_models)}: no price"
+        )
     return [*lines, total_line] if len(lines) > 1 else lines
 
 
-def _summed(usages: Iterable[Any]) -> dict[str, int] | None:
-    """Field-wise sums of the usage dicts present; None when there are none."""
-    totals: dict[str, int] | None = None
-    for usage in usages:
-        if isinstance(usage, Mapping):
-            totals = totals or dict.fromkeys(USAGE_FIELDS, 0)
-            for field in USAGE_FIELDS:
-                totals[field] += _count(usage.get(field))
-    return totals
+def _summed(usages: Iterable[UsageNumbers | None]) -> UsageNumbers | None:
+    """Field-wise sums of the usages present; None when there are none."""
+    present = [usage for usage in usages if usage is not None]
+    if not present:
+        return None
+    return UsageNumbers(**{field: sum(getattr(usage, field) for usage in present) for field in USAGE_FIELDS})
 
 
-def _from_samples(run: Mapping[str, Any], results: Sequence[Mapping[str, Any]]) -> Scope | None:
-    lines = []
-    for who, key, model in (("policy", "policy_usage", "model"), ("grader", "usage", "grader_model")):
-        totals = _summed([run[key]] if key in run else (record.get(key) for record in results))
-        if totals is not None:
-            lines.append(_line(who, totals | {"model": run.get(model, ""), "cost_usd": None}))
+def _from_samples(run: RunRecord | None, results: Sequence[SampleRecord | MetaRecord]) -> Scope | None:
+    spec = run.spec if run is not None else None
+    policy = spec.policy.model if spec is not None and spec.policy is not None else ""
+    grader = spec.grader.model if spec is not None else ""
+    sides = (
+        ("policy", _summed(r.policy_usage for r in results if isinstance(r, SampleRecord)), policy),
+        ("grader", _summed(r.usage for r in results), grader),
+    )
+    lines = [replace(_line(who, totals, model), usd="") for who, totals, model in sides if totals is not None]
     if not lines:
         return None
     note = "usage.json is missing: these are the sums over the graded samples, without the calls of failed ones"
-    return Scope("graded samples", note, [replace(line, usd="") for line in lines])
+    return Scope("graded samples", note, lines)
 
 
-def spending(usage: Mapping[str, Any], run: Mapping[str, Any], results: Sequence[Mapping[str, Any]]) -> Spending:
-    """The tokens and cost table of a run from its usage.json (`usage`, may be empty), run.json and results."""
-    whole, session = usage.get("whole_run"), usage.get("this_session")
-    cost = run.get("cost_usd")
-    shown_cost = dollars(float(cost)) if isinstance(cost, int | float) else None
-    if not isinstance(whole, Mapping):
+def spending(
+    usage: UsageRecord | None, run: RunRecord | None, results: Sequence[SampleRecord | MetaRecord]
+) -> Spending:
+    """The tokens and cost table of a run from its usage.json (may be missing), run.json and results."""
+    cost = run.stats.cost_usd if run is not None else None
+    shown_cost = None if cost is None else dollars(cost)
+    if usage is None:
         scope = _from_samples(run, results)
         return Spending([scope] if scope else [], shown_cost, None)
-    sides = [who for who in SIDES if isinstance(whole.get(who), Mapping) and _count(whole[who].get("calls"))]
-    sides = sides or [who for who in SIDES if isinstance(whole.get(who), Mapping)]
+    whole, session = usage.whole_run, usage.this_session
+    present: list[Side] = [who for who in SIDES if whole.side(who) is not None]
+    sides = [who for who in present if (side := whole.side(who)) is not None and side.calls] or present
     scopes = [Scope("whole run", "every session of this run folder", _lines(whole, sides))]
     session_cost = None
-    if isinstance(session, Mapping):
-        session_cost = _usd(session.get("cost_usd"))
-        hits = _count(usage.get("verdict_cache_hits"))
+    if session is not None:
+        session_cost = _usd(session.cost_usd)
+        hits = usage.verdict_cache_hits
         reused = f"; {hits:,} verdicts reused from earlier sessions" if hits else ""
         lines = _lines(session, sides)
         # One session made every call: the same rows twice would only be noise.
         every = lines == scopes[0].lines
         note = "the last session, which wrote this page" + (", made every call of the run" if every else reused)
         scopes.append(Scope("this session", note, [] if every else lines))
-    total = whole.get("cost_usd")
     batched = any(line.batched != "0" for line in scopes[0].lines)
-    return Spending(
-        scopes, dollars(float(total)) if isinstance(total, int | float) else shown_cost, session_cost, batched
-    )
+    total = None if whole.cost_usd is None else dollars(whole.cost_usd)
+    return Spending(scopes, total or shown_cost, session_cost, batched)

@@ -9,9 +9,10 @@ sample.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from healthbench.runs.records import FailureRecord, MetaRecord, Metrics, RunRecord, SampleRecord
 
 # Failed samples listed one by one, at most; failures.jsonl holds them all.
 MAX_LISTED = 1000
@@ -65,22 +66,23 @@ class Counts:
         return f"{'reference completion' if self.reference else 'repeat'} {index + 1} of {self.repeats}"
 
 
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+def _repeat(record: SampleRecord | MetaRecord) -> int:
+    return record.repeat if isinstance(record, SampleRecord) else 0
 
 
-def counts(run: Mapping[str, Any], results: Sequence[Mapping[str, Any]]) -> Counts:
+def counts(run: RunRecord | None, results: Sequence[SampleRecord | MetaRecord]) -> Counts:
     """The counts of a run from its run.json and results.jsonl records."""
-    repeats = [r for r in (_int(record.get("repeat")) for record in results) if r is not None]
-    n_repeats = _int(run.get("n_repeats")) or (max(repeats) + 1 if repeats else 1)
+    repeats = [_repeat(record) for record in results]
+    spec = run.spec if run is not None else None
+    n_repeats = spec.n_repeats if spec is not None else 1
     return Counts(
         samples=len(results),
-        tasks=len({str(record.get("prompt_id", "")) for record in results}),
+        tasks=len({record.prompt_id for record in results}),
         repeats=max(n_repeats, max(repeats, default=0) + 1),
-        planned=_int(run.get("samples")),
-        failed=_int(run.get("failed")) or 0,
-        deferred=_int(run.get("deferred")) or 0,
-        reference=run.get("command") == "baseline" and bool(run.get("references")),
+        planned=None if run is None else run.stats.samples,
+        failed=0 if run is None else run.stats.failed,
+        deferred=0 if run is None else run.stats.deferred,
+        reference=spec is not None and spec.baseline is not None and spec.baseline.references,
     )
 
 
@@ -107,11 +109,11 @@ class Status:
 
 
 def status(
-    run: Mapping[str, Any],
-    metrics: Mapping[str, Any],
-    results: Sequence[Mapping[str, Any]],
+    run: RunRecord | None,
+    metrics: Metrics | None,
+    results: Sequence[SampleRecord | MetaRecord],
     tally: Counts,
-    failures: Sequence[Mapping[str, Any]],
+    failures: Sequence[FailureRecord],
     *,
     unit: str = "samples",
 ) -> Status:
@@ -122,7 +124,7 @@ def status(
         return f"{n:,} {unit if n != 1 else unit.removesuffix('s')}"
 
     problems = []
-    if not run:
+    if run is None:
         problems.append(
             f"run.json is missing: the run's first session did not end (it was killed or interrupted); "
             f"{many(tally.samples)} graded before it stopped"
@@ -139,26 +141,26 @@ def status(
         problems.append(f"metrics.json is missing: a run writes it only once every {unit.removesuffix('s')} is graded")
     finished = bool(metrics) and not (tally.failed or tally.deferred or tally.unreached)
     # A failure of an earlier session whose sample a later one graded (before it was killed) is stale.
-    done = {(str(record.get("prompt_id", "")), _int(record.get("repeat")) or 0) for record in results}
-    ordered = sorted(failures, key=lambda f: (str(f.get("prompt_id", "")), _int(f.get("repeat")) or 0))
+    done = {(record.prompt_id, _repeat(record)) for record in results}
+    ordered = sorted(failures, key=lambda f: (f.prompt_id or "", f.repeat or 0))
     listed = [
         Failure(
-            task=str(f.get("prompt_id", "")),
-            repeat=tally.repeat(_int(f.get("repeat"))),
-            criterion=str(f.get("criterion", "")),
-            cause=str(f.get("cause") or f.get("error", "")),
+            task=f.prompt_id or "",
+            repeat=tally.repeat(f.repeat),
+            criterion=f.criterion or "",
+            cause=f.cause or f.error,
         )
         for f in ordered
-        if "repeat" not in f or (str(f.get("prompt_id", "")), _int(f.get("repeat")) or 0) not in done
+        if f.repeat is None or (f.prompt_id or "", f.repeat) not in done
     ]
     causes = Counter(failure.cause for failure in listed).most_common()
     return Status(finished, [] if finished else problems, causes, listed[:MAX_LISTED], max(0, len(listed) - MAX_LISTED))
 
 
-def unfinished(run: Mapping[str, Any], results: Sequence[Mapping[str, Any]]) -> str | None:
+def unfinished(run: RunRecord | None, results: Sequence[SampleRecord | MetaRecord]) -> str | None:
     """What keeps a run from being scored, in words ("29 samples could not be graded"), or None when every
     sample it planned is graded. A folder without run.json is a first session that never ended."""
-    if not run:
+    if run is None:
         return "run.json is missing: its first session did not end"
     tally = counts(run, results)
     missing = [

@@ -1,0 +1,279 @@
+"""What a run was asked to do, as one type: `RunSpec` (the tasks and their source, the model and its sampling, the
+grader's settings, the length adjustment, repeats, seed), built by `run_spec` from what the command line or an
+integration was given, after the front-end rules of `GradingOptions.plan` (the grader a subset implies, which key
+applies, Professional's official bundle).
+
+The spec is what run.json records and what a resumed run is checked against: `RunSpec.identity` is the part
+that decides replies and verdicts, which the run's store holds and compares (in the flat form the store has
+always kept, so folders of earlier releases resume).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from healthbench.grading.official import Difference, rescored
+from healthbench.grading.scoring import LengthAdjustment
+from healthbench.grading.settings import REFERENCE_REQUEST, GraderConfig, GradingPlan
+from healthbench.runs.policy import PolicyConfig
+
+Command = Literal["grade", "eval", "baseline", "meta-eval"]
+
+
+class Spec(BaseModel):
+    """A part of a spec: frozen, and tolerant of fields a later release adds."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class DataSpec(Spec):
+    """The tasks: `source` is `subset:NAME` or the file's path as given; `sha256` the file's, when recorded."""
+
+    source: str = "unknown"
+    sha256: str | None = None
+
+    @property
+    def name(self) -> str:
+        """How a reader knows the data: the subset's name, or the file's path."""
+        return self.source.removeprefix("subset:")
+
+    @property
+    def subset(self) -> str | None:
+        """The official subset, or None for a file."""
+        return self.source.removeprefix("subset:") if self.source.startswith("subset:") else None
+
+
+class GraderRequest(Spec):
+    """How the grader model is asked (`GraderConfig.request_settings`)."""
+
+    api: str = "chat"
+    reasoning: bool = False
+    reasoning_effort: str | None = None
+    temperature: float | None = None
+    max_output_tokens: int | None = None
+    system_message: bool = True
+
+
+class GraderSpec(Spec):
+    """The grader: model, endpoint, the template's sha256 and how it is asked (None: not recorded, a run of an
+    early release)."""
+
+    model: str = "unknown"
+    base_url: str | None = None
+    template_sha256: str | None = None
+    request: GraderRequest | None = None
+
+    @classmethod
+    def of(cls, config: GraderConfig) -> GraderSpec:
+        """The spec of grader settings (never the key)."""
+        request = GraderRequest.model_validate(config.request_settings())
+        return cls(
+            model=config.model, base_url=config.base_url, template_sha256=config.template_sha256, request=request
+        )
+
+    def identity(self) -> dict[str, Any]:
+        """What decides the verdicts; the request only when it is not the reference's, as it has always been."""
+        identity: dict[str, Any] = {"grader_model": self.model, "template_sha256": self.template_sha256}
+        if self.request is not None and self.request.model_dump() != REFERENCE_REQUEST:
+            identity["grader_request"] = self.request.model_dump()
+        return identity
+
+
+class PolicySpec(Spec):
+    """The model under evaluation and how it is sampled; `reasoning` as decided (by name, unless given)."""
+
+    model: str
+    base_url: str | None = None
+    system_message: str | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    reasoning: bool = False
+    reasoning_effort: str | None = None
+    policy_errors: Literal["grade", "fail"] = "grade"
+
+    @classmethod
+    def of(cls, config: PolicyConfig) -> PolicySpec:
+        """The spec of policy settings (never the key)."""
+        sampling = config.model_dump(include={"model", "base_url", "system_message", "temperature", "max_tokens"})
+        return cls(
+            **sampling,
+            reasoning=config.is_reasoning,
+            reasoning_effort=config.reasoning_effort,
+            policy_errors=config.policy_errors,
+        )
+
+    def identity(self) -> dict[str, Any]:
+        """What decides the replies."""
+        return self.model_dump(include={"model", "system_message", "temperature", "max_tokens", "reasoning_effort"}) | {
+            "reasoning": self.reasoning
+        }
+
+
+class BaselineSpec(Spec):
+    """Whose completions a baseline grades: a physician group (None for Professional's physician responses), or
+    the reference completions its physicians were shown."""
+
+    group: int | None = None
+    references: bool = False
+    completions: str = ""
+    group_description: str = ""
+
+
+class LengthSpec(Spec):
+    """A length adjustment's settings."""
+
+    center: float = Field(ge=0, allow_inf_nan=False)
+    penalty_per_500_chars: float = Field(ge=0, allow_inf_nan=False)
+
+    @classmethod
+    def of(cls, adjustment: LengthAdjustment | None) -> LengthSpec | None:
+        """The spec of an adjustment, or None."""
+        return None if adjustment is None else cls(**adjustment.as_dict())
+
+    @property
+    def adjustment(self) -> LengthAdjustment:
+        """As the scoring takes it."""
+        return LengthAdjustment(self.center, self.penalty_per_500_chars)
+
+
+class DifferenceSpec(Spec):
+    """One setting that is not HealthBench Professional's official configuration's."""
+
+    setting: str
+    value: str = ""
+    official: str = ""
+
+    def __str__(self) -> str:
+        return str(Difference(self.setting, self.value, self.official))
+
+
+class OfficialSpec(Spec):
+    """How a HealthBench Professional run differs from its official configuration (nothing: it is in it)."""
+
+    differences: list[DifferenceSpec] = Field(default_factory=list)
+
+    @property
+    def configuration(self) -> bool:
+        """Whether the run is in the official configuration."""
+        return not self.differences
+
+    @classmethod
+    def of(cls, differences: list[Difference] | None) -> OfficialSpec | None:
+        """None for a run that has no official configuration (every subset but Professional)."""
+        if differences is None:
+            return None
+        return cls(differences=[DifferenceSpec(**d.as_dict()) for d in differences])
+
+    def rescored_with(self, adjustment: LengthAdjustment | None) -> OfficialSpec:
+        """The differences once the run is rescored with `adjustment`."""
+        found = [Difference(d.setting, d.value, d.official) for d in self.differences]
+        return OfficialSpec(differences=[DifferenceSpec(**d.as_dict()) for d in rescored(found, adjustment)])
+
+
+class RunSpec(Spec):
+    """What a run was asked to do."""
+
+    command: str
+    data: DataSpec = Field(default_factory=DataSpec)
+    grader: GraderSpec = Field(default_factory=GraderSpec)
+    seed: int = 0
+    limit: int | None = None
+    n_repeats: int = 1
+    responses: str | None = None
+    policy: PolicySpec | None = None
+    baseline: BaselineSpec | None = None
+    length_adjustment: LengthSpec | None = None
+    official: OfficialSpec | None = None
+
+    @property
+    def adjustment(self) -> LengthAdjustment | None:
+        """The length adjustment, as the scoring takes it."""
+        return None if self.length_adjustment is None else self.length_adjustment.adjustment
+
+    @property
+    def subject(self) -> str:
+        """What was graded: the model (`eval`), the completions (`baseline`), the replies file (`grade`)."""
+        if self.policy is not None:
+            return self.policy.model
+        if self.baseline is not None and self.baseline.completions:
+            return self.baseline.completions
+        return self.responses or "unknown"
+
+    @property
+    def samples_the_model(self) -> bool:
+        """Whether repeats are the evaluated model asked again (worst-at-k applies), not fixed replies or several
+        physicians' completions."""
+        return self.command == "eval"
+
+    def identity(self) -> dict[str, Any]:
+        """What decides the replies and verdicts of the run, in the flat form its store keeps and compares.
+        `grade` leaves its data out, as it always has, so folders made before it recorded its data resume."""
+        identity: dict[str, Any] = {"command": self.command}
+        if self.command != "grade":
+            identity |= {"data_sha256": self.data.sha256, "limit": self.limit}
+        if self.command == "eval":
+            identity["n_repeats"] = self.n_repeats
+            identity |= self.policy.identity() if self.policy is not None else {}
+        if self.command == "baseline" and self.baseline is not None:
+            identity |= {"group": self.baseline.group, "references": self.baseline.references}
+        return identity | self.grader.identity()
+
+    @classmethod
+    def from_flat(cls, run: dict[str, Any]) -> RunSpec:
+        """The spec of a run.json of schema version 1: one flat object of every setting. Its fields keep their
+        names in a validation error ("length_adjustment.center"), as that file names them."""
+        command = run.get("command") or "unknown"
+        spec: dict[str, Any] = {
+            "command": command,
+            "data": {"source": run.get("data") or "unknown", "sha256": run.get("data_sha256")},
+            "grader": {
+                "model": run.get("grader_model") or "unknown",
+                "base_url": run.get("grader_base_url"),
+                "template_sha256": run.get("template_sha256"),
+                "request": run.get("grader_request"),
+            },
+            "seed": run.get("seed", 0),
+            "limit": run.get("limit"),
+            "n_repeats": run.get("n_repeats") or 1,
+            "responses": run.get("responses"),
+            "length_adjustment": run.get("length_adjustment"),
+        }
+        if command == "eval" or "model" in run:
+            policy = {key: run[key] for key in PolicySpec.model_fields if key in run}
+            spec["policy"] = {"model": "unknown"} | policy
+        if command == "baseline":
+            spec["baseline"] = {key: run[key] for key in BaselineSpec.model_fields if key in run}
+        if run.get("official_configuration") is not None:
+            found = [Difference.read(d).as_dict() for d in run.get("official_differences") or []]
+            spec["official"] = {"differences": found}
+        return cls.model_validate(spec)
+
+
+def run_spec(
+    command: Command,
+    plan: GradingPlan,
+    data: DataSpec,
+    *,
+    seed: int,
+    limit: int | None = None,
+    n_repeats: int = 1,
+    responses: str | None = None,
+    policy: PolicyConfig | None = None,
+    baseline: BaselineSpec | None = None,
+) -> RunSpec:
+    """The spec of a run: the one place a run's settings are put together, for every command."""
+    return RunSpec(
+        command=command,
+        data=data,
+        grader=GraderSpec.of(plan.grader),
+        seed=seed,
+        limit=limit,
+        n_repeats=n_repeats,
+        responses=responses,
+        policy=None if policy is None else PolicySpec.of(policy),
+        baseline=baseline,
+        length_adjustment=LengthSpec.of(plan.length_adjustment),
+        official=OfficialSpec.of(plan.differences),
+    )
