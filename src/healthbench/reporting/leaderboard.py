@@ -28,7 +28,7 @@ from healthbench.grading.scoring import LENGTH_ADJUSTED
 from healthbench.reporting.report.charts import interval
 from healthbench.reporting.report.common import label
 from healthbench.runs.folder import METRICS, RunFolder
-from healthbench.runs.spec import LengthSpec
+from healthbench.runs.spec import GraderRequest, LengthSpec
 
 if TYPE_CHECKING:
     from jinja2 import Template
@@ -69,7 +69,7 @@ class Entry:
     command: str
     model: str
     grader_model: str
-    grader_request: dict[str, Any] | None
+    grader_request: GraderRequest | None
     data: str
     data_sha256: str | None
     adjusted: bool
@@ -83,10 +83,10 @@ class Entry:
     @property
     def grader(self) -> str:
         """The grader model, with its API and reasoning effort when run.json records them."""
-        request = self.grader_request or {}
-        how = [str(request["api"])] if request.get("api") else []
-        if request.get("reasoning_effort"):
-            how.append(f"effort {request['reasoning_effort']}")
+        request = self.grader_request
+        how = [] if request is None else [request.api]
+        if request is not None and request.reasoning_effort:
+            how.append(f"effort {request.reasoning_effort}")
         return f"{self.grader_model} ({', '.join(how)})" if how else self.grader_model
 
     @property
@@ -116,7 +116,7 @@ class Entry:
             "command": self.command,
             "model": self.model,
             "grader_model": self.grader_model,
-            "grader_request": self.grader_request,
+            "grader_request": None if self.grader_request is None else self.grader_request.model_dump(),
             "grader": self.grader,
             "subset": self.subset,
             "data": self.data,
@@ -167,7 +167,7 @@ def load_entry(folder: Path) -> Entry:
         command=spec.command,
         model=spec.subject,
         grader_model=spec.grader.model,
-        grader_request=None if request is None else request.model_dump(),
+        grader_request=request,
         data=spec.data.source,
         data_sha256=spec.data.sha256,
         adjusted=adjusted,
@@ -183,11 +183,11 @@ def _order(name: str) -> tuple[int, str]:
     return tags.BREAKDOWN_FAMILIES.index(tags.family(name)), name
 
 
-def _request_words(request: Mapping[str, Any] | None) -> str:
+def _request_words(request: GraderRequest | None) -> str:
     """How the grader was asked, in words; unset fields and `reasoning` (implied by the effort) left out."""
     if request is None:
         return "request settings not recorded"
-    shown = {k.replace("_", " "): v if isinstance(v, str) else json.dumps(v) for k, v in request.items()}
+    shown = {k.replace("_", " "): v if isinstance(v, str) else json.dumps(v) for k, v in request.model_dump().items()}
     return ", ".join(f"{k} {v}" for k, v in shown.items() if k != "reasoning" and v != "null")
 
 
