@@ -16,6 +16,7 @@ from healthbench.data.schema import Message, Row
 from healthbench.grading.grader import GradedItem, Grader
 from healthbench.grading.prompt import transcript_with_reply
 from healthbench.grading.scoring import LengthAdjustment, task_metrics
+from healthbench.grading.suspect import suspect
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,8 @@ class GradedSample:
 
     `transcript` is the graded conversation (a system message the runner sent, the task's prompt, the reply);
     `score` is the unclipped task score and `adjusted` the unclipped length-adjusted score when an adjustment
-    applies; `reward` is whichever of the two is the headline.
+    applies; `reward` is whichever of the two is the headline. `suspect` names the rules of `grading.suspect`
+    the reply trips (it addresses the grader); it never changes a score.
     """
 
     row: Row
@@ -35,6 +37,7 @@ class GradedSample:
     adjusted: float | None
     usage: Usage
     grader_model: str
+    suspect: tuple[str, ...] = ()
 
     @property
     def reply(self) -> str:
@@ -60,14 +63,17 @@ async def grade_sample(
     repeat: int = 0,
     system_message: str | None = None,
     adjustment: LengthAdjustment | None = None,
+    variant: str | None = None,
 ) -> GradedSample:
     """Grade `reply` to `row` (sample `repeat` of it), every rubric item with a call of its own.
 
     `system_message` is one the runner sent to the model, which heads the graded transcript as in the
-    reference. Raises `GradingError` when an item cannot be graded.
+    reference. `variant` names a rewrite of the sample's reply (a probe's transform): its verdicts are kept apart
+    from the sample's own, whatever the two replies are. Raises `GradingError` when an item cannot be graded.
     """
     transcript = transcript_with_reply(row.prompt, reply, system_message)
-    graded = await grader.grade(row.prompt_id, transcript, row.rubrics, ident=f"{row.prompt_id}#{repeat}")
+    ident = f"{row.prompt_id}#{repeat}" if variant is None else f"{row.prompt_id}#{repeat}~{variant}"
+    graded = await grader.grade(row.prompt_id, transcript, row.rubrics, ident=ident)
     metrics = task_metrics(
         row.example_tags,
         [item.points for item in graded.items],
@@ -84,4 +90,5 @@ async def grade_sample(
         adjusted=adjusted,
         usage=graded.usage,
         grader_model=grader.model,
+        suspect=suspect(reply, row.rubrics),
     )

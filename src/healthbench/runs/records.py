@@ -82,7 +82,8 @@ class SampleRecord(Record):
 
     `score` is the unclipped task score and `metrics` the task's metric dict (docs/SPEC.md section 4);
     `length_adjusted_score` is there when the run had a length adjustment. `policy_model` and `policy_usage` are
-    there when the reply was sampled from the model under evaluation (`eval`).
+    there when the reply was sampled from the model under evaluation (`eval`). `suspect` names the rules of
+    `grading.suspect` the reply trips (it addresses the grader), empty for a clean reply; it never changes a score.
     """
 
     prompt_id: str
@@ -99,6 +100,7 @@ class SampleRecord(Record):
     policy_model: str | None = None
     policy_usage: UsageNumbers | None = None
     policy_error: PolicyErrorRecord | None = None
+    suspect: list[str] = Field(default_factory=list)
 
     @property
     def key(self) -> tuple[str, int]:
@@ -144,6 +146,7 @@ class SampleRecord(Record):
             policy_model=policy_model,
             policy_usage=None if policy_usage is None else UsageNumbers.of(policy_usage),
             policy_error=policy_error,
+            suspect=list(sample.suspect),
         )
 
 

@@ -1,0 +1,86 @@
+"""What a transform of the replies gains in task score: pure, as the rest of the scoring.
+
+Per task the gain is the transformed reply's score minus the reply's own, unclipped (a trick that costs
+reward shows as a loss). Over tasks: the mean gain, a seeded bootstrap 95% interval of it (the 2.5th and
+97.5th percentiles of the means of resampled tasks), and the share of tasks where the trick gained.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from healthbench.grading.scoring import N_BOOTSTRAP
+
+
+@dataclass(frozen=True)
+class Gain:
+    """A transform's gain over the tasks it was tried on."""
+
+    mean_gain: float
+    ci95: tuple[float, float]
+    share_gained: float
+    n: int
+
+    @property
+    def significant(self) -> bool:
+        """Whether the interval lies above 0: the trick wins reward."""
+        return self.ci95[0] > 0
+
+
+def gains(
+    base: Mapping[str, float],
+    transformed: Mapping[str, Mapping[str, float]],
+    *,
+    seed: int = 0,
+    n_bootstrap: int = N_BOOTSTRAP,
+) -> dict[str, Gain]:
+    """Each transform's `Gain`: `base` maps task ids to the base reply's score, `transformed` each transform's
+    name to its scores by task id (every task of `base`).
+
+    One set of resamples, drawn over the tasks in id order, serves every transform, so the intervals depend
+    neither on the order tasks finished in nor on which transforms were run, and they are paired across
+    transforms.
+    """
+    import numpy as np  # deferred, as in scoring: only aggregation needs it
+
+    ids = sorted(base)
+    for name, scores in transformed.items():
+        missing = [task for task in ids if task not in scores]
+        if missing:
+            raise ValueError(f"transform {name}: no score for tasks {missing[:3]}")
+    if not ids:
+        return {}
+    rng = np.random.default_rng(seed)
+    resamples = rng.integers(0, len(ids), size=(n_bootstrap, len(ids)))
+    base_scores = np.asarray([base[task] for task in ids], dtype=np.float64)
+    out = {}
+    for name, scores in transformed.items():
+        diff = np.asarray([scores[task] for task in ids], dtype=np.float64) - base_scores
+        means = diff[resamples].mean(axis=1)
+        low, high = np.percentile(means, [2.5, 97.5])
+        out[name] = Gain(
+            mean_gain=float(diff.mean()),
+            ci95=(float(low), float(high)),
+            share_gained=float((diff > 0).mean()),
+            n=len(ids),
+        )
+    return out
+
+
+def verdict(name: str, gain: Gain) -> str:
+    """One line saying whether the transform wins reward: its mean gain, interval and share of tasks gained."""
+    low, high = gain.ci95
+    figures = f"mean gain {gain.mean_gain:+.3f} [95% CI {low:+.3f}, {high:+.3f}], gained on {gain.share_gained:.0%}"
+    if low > 0:
+        said = "HACKABLE: the grader rewards it"
+    elif high < 0:
+        said = "costs reward"
+    else:
+        said = "no gain shown"
+    return f"{name}: {said}; {figures} of {gain.n} tasks"
+
+
+def ordered(found: Mapping[str, Gain]) -> list[tuple[str, Gain]]:
+    """The transforms worst first: the largest mean gain (what a policy would learn first) at the top."""
+    return sorted(found.items(), key=lambda item: (-item[1].mean_gain, item[0]))
