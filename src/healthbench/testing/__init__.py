@@ -7,14 +7,17 @@ parsing code, and it refuses the parameters OpenAI refuses. Run it standalone wi
 
 from healthbench.testing.batch import FakeBatchAPI
 from healthbench.testing.cli import main
+from healthbench.testing.graders import GRADERS, fake_verdict
 from healthbench.testing.replies import GRADER_MARKER, policy_reply, prompt_verdict, verdict_reply
 from healthbench.testing.server import FAULT_KINDS, FakeOpenAI
 
 __all__ = [
     "FAULT_KINDS",
+    "GRADERS",
     "GRADER_MARKER",
     "FakeBatchAPI",
     "FakeOpenAI",
+    "fake_verdict",
     "main",
     "policy_reply",
     "prompt_verdict",

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 from collections.abc import Sequence
 
+from healthbench.testing.graders import GRADERS
 from healthbench.testing.limits import RateLimits
 from healthbench.testing.server import FAULT_KINDS, FakeOpenAI
 
@@ -67,6 +68,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--lenient-params", action="store_true", help="answer what OpenAI refuses (temperature for o3, ...)"
     )
+    parser.add_argument(
+        "--grader",
+        choices=GRADERS,
+        default="hashed",
+        help="how grader requests are judged: a hash of the prompt; fooled by replies that address the grader; "
+        "blind to the reply; seeded coin flips",
+    )
     args = parser.parse_args(argv)
     try:
         server = FakeOpenAI(
@@ -86,6 +94,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             batch_malformed_rate=args.batch_malformed_rate,
             batch_token_limit=args.batch_token_limit,
             strict_params=not args.lenient_params,
+            grader=args.grader,
         )
     except ValueError as exc:
         parser.error(str(exc))

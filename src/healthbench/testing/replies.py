@@ -48,9 +48,11 @@ def prompt_verdict(text: str) -> bool:
     return hashlib.sha256(text.encode()).digest()[0] % 2 == 0
 
 
-def verdict_reply(criteria_met: bool) -> str:
+def verdict_reply(criteria_met: bool, explanation: str | None = None) -> str:
     """Return a grader reply in the HealthBench format (a markdown-fenced JSON object)."""
-    return _VERDICT_REPLIES[criteria_met]
+    if explanation is None:
+        return _VERDICT_REPLIES[criteria_met]
+    return "```json\n" + json.dumps({"explanation": explanation, "criteria_met": criteria_met}) + "\n```"
 
 
 def policy_reply(messages: Sequence[Any]) -> str:

@@ -23,6 +23,7 @@ from aiohttp import web
 from healthbench.testing.agent import answer_call, chat_stream, wants_stream, with_tool_call
 from healthbench.testing.batch import FakeBatchAPI
 from healthbench.testing.endpoints import CHAT, ENDPOINTS, Endpoint, Prompt, endpoint_for
+from healthbench.testing.graders import GRADERS, fake_verdict
 from healthbench.testing.limits import Limiter, RateLimits
 from healthbench.testing.replies import (
     PROSE,
@@ -31,7 +32,6 @@ from healthbench.testing.replies import (
     error,
     json_error,
     policy_reply,
-    prompt_verdict,
     verdict_reply,
 )
 
@@ -66,6 +66,9 @@ class FakeOpenAI:
     ``respond`` and ``fail_always`` hooks run on that loop too, so they must be quick and not block.
     ``bodies`` records each model request's body and ``paths`` (aligned with it) the path it came to.
 
+    ``grader`` picks how grader requests are judged (see ``healthbench.testing.graders``: ``hashed``,
+    ``fooled``, ``reply_blind``, ``coin``, the last seeded by ``seed``).
+
     With ``strict_params`` (the default) it refuses what OpenAI refuses, as OpenAI does, with a 400
     before any rate limiting or fault: see ``healthbench.testing.params``.
 
@@ -99,6 +102,7 @@ class FakeOpenAI:
         max_batch_requests: int = 50_000,
         batch_token_limit: int | None = None,
         strict_params: bool = True,
+        grader: str = "hashed",
     ) -> None:
         unknown = sorted(set(faults) - set(FAULT_KINDS))
         if unknown:
@@ -107,6 +111,8 @@ class FakeOpenAI:
             raise ValueError("fault_rate must be between 0 and 1")
         if fault_rate > 0 and not faults:
             raise ValueError("fault_rate > 0 needs at least one fault kind")
+        if grader not in GRADERS:
+            raise ValueError(f"unknown grader {grader!r}; choose from {GRADERS}")
         if rate_limit is not None and rate_limit <= 0:
             raise ValueError("rate_limit must be positive")
         if latency < 0 or not 0 <= latency_jitter <= latency:
@@ -144,6 +150,7 @@ class FakeOpenAI:
         # The organization's enqueued-token limit: a batch that would pass it fails, as OpenAI's do.
         self.batch_token_limit = batch_token_limit
         self.strict_params = strict_params
+        self.grader = grader
         # Files and batches live as long as the server, across reset(), like the real service's.
         self.batch_api: FakeBatchAPI = FakeBatchAPI(self)
         self.base_url: str | None = None
@@ -268,7 +275,8 @@ class FakeOpenAI:
         content = self.respond(body) if self.respond is not None else None
         if content is None:
             if (grader_prompt := prompt.grader_prompt) is not None:
-                content = verdict_reply(prompt_verdict(grader_prompt))
+                met, explanation = fake_verdict(self.grader, grader_prompt, self.seed)
+                content = verdict_reply(met, None if self.grader == "hashed" else explanation)
             else:
                 content = policy_reply(prompt.items)
         return content
