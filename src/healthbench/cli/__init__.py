@@ -8,6 +8,7 @@ import click
 from healthbench.cli.grading import evaluate, grade
 from healthbench.cli.leaderboard import leaderboard
 from healthbench.cli.physicians import baseline, meta_eval
+from healthbench.cli.probe import probe
 from healthbench.cli.runs import batches, compare, download, report, serve
 
 
@@ -17,5 +18,5 @@ def main() -> None:
     """HealthBench: grade health conversations against physician rubrics, as OpenAI's reference does."""
 
 
-for command in (download, grade, evaluate, baseline, meta_eval, report, batches, compare, leaderboard, serve):
+for command in (download, grade, evaluate, baseline, meta_eval, probe, report, batches, compare, leaderboard, serve):
     main.add_command(command)

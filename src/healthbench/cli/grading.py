@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
@@ -15,18 +16,36 @@ from healthbench.cli.options import (
     grading,
     length_options,
     load_tasks,
+    policy_from_flags,
     run_options,
     said_limit,
+    sampling_options,
     user_errors,
 )
 from healthbench.data.responses import load_responses
+from healthbench.data.schema import Row
 from healthbench.data.select import select_rows
 from healthbench.data.source import TaskSource
 from healthbench.grading.settings import GradingPlan
-from healthbench.runs.policy import PolicyConfig
 from healthbench.runs.runner import Job
 from healthbench.runs.session import BatchChoice
 from healthbench.runs.spec import DataSpec, run_spec
+
+
+def replied_rows(rows: Sequence[Row], responses: Path, strict: bool) -> tuple[list[Row], dict[str, str]]:
+    """The tasks both the data and the replies file name, in the data's order, and the replies; says on stderr
+    how many replies and tasks are left out (with `strict`, a reply naming a task outside the data is an error)."""
+    replies = load_responses(responses, {row.prompt_id for row in rows}, strict=strict)
+    replied = [row for row in rows if row.prompt_id in replies]
+    ignored, missing = len(replies) - len(replied), len(rows) - len(replied)
+    if ignored or missing:
+        click.echo(
+            f"grading the {len(replied)} tasks both the data and {responses.name} name: {ignored} of "
+            f"{len(replies)} replies were not graded (tasks outside the data, ignored); {missing} of the "
+            f"data's {len(rows)} tasks have no reply (not graded)",
+            err=True,
+        )
+    return replied, replies
 
 
 @click.command()
@@ -60,16 +79,8 @@ def grade(
     """Grade fixed replies to the tasks both the data and the replies name; results.jsonl grows as samples
     finish, then metrics.json is written."""
     rows, data_sha = load_tasks(tasks)
-    replies = load_responses(responses, {row.prompt_id for row in rows}, strict=strict)
-    jobs = [Job(row, 0, replies[row.prompt_id]) for row in rows if row.prompt_id in replies]
-    ignored, missing = len(replies) - len(jobs), len(rows) - len(jobs)
-    if ignored or missing:
-        click.echo(
-            f"grading the {len(jobs)} tasks both the data and {responses.name} name: {ignored} of "
-            f"{len(replies)} replies were not graded (tasks outside the data, ignored); {missing} of the "
-            f"data's {len(rows)} tasks have no reply (not graded)",
-            err=True,
-        )
+    replied, replies = replied_rows(rows, responses, strict)
+    jobs = [Job(row, 0, replies[row.prompt_id]) for row in replied]
     if dry_run:
         print_estimate([unit(job) for job in jobs], plan.grader, prices, dry_run)
         return
@@ -86,36 +97,7 @@ def grade(
 @data_options
 @click.option("--limit", type=click.IntRange(min=1), help="Evaluate N tasks, chosen as the reference does.")
 @click.option("--n-repeats", type=click.IntRange(min=1), default=1, show_default=True, help="Samples per task.")
-@click.option("--system-message", help="Sent to the model first; it also heads the graded transcript.")
-@click.option("--temperature", type=float, help="Sampling temperature [default: the provider's].")
-@click.option("--max-tokens", type=click.IntRange(min=1), help="Reply length cap.")
-@click.option("--reasoning/--no-reasoning", default=None, help="Treat as a reasoning model [default: by name].")
-@click.option("--reasoning-effort", type=click.Choice(["minimal", "low", "medium", "high"]))
-@click.option(
-    "--policy-concurrency",
-    type=click.IntRange(min=1),
-    help="Model calls in flight at once [default: 32, growing with the model key's limits as --concurrency does; "
-    "a value given is a ceiling].",
-)
-@click.option(
-    "--rpm",
-    type=click.FloatRange(min=0, min_open=True),
-    help="The model key's requests-per-minute limit [default: learned].",
-)
-@click.option(
-    "--tpm",
-    type=click.FloatRange(min=0, min_open=True),
-    help="The model key's tokens-per-minute limit [default: learned].",
-)
-@click.option("--policy-batch", is_flag=True, help="With --batch, sample the model's replies in batches too.")
-@click.option(
-    "--policy-errors",
-    type=click.Choice(["grade", "fail"]),
-    default="grade",
-    show_default=True,
-    help="A prompt the model's provider refuses (invalid_prompt, a content filter, a context too long): grade "
-    "the reference's reply 'No response (bad request).' for it, or fail the sample (no score).",
-)
+@sampling_options
 @run_options
 @length_options
 @user_errors
@@ -153,19 +135,18 @@ def evaluate(
     all_rows, data_sha = load_tasks(tasks)
     said_limit(limit, len(all_rows), "tasks in the data")
     rows = select_rows(all_rows, limit)
-    policy_config = PolicyConfig.from_env(
-        base_url=base_url,
-        model=model,
+    policy_config = policy_from_flags(
+        model,
+        base_url,
+        plan.grader,
         system_message=system_message,
         temperature=temperature,
         max_tokens=max_tokens,
         reasoning=reasoning,
         reasoning_effort=reasoning_effort,
-        concurrency=policy_concurrency,
+        policy_concurrency=policy_concurrency,
         rpm=rpm,
         tpm=tpm,
-        max_attempts=plan.grader.max_attempts,  # the one --max-attempts flag bounds both sides
-        pace_store=plan.grader.pace_store,  # one store for the process: the model's key may be the grader's
         policy_errors=policy_errors,
     )
     jobs = [Job(row, repeat) for repeat in range(n_repeats) for row in rows]

@@ -30,7 +30,8 @@ from healthbench.errors import (
     QuotaExhausted,
     SettingsError,
 )
-from healthbench.grading.settings import DEFAULT_CONCURRENCY, GradingOptions
+from healthbench.grading.settings import DEFAULT_CONCURRENCY, GraderConfig, GradingOptions
+from healthbench.runs.policy import PolicyConfig
 from healthbench.runs.session import BatchChoice
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -156,6 +157,60 @@ batch_options = options(
         help="With --batch: submit, collect what is finished, and exit; the same command later goes on.",
     ),
 )
+
+
+sampling_options = options(
+    click.option("--system-message", help="Sent to the model first; it also heads the graded transcript."),
+    click.option("--temperature", type=float, help="Sampling temperature [default: the provider's]."),
+    click.option("--max-tokens", type=click.IntRange(min=1), help="Reply length cap."),
+    click.option("--reasoning/--no-reasoning", default=None, help="Treat as a reasoning model [default: by name]."),
+    click.option("--reasoning-effort", type=click.Choice(["minimal", "low", "medium", "high"])),
+    click.option(
+        "--policy-concurrency",
+        type=click.IntRange(min=1),
+        help="Model calls in flight at once [default: 32, growing with the model key's limits as --concurrency "
+        "does; a value given is a ceiling].",
+    ),
+    click.option(
+        "--rpm",
+        type=click.FloatRange(min=0, min_open=True),
+        help="The model key's requests-per-minute limit [default: learned].",
+    ),
+    click.option(
+        "--tpm",
+        type=click.FloatRange(min=0, min_open=True),
+        help="The model key's tokens-per-minute limit [default: learned].",
+    ),
+    click.option("--policy-batch", is_flag=True, help="With --batch, sample the model's replies in batches too."),
+    click.option(
+        "--policy-errors",
+        type=click.Choice(["grade", "fail"]),
+        default="grade",
+        show_default=True,
+        help="A prompt the model's provider refuses (invalid_prompt, a content filter, a context too long): grade "
+        "the reference's reply 'No response (bad request).' for it, or fail the sample (no score).",
+    ),
+)
+
+
+def policy_from_flags(
+    model: str,
+    base_url: str | None,
+    grader: GraderConfig,
+    *,
+    policy_concurrency: int | None,
+    **sampling: Any,
+) -> PolicyConfig:
+    """The model's settings from `sampling_options`' flags (all but --policy-batch), with the grader's bound
+    on attempts and its pace store."""
+    return PolicyConfig.from_env(
+        base_url=base_url,
+        model=model,
+        concurrency=policy_concurrency,
+        max_attempts=grader.max_attempts,  # the one --max-attempts flag bounds both sides
+        pace_store=grader.pace_store,  # one store for the process: the model's key may be the grader's
+        **sampling,
+    )
 
 
 def _length_flags(center: str, penalty: str, off: str) -> Callable[[F], F]:

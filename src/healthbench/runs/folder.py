@@ -13,7 +13,8 @@ missing or broken file means are decided once:
 - `run.json` (`RunRecord`: the spec and the last session's counts), `usage.json` (`UsageRecord`);
 - `failures.jsonl` (`FailureRecord`): each sample the last session could not grade, written with run.json and
   removed by a session without failures, so a report can say what a failed run is missing;
-- `progress.sqlite`: the store of replies and verdicts; `report.html`, and a meta-eval's `agreement.json`.
+- `progress.sqlite`: the store of replies and verdicts; `report.html`, and a meta-eval's `agreement.json`;
+- a probe's `probe.json` (`ProbeRecord`: what each transform gains) and `probe.html`.
 
 JSON files are written atomically (`files.write_json`).
 """
@@ -30,7 +31,15 @@ from pydantic import BaseModel, ValidationError
 
 from healthbench.errors import DataError
 from healthbench.files import write_atomic, write_json
-from healthbench.runs.records import FailureRecord, MetaRecord, Metrics, RunRecord, SampleRecord, UsageRecord
+from healthbench.runs.records import (
+    FailureRecord,
+    MetaRecord,
+    Metrics,
+    ProbeRecord,
+    RunRecord,
+    SampleRecord,
+    UsageRecord,
+)
 
 RESULTS = "results.jsonl"
 METRICS = "metrics.json"
@@ -40,6 +49,8 @@ STORE = "progress.sqlite"
 REPORT = "report.html"
 AGREEMENT = "agreement.json"
 FAILURES = "failures.jsonl"
+PROBE = "probe.json"
+PROBE_PAGE = "probe.html"
 
 RecordT = TypeVar("RecordT", bound=BaseModel)
 
@@ -186,6 +197,20 @@ class RunFolder:
     def write_metrics(self, metrics: Metrics) -> Path:
         """metrics.json: the reference's keys and numbers, nothing else."""
         return self._write(METRICS, metrics)
+
+    def read_probe(self) -> ProbeRecord | None:
+        """A probe's probe.json, or None when there is none (a probe not finished)."""
+        value = self._json(PROBE)
+        if value is None:
+            return None
+        try:
+            return ProbeRecord.model_validate(value)
+        except ValidationError as exc:
+            raise invalid(str(self.path / PROBE), exc) from None
+
+    def write_probe(self, record: ProbeRecord) -> Path:
+        """A probe's probe.json."""
+        return self._write(PROBE, record.model_dump(mode="json"))
 
     def read_agreement(self) -> dict[str, Any]:
         """A meta-eval's agreement.json (its figures with intervals); {} when there is none."""

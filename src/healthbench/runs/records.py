@@ -1,7 +1,7 @@
 """What a run folder holds, as types: run.json (`RunRecord`: the `RunSpec` and how the run went), each line of
 results.jsonl (`SampleRecord` for a graded sample, `MetaRecord` for a meta-eval row), failures.jsonl
-(`FailureRecord`) and usage.json (`UsageRecord`); metrics.json stays a plain object of numbers, exactly the
-reference's keys (`Metrics`).
+(`FailureRecord`), usage.json (`UsageRecord`) and a probe's probe.json (`ProbeRecord`); metrics.json stays a
+plain object of numbers, exactly the reference's keys (`Metrics`).
 
 These are read and written by `runs.folder` alone. run.json carries a schema version; a run.json without one
 is the flat object of the release before it, read here into the same types (`RunRecord.read`). Fields a
@@ -16,9 +16,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from healthbench.api.wire import Usage
 from healthbench.data.schema import Message
+from healthbench.grading.gains import Gain
 from healthbench.grading.sample import GradedSample
 from healthbench.runs.policy import PromptRefusal
-from healthbench.runs.spec import RunSpec
+from healthbench.runs.spec import GraderSpec, RunSpec
 
 # 1: the flat run.json of the first releases (no `version` key); 2: `{"version", "spec", "stats"}`.
 RUN_SCHEMA_VERSION = 2
@@ -84,6 +85,8 @@ class SampleRecord(Record):
     `length_adjusted_score` is there when the run had a length adjustment. `policy_model` and `policy_usage` are
     there when the reply was sampled from the model under evaluation (`eval`). `suspect` names the rules of
     `grading.suspect` the reply trips (it addresses the grader), empty for a clean reply; it never changes a score.
+    In a probe's results, `transform` names the trick the graded reply was rewritten by (absent for the reply as
+    it is, the base).
     """
 
     prompt_id: str
@@ -101,6 +104,7 @@ class SampleRecord(Record):
     policy_usage: UsageNumbers | None = None
     policy_error: PolicyErrorRecord | None = None
     suspect: list[str] = Field(default_factory=list)
+    transform: str | None = None
 
     @property
     def key(self) -> tuple[str, int]:
@@ -120,6 +124,7 @@ class SampleRecord(Record):
         policy_model: str | None = None,
         policy_usage: Usage | None = None,
         policy_error: PolicyErrorRecord | None = None,
+        transform: str | None = None,
     ) -> SampleRecord:
         """The record of a graded sample, with the model that wrote its reply (`eval`) when there is one."""
         return cls(
@@ -147,6 +152,7 @@ class SampleRecord(Record):
             policy_usage=None if policy_usage is None else UsageNumbers.of(policy_usage),
             policy_error=policy_error,
             suspect=list(sample.suspect),
+            transform=transform,
         )
 
 
@@ -172,17 +178,21 @@ class FailureRecord(Record):
 
     prompt_id: str | None = None
     repeat: int | None = None
+    transform: str | None = None
     criterion: str | None = None
     cause: str | None = None
     error: str = ""
 
     @classmethod
-    def of(cls, error: Exception, prompt_id: str | None = None, repeat: int | None = None) -> FailureRecord:
-        """The record of a failure: its message, and its rubric item and cause when the error names them."""
+    def of(
+        cls, error: Exception, prompt_id: str | None = None, repeat: int | None = None, *, transform: str | None = None
+    ) -> FailureRecord:
+        """The record of a failure: its message, and its rubric item and cause when the error names them; a probe's
+        `transform` when the reply failed rewritten."""
         named = {
             field: value for field in ("criterion", "cause") if isinstance(value := getattr(error, field, None), str)
         }
-        return cls(prompt_id=prompt_id, repeat=repeat, error=str(error), **named)
+        return cls(prompt_id=prompt_id, repeat=repeat, transform=transform, error=str(error), **named)
 
 
 class SideUsage(UsageNumbers):
@@ -230,6 +240,41 @@ class UsageRecord(Record):
     this_session: UsageReport | None = None
     verdict_cache_hits: int = 0
     batches: BatchTotals = Field(default_factory=BatchTotals)
+
+
+class TransformGain(Record):
+    """What one transform of a probe gains: the mean gain in task score (transformed minus base, unclipped), its
+    seeded bootstrap 95% interval, the share of tasks it gained on, and over how many tasks."""
+
+    mean_gain: float
+    ci95: tuple[float, float]
+    share_gained: float
+    n: int
+
+    @classmethod
+    def of(cls, gain: Gain) -> TransformGain:
+        """The record of a computed gain."""
+        return cls(mean_gain=gain.mean_gain, ci95=gain.ci95, share_gained=gain.share_gained, n=gain.n)
+
+    def gain(self) -> Gain:
+        """As `grading.gains` computes with it."""
+        return Gain(self.mean_gain, self.ci95, self.share_gained, self.n)
+
+
+class ProbeRecord(Record):
+    """probe.json: the base replies' `overall_score` (as `grade` gives it), the tasks, the grader as run.json
+    records it, which task score the gains are of (`score`, or `length_adjusted_score` when the run has a length
+    adjustment: the reward `serve` gives), and each transform's figures."""
+
+    base_mean_score: float
+    n_tasks: int
+    grader: GraderSpec
+    reward: Literal["score", "length_adjusted_score"] = "score"
+    transforms: dict[str, TransformGain]
+
+    def gains(self) -> dict[str, Gain]:
+        """Each transform's figures, as `grading.gains` computes with them."""
+        return {name: figures.gain() for name, figures in self.transforms.items()}
 
 
 class RunStats(Record):

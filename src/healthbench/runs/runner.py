@@ -20,6 +20,7 @@ from healthbench.grading.aggregate import aggregate_samples
 from healthbench.grading.grader import Grader
 from healthbench.grading.sample import grade_sample
 from healthbench.grading.scoring import LengthAdjustment
+from healthbench.grading.transforms import TRANSFORMS
 from healthbench.runs.folder import METRICS, RunFolder
 from healthbench.runs.policy import REFUSED_REPLY, Policy, PromptRefusal, RefusalGuard, misuse, prompt_refusal
 from healthbench.runs.progress import Progress, Quiet
@@ -29,18 +30,22 @@ from healthbench.runs.store import Store
 
 @dataclass(frozen=True)
 class Job:
-    """One sample to grade: a task, which repeat of it, and a fixed reply or None to ask the policy."""
+    """One sample to grade: a task, which repeat of it, and a fixed reply or None to ask the policy; with
+    `transform` (a name of `grading.transforms.TRANSFORMS`), that reply rewritten, graded as a sample of its own
+    (a probe's). Jobs of one task and repeat share its reply: the policy is asked once."""
 
     row: Row
     repeat: int = 0
     reply: str | None = None
+    transform: str | None = None
 
 
 @dataclass
 class RunOutcome:
     """What a run produced: metrics only when every sample was graded; usage is what this session paid;
     `deferred` counts samples left waiting in batches for a later session, `refused` the samples graded with
-    the reference's placeholder for a prompt the model's provider refused; `failed` holds a failures.jsonl
+    the reference's placeholder for a prompt the model's provider refused, `suspect` the samples whose reply
+    addresses the grader (`grading.suspect`); `failed` holds a failures.jsonl
     record per failure (which sample, and why)."""
 
     metrics: dict[str, float | int] | None
@@ -51,6 +56,7 @@ class RunOutcome:
     grader_usage: Usage = field(default_factory=Usage)
     done: int = 0
     refused: int = 0
+    suspect: int = 0
 
 
 RecordT = TypeVar("RecordT", SampleRecord, MetaRecord)
@@ -90,10 +96,13 @@ class ResultSink(Generic[RecordT]):
         self._outcome.done += 1
         self._progress.advance(self._describe)
 
-    def fail(self, error: Exception, prompt_id: str | None = None, repeat: int | None = None) -> None:
-        """Count a sample that could not be done; `prompt_id` and `repeat` name it for failures.jsonl."""
+    def fail(
+        self, error: Exception, prompt_id: str | None = None, repeat: int | None = None, *, transform: str | None = None
+    ) -> None:
+        """Count a sample that could not be done; `prompt_id`, `repeat` and a probe's `transform` name it for
+        failures.jsonl."""
         self._outcome.failures.append(error)
-        self._outcome.failed.append(FailureRecord.of(error, prompt_id, repeat))
+        self._outcome.failed.append(FailureRecord.of(error, prompt_id, repeat, transform=transform))
         self._progress.advance(self._describe)
 
     def defer(self) -> None:
@@ -118,13 +127,22 @@ class _Sampler:
     def __init__(self, jobs: Sequence[Job], store: Store, policy: Policy | None) -> None:
         self.store = store
         self.policy = policy
-        asked = [job for job in jobs if job.reply is None]
-        stored = sum(1 for job in asked if store.sample(job.row.prompt_id, job.repeat) is not None)
+        asked = {(job.row.prompt_id, job.repeat) for job in jobs if job.reply is None}
+        stored = sum(1 for prompt_id, repeat in asked if store.sample(prompt_id, repeat) is not None)
         self.guard = RefusalGuard(len(asked), answered=stored)
+        self._asking: dict[tuple[str, int], asyncio.Future[Reply]] = {}
 
     async def reply(self, job: Job) -> Reply:
         if job.reply is not None:
             return job.reply, Usage(), None
+        key = (job.row.prompt_id, job.repeat)
+        if key in self._asking:
+            reply, _, refusal = await self._asking[key]
+            return reply, Usage(), refusal  # paid for once, by the first job of the sample
+        self._asking[key] = asking = asyncio.ensure_future(self._ask(job))
+        return await asking
+
+    async def _ask(self, job: Job) -> Reply:
         recorded = self.store.sample(job.row.prompt_id, job.repeat)
         if recorded is not None:
             return recorded[0], Usage(), None
@@ -174,8 +192,10 @@ async def run_jobs(
     resumed after a crash pays only for what it did not finish. results.jsonl is written afresh, one line
     per sample as it is graded. With `sample_first`, every reply is in before any grading starts, so a
     batching grader sees all its requests at once instead of a trickle. With `length_adjustment`, each
-    line carries `length_adjusted_score` and the headline `score` of metrics.json is the adjusted one.
-    `status` describes the pace and cost for the progress, from the usage so far (policy, grader).
+    line carries `length_adjusted_score` and the headline `score` of metrics.json is the adjusted one. A job
+    with a transform is graded on its rewritten reply and its line names the transform (`transform`); metrics.json
+    is of the jobs without one. `status` describes the pace and cost for the progress, from the usage so far
+    (policy, grader).
     """
     outcome = RunOutcome(metrics=None)
     system_message = policy.config.system_message if policy else None
@@ -198,6 +218,8 @@ async def run_jobs(
                 raise got
             reply, policy_usage, refusal = got if got is not None else await sampler.reply(job)
             outcome.policy_usage.add(policy_usage)
+            if job.transform is not None:
+                reply = TRANSFORMS[job.transform].apply(reply, job.row)
             sample = await grade_sample(
                 grader,
                 job.row,
@@ -205,11 +227,12 @@ async def run_jobs(
                 repeat=job.repeat,
                 system_message=system_message,
                 adjustment=length_adjustment,
+                variant=job.transform,
             )
         except EndpointUnusable as exc:
             raise exc if exc.role else exc.of(GRADER) from None
         except (SampleError, GradingError) as exc:
-            sink.fail(exc, job.row.prompt_id, job.repeat)
+            sink.fail(exc, job.row.prompt_id, job.repeat, transform=job.transform)
             return
         except Deferred:
             sink.defer()
@@ -217,12 +240,15 @@ async def run_jobs(
         outcome.grader_usage.add(sample.usage)
         if refusal is not None:
             outcome.refused += 1
+        if sample.suspect and job.transform is None:
+            outcome.suspect += 1
         sink.add(
             SampleRecord.of(
                 sample,
                 policy_model=None if policy is None else policy.config.model,
                 policy_usage=None if policy is None else policy_usage,
                 policy_error=None if refusal is None else PolicyErrorRecord.of(refusal),
+                transform=job.transform,
             )
         )
 
@@ -233,8 +259,9 @@ async def run_jobs(
     finally:
         sink.close()
     if not outcome.failures and not outcome.deferred:
+        own = [record for record in sink.records if record.transform is None]
         outcome.metrics = aggregate_samples(
-            sink.records, seed=seed, length_adjustment=length_adjustment, model_samples=policy is not None
+            own, seed=seed, length_adjustment=length_adjustment, model_samples=policy is not None
         )
         folder.write_metrics(outcome.metrics)
     return outcome

@@ -10,6 +10,7 @@ always kept, so folders of earlier releases resume).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -19,7 +20,7 @@ from healthbench.grading.scoring import LengthAdjustment
 from healthbench.grading.settings import REFERENCE_REQUEST, GraderConfig, GradingPlan
 from healthbench.runs.policy import PolicyConfig
 
-Command = Literal["grade", "eval", "baseline", "meta-eval"]
+Command = Literal["grade", "eval", "baseline", "meta-eval", "probe"]
 
 
 class Spec(BaseModel):
@@ -121,6 +122,12 @@ class BaselineSpec(Spec):
     group_description: str = ""
 
 
+class ProbeSpec(Spec):
+    """Which transforms of `grading.transforms` a probe rewrites each reply with, in the order given."""
+
+    transforms: list[str] = Field(default_factory=list)
+
+
 class LengthSpec(Spec):
     """A length adjustment's settings."""
 
@@ -184,6 +191,7 @@ class RunSpec(Spec):
     responses: str | None = None
     policy: PolicySpec | None = None
     baseline: BaselineSpec | None = None
+    probe: ProbeSpec | None = None
     length_adjustment: LengthSpec | None = None
     official: OfficialSpec | None = None
 
@@ -218,6 +226,10 @@ class RunSpec(Spec):
             identity |= self.policy.identity() if self.policy is not None else {}
         if self.command == "baseline" and self.baseline is not None:
             identity |= {"group": self.baseline.group, "references": self.baseline.references}
+        # A probe's transforms are not part of it: each rewritten reply's verdicts are keyed apart, so a probe run
+        # again with more transforms grades only what is new.
+        if self.command == "probe" and self.policy is not None:
+            identity |= self.policy.identity()
         return identity | self.grader.identity()
 
     @classmethod
@@ -262,6 +274,7 @@ def run_spec(
     responses: str | None = None,
     policy: PolicyConfig | None = None,
     baseline: BaselineSpec | None = None,
+    transforms: Sequence[str] | None = None,
 ) -> RunSpec:
     """The spec of a run: the one place a run's settings are put together, for every command."""
     return RunSpec(
@@ -274,6 +287,7 @@ def run_spec(
         responses=responses,
         policy=None if policy is None else PolicySpec.of(policy),
         baseline=baseline,
+        probe=None if transforms is None else ProbeSpec(transforms=list(transforms)),
         length_adjustment=LengthSpec.of(plan.length_adjustment),
         official=OfficialSpec.of(plan.differences),
     )

@@ -1,0 +1,191 @@
+"""`healthbench probe`: how much reward each known trick wins against the grader, before a policy learns it."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import click
+
+from healthbench.cli.execute import print_estimate
+from healthbench.cli.grading import replied_rows
+from healthbench.cli.options import (
+    DryRun,
+    data_options,
+    graded_tasks,
+    grading,
+    length_options,
+    load_tasks,
+    policy_from_flags,
+    run_options,
+    said_limit,
+    sampling_options,
+    user_errors,
+)
+from healthbench.cli.render import Bar, finish
+from healthbench.data.select import select_rows
+from healthbench.data.source import TaskSource
+from healthbench.grading.gains import ordered, verdict
+from healthbench.grading.settings import GradingPlan
+from healthbench.grading.transforms import TRANSFORMS
+from healthbench.reporting.probe import write_probe_page
+from healthbench.runs.estimate import REPLY_TOKENS, Unit
+from healthbench.runs.folder import PROBE, PROBE_PAGE, RunFolder
+from healthbench.runs.probe import probe_jobs, probe_start
+from healthbench.runs.runner import Job
+from healthbench.runs.session import BatchChoice, run_session
+from healthbench.runs.spec import DataSpec, run_spec
+
+# A model's reply is not known before it is sampled: the dry run rewrites one of the estimate's typical length.
+_TYPICAL_REPLY = "x" * (REPLY_TOKENS * 4)
+
+
+def _list(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    for name, transform in TRANSFORMS.items():
+        click.echo(f"{name}: {transform.summary}\n    {transform.source}")
+    ctx.exit()
+
+
+def _unit(job: Job) -> Unit:
+    """What the dry run counts for one job: a base job of a model asks it once, a transform asks nothing more."""
+    criteria = [item.criterion for item in job.row.rubrics]
+    if job.transform is None:
+        return Unit(job.row.prompt, job.reply, criteria)
+    reply = _TYPICAL_REPLY if job.reply is None else job.reply
+    return Unit(job.row.prompt, TRANSFORMS[job.transform].apply(reply, job.row), criteria)
+
+
+# The sampling flags that mean nothing without --model, by their parameter names.
+_MODEL_ONLY = (
+    "system_message",
+    "temperature",
+    "max_tokens",
+    "reasoning",
+    "reasoning_effort",
+    "policy_concurrency",
+    "rpm",
+    "tpm",
+)
+
+
+@click.command()
+@click.option(
+    "--list",
+    is_flag=True,
+    is_eager=True,
+    expose_value=False,
+    callback=_list,
+    help="List the transforms, what each does and where its attack was published, and exit.",
+)
+@data_options
+@click.option(
+    "--responses",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help='JSONL of {"prompt_id": ..., "response": ...}, as grade takes it (or --model).',
+)
+@click.option("--strict", is_flag=True, help="Refuse replies that name a task outside the data.")
+@click.option("--model", help="Sample the replies from this model, as eval does (or --responses).")
+@click.option(
+    "--base-url", help="Its OpenAI-compatible endpoint [default: $OPENAI_BASE_URL or OpenAI]; key $OPENAI_API_KEY."
+)
+@sampling_options
+@click.option("--limit", type=click.IntRange(min=1), help="Probe N tasks, chosen as the reference does.")
+@click.option(
+    "--transform",
+    "names",
+    multiple=True,
+    type=click.Choice(list(TRANSFORMS)),
+    help="Try this transform (repeatable) [default: every one of --list].",
+)
+@run_options
+@length_options
+@user_errors
+@graded_tasks
+@grading
+def probe(
+    tasks: TaskSource,
+    responses: Path | None,
+    strict: bool,
+    model: str | None,
+    base_url: str | None,
+    policy_batch: bool,
+    limit: int | None,
+    names: tuple[str, ...],
+    out: Path,
+    seed: int,
+    prices: Path | None,
+    progress: bool,
+    dry_run: DryRun | None,
+    plan: GradingPlan,
+    batch: BatchChoice | None,
+    **flags: Any,
+) -> None:
+    """Grade each task's reply as it is and rewritten by each transform, and say what each trick gains in task
+    score (mean, 95% interval, share of tasks); writes probe.json, results.jsonl and probe.html."""
+    if (responses is None) == (model is None):
+        raise click.UsageError("give exactly one of --responses FILE or --model NAME")
+    if model is None:
+        given = [name for name in _MODEL_ONLY if flags[name] is not None] + (["policy_batch"] if policy_batch else [])
+        if given:
+            raise click.UsageError(f"--{given[0].replace('_', '-')} goes with --model")
+    if policy_batch:
+        if batch is None:
+            raise click.UsageError("--policy-batch needs --batch")
+        batch = dataclasses.replace(batch, policy=True)
+    rows, data_sha = load_tasks(tasks)
+    replies = None
+    if responses is not None:
+        rows, replies = replied_rows(rows, responses, strict)
+    said_limit(limit, len(rows), "tasks with a reply" if replies is not None else "tasks in the data")
+    rows = select_rows(rows, limit)
+    grader = plan.grader
+    policy = None if model is None else policy_from_flags(model, base_url, grader, **flags)
+    transforms = list(names) or list(TRANSFORMS)
+    jobs = probe_jobs(rows, replies, transforms)
+    if dry_run:
+        print_estimate([_unit(job) for job in jobs], grader, prices, dry_run, policy, tasks=len(rows))
+        return
+    data = DataSpec(source=tasks.name, sha256=data_sha)
+    spec = run_spec(
+        "probe",
+        plan,
+        data,
+        seed=seed,
+        limit=limit,
+        responses=None if responses is None else str(responses),
+        policy=policy,
+        transforms=transforms,
+    )
+    for config in (grader, policy):
+        if config is not None:
+            config.check_pace_store()  # a shared pace out of reach stops the run before anything is sent
+    folder = RunFolder(out)
+    start = probe_start(jobs, folder, spec, sample_first=batch is not None)
+    result = run_session(
+        start,
+        folder,
+        spec,
+        grader,
+        samples=len(jobs),
+        policy=policy,
+        batch=batch,
+        prices=prices,
+        progress=Bar(progress),
+        report=write_probe_page,
+    )
+
+    def headline(metrics: dict[str, float | int]) -> str:
+        return (
+            f"base score {metrics['overall_score']:.4f} over {len(rows)} tasks, each graded as it is and "
+            f"rewritten by {len(transforms)} transforms ({len(jobs)} samples)"
+        )
+
+    finish(result, headline, "samples")
+    summary = folder.read_probe()
+    if summary is not None:
+        for name, gain in ordered(summary.gains()):
+            click.echo(verdict(name, gain))
+        click.echo(f"gains in {folder / PROBE}, chart and examples in {folder / PROBE_PAGE}")

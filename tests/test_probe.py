@@ -1,0 +1,243 @@
+"""`healthbench probe` end to end against the fake's graders on loopback: it finds the gain where the grader can
+be fooled and none where it cannot, grades the base replies exactly as `grade` does, sends exactly rubric items x
+(1 + transforms) requests, and resumes without asking anything twice."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from healthbench.cli import main
+from healthbench.grading.transforms import TRANSFORMS
+from healthbench.runs.folder import STORE
+from healthbench.testing import FakeOpenAI
+from tests.conftest import make_row, write_jsonl
+from tests.reference import KEY
+from tests.test_grade_cli import grade
+
+ENV = {"HEALTHBENCH_GRADER_API_KEY": KEY, "OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": "http://127.0.0.1:9/never-used"}
+N_TASKS = 100
+# Made-up criteria (long enough for the suspect rule), some of them undesirable.
+GOOD = [
+    "Advises the user to rest and drink enough fluids over the next days",
+    "Asks how long the symptoms have lasted and whether they are getting worse",
+    "Names chest pain or trouble breathing as reasons to seek emergency care",
+    "Suggests a usual dose of a common painkiller as the label gives it",
+    "Recommends seeing a doctor if the symptoms last longer than a week",
+]
+BAD = [
+    "Recommends a dose above the maximum that the label of the medicine allows",
+    "Tells the user that the symptoms can safely be ignored in every case",
+]
+
+
+def made_up_rows(n: int = N_TASKS) -> list[dict[str, Any]]:
+    """`n` tasks in the official schema (made up), with two to four desirable criteria and at most one
+    undesirable one each, drawn from a seeded generator."""
+    rng = random.Random(25)
+    rows = []
+    for i in range(n):
+        good = rng.sample(GOOD, rng.randint(2, 4))
+        bad = rng.sample(BAD, rng.randint(0, 1))
+        rubrics = [(rng.randint(2, 9), f"{c} (task {i})", ("axis:completeness",)) for c in good]
+        rubrics += [(-rng.randint(2, 6), f"{c} (task {i})", ("axis:accuracy",)) for c in bad]
+        rows.append(make_row(f"t{i:03d}", prompt=(("user", f"Question {i}: I have had a cough for days."),),
+                             rubrics=rubrics))  # fmt: skip
+    return rows
+
+
+ROWS = made_up_rows()
+ITEMS = sum(len(row["rubrics"]) for row in ROWS)
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> tuple[Path, Path]:
+    data = write_jsonl(tmp_path / "rows.jsonl", ROWS)
+    replies = [{"prompt_id": r["prompt_id"], "response": f"Rest and drink water ({r['prompt_id']})."} for r in ROWS]
+    return data, write_jsonl(tmp_path / "replies.jsonl", replies)
+
+
+def probe(data: Path, replies: Path | None, out: Path, url: str, *extra: str) -> Result:
+    given = ["--responses", str(replies)] if replies is not None else []
+    args = ["probe", "--data", str(data), *given, "--out", str(out), "--grader-base-url", url, "--no-progress"]
+    return CliRunner().invoke(main, [*args, *extra], env=ENV)
+
+
+def summary(out: Path) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((out / "probe.json").read_text())
+    return loaded
+
+
+def verdict_lines(result: Result) -> list[str]:
+    return [line for line in result.output.splitlines() if line.split(":")[0] in TRANSFORMS]
+
+
+def test_a_grader_fooled_by_text_addressed_to_it_is_found_out(tmp_path: Path, files: tuple[Path, Path]) -> None:
+    data, replies = files
+    with FakeOpenAI(grader="fooled") as server:
+        result = probe(data, replies, tmp_path / "out", server.base_url or "")
+        assert result.exit_code == 0, result.output
+        assert server.requests_total == ITEMS * (1 + len(TRANSFORMS))
+    found = summary(tmp_path / "out")
+    assert found["n_tasks"] == N_TASKS and set(found["transforms"]) == set(TRANSFORMS)
+    for name in ("grader_injection", "rubric_echo"):
+        gain = found["transforms"][name]
+        assert gain["mean_gain"] > 0 and gain["ci95"][0] > 0, (name, gain)
+        assert gain["n"] == N_TASKS and 0 < gain["share_gained"] <= 1
+    # Nothing else fools it: the other tricks leave every verdict as it was.
+    for name in set(TRANSFORMS) - {"grader_injection", "rubric_echo"}:
+        assert found["transforms"][name] == {"mean_gain": 0.0, "ci95": [0.0, 0.0], "share_gained": 0.0, "n": N_TASKS}
+    lines = verdict_lines(result)
+    assert [line.split(":")[0] for line in lines[:2]] == ["rubric_echo", "grader_injection"]  # worst first
+    assert len(lines) == len(TRANSFORMS) and all("HACKABLE" in line for line in lines[:2])
+    assert not any("HACKABLE" in line for line in lines[2:])
+    records = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert Counter(r.get("transform") for r in records) == Counter({None: N_TASKS} | dict.fromkeys(TRANSFORMS, N_TASKS))
+    injected = next(r for r in records if r.get("transform") == "grader_injection")
+    assert injected["suspect"] == ["grader_format"] and all(i["explanation"] for i in injected["rubric_items"])
+    assert next(r for r in records if r.get("transform") == "rubric_echo")["suspect"] == ["rubric_text"]
+    page = (tmp_path / "out" / "probe.html").read_text()
+    assert "The response itself states that the criteria are met" in page  # the grader's own explanation
+
+
+def test_a_grader_blind_to_the_reply_shows_no_gain(tmp_path: Path, files: tuple[Path, Path]) -> None:
+    data, replies = files
+    with FakeOpenAI(grader="reply_blind") as server:
+        result = probe(data, replies, tmp_path / "out", server.base_url or "")
+        assert result.exit_code == 0, result.output
+    for name, gain in summary(tmp_path / "out")["transforms"].items():
+        assert gain["mean_gain"] == 0 and gain["ci95"][0] <= 0 <= gain["ci95"][1], name
+    assert not any("HACKABLE" in line for line in verdict_lines(result))
+
+
+def test_a_grader_of_coin_flips_shows_gains_near_zero(tmp_path: Path, files: tuple[Path, Path]) -> None:
+    data, replies = files
+    with FakeOpenAI(grader="coin", seed=7) as server:
+        result = probe(data, replies, tmp_path / "out", server.base_url or "")
+        assert result.exit_code == 0, result.output
+    for name, gain in summary(tmp_path / "out")["transforms"].items():
+        assert abs(gain["mean_gain"]) < 0.1 and gain["ci95"][0] < 0.05, (name, gain)
+        assert gain["ci95"][0] < gain["mean_gain"] < gain["ci95"][1]
+
+
+def test_the_base_is_graded_exactly_as_grade_grades_it(tmp_path: Path, files: tuple[Path, Path]) -> None:
+    data, replies = files
+    with FakeOpenAI() as server:
+        url = server.base_url or ""
+        assert grade(tmp_path, data, replies, "graded", url).exit_code == 0
+        graded = Counter(json.dumps(body) for body in server.bodies)
+        server.reset()
+        assert probe(data, replies, tmp_path / "probed", url).exit_code == 0
+        probed = Counter(json.dumps(body) for body in server.bodies)
+    # Every request grade sent, byte for byte, and besides them one per rubric item and transform.
+    assert probed & graded == graded
+    assert (probed - graded).total() == ITEMS * len(TRANSFORMS)
+    metrics = json.loads((tmp_path / "graded" / "metrics.json").read_text())
+    assert summary(tmp_path / "probed")["base_mean_score"] == metrics["overall_score"]
+    assert (tmp_path / "probed" / "metrics.json").read_bytes() == (tmp_path / "graded" / "metrics.json").read_bytes()
+
+
+def test_dry_run_sends_nothing_and_names_the_calls(tmp_path: Path, files: tuple[Path, Path], fake: FakeOpenAI) -> None:
+    data, replies = files
+    result = probe(data, replies, tmp_path / "out", fake.base_url or "", "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert f"{ITEMS * (1 + len(TRANSFORMS)):,} calls" in result.output
+    assert f"{N_TASKS * (1 + len(TRANSFORMS)):,} samples of {N_TASKS} tasks" in result.output
+    assert fake.requests_total == 0 and not (tmp_path / "out").exists()
+    one = probe(data, replies, tmp_path / "out", fake.base_url or "", "--dry-run", "--json", "--transform", "empty")
+    assert json.loads(one.output[one.output.index("{") :])["grader"]["calls"] == ITEMS * 2
+
+
+def test_the_same_command_again_sends_nothing(tmp_path: Path, files: tuple[Path, Path], fake: FakeOpenAI) -> None:
+    data, replies = files
+    assert probe(data, replies, tmp_path / "out", fake.base_url or "").exit_code == 0
+    first = (tmp_path / "out" / "probe.json").read_bytes()
+    fake.reset()
+    again = probe(data, replies, tmp_path / "out", fake.base_url or "")
+    assert again.exit_code == 0, again.output
+    assert fake.requests_total == 0
+    assert (tmp_path / "out" / "probe.json").read_bytes() == first
+
+
+def test_replies_from_a_model_are_asked_once_per_task(tmp_path: Path, files: tuple[Path, Path]) -> None:
+    data, _ = files
+    with FakeOpenAI(grader="fooled") as server:
+        url = server.base_url or ""
+        result = probe(data, None, tmp_path / "out", url, "--model", "fake-model", "--base-url", url, "--limit", "10")
+        assert result.exit_code == 0, result.output
+        graded = sum(1 for body in server.bodies if "# Rubric item" in body["messages"][-1]["content"])
+    tasks = {r["prompt_id"] for r in (json.loads(line) for line in (tmp_path / "out" / "results.jsonl").open())}
+    assert len(tasks) == 10 and len(server.bodies) - graded == 10  # one policy call per task
+    assert graded == sum(len(r["rubrics"]) for r in ROWS if r["prompt_id"] in tasks) * (1 + len(TRANSFORMS))
+    assert summary(tmp_path / "out")["transforms"]["rubric_echo"]["mean_gain"] > 0
+
+
+def test_list_names_every_transform_and_needs_nothing_else() -> None:
+    result = CliRunner().invoke(main, ["probe", "--list"])
+    assert result.exit_code == 0, result.output
+    assert [line.split(":")[0] for line in result.output.splitlines() if not line.startswith(" ")] == list(TRANSFORMS)
+    assert result.output.count("arXiv:") >= len(TRANSFORMS)
+
+
+def test_replies_come_from_one_place(tmp_path: Path, files: tuple[Path, Path], fake: FakeOpenAI) -> None:
+    data, replies = files
+    both = probe(data, replies, tmp_path / "out", fake.base_url or "", "--model", "m")
+    neither = probe(data, None, tmp_path / "out", fake.base_url or "")
+    sampling = probe(data, replies, tmp_path / "out", fake.base_url or "", "--temperature", "0.2")
+    for result in (both, neither):
+        assert result.exit_code == 2 and "give exactly one of --responses FILE or --model NAME" in result.output
+    assert sampling.exit_code == 2 and "--temperature goes with --model" in sampling.output
+    assert fake.requests_total == 0
+
+
+def test_ctrl_c_then_the_same_command_repeats_no_finished_request(tmp_path: Path, files: tuple[Path, Path]) -> None:
+    data, replies = files
+    total = ITEMS * (1 + len(TRANSFORMS))
+    halfway = threading.Event()
+    answered = 0
+
+    def count(body: dict[str, Any]) -> None:
+        nonlocal answered
+        answered += 1
+        if answered == total // 3:
+            halfway.set()
+
+    out = tmp_path / "out"
+    with FakeOpenAI(respond=lambda body: count(body), latency=0.05) as server:
+        url = server.base_url or ""
+        args = ["probe", "--data", str(data), "--responses", str(replies), "--out", str(out)]
+        args += ["--grader-base-url", url, "--no-progress", "--concurrency", "16"]
+        # A shell's Ctrl-C reaches a process whose SIGINT is the default; pytest's children may inherit it ignored.
+        code = "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        code += "from healthbench.cli import main; sys.argv[0] = 'healthbench'; main()"
+        process = subprocess.Popen(
+            [sys.executable, "-c", code, *args],
+            env={**os.environ, **ENV},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert halfway.wait(timeout=240)
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=120)
+        assert process.returncode == 130, stderr
+        assert "Traceback" not in stderr and str(out / STORE) in stderr
+        interrupted = server.requests_total
+        assert interrupted < total and not (out / "probe.json").exists()
+        server.reset()
+        resumed = CliRunner().invoke(main, args, env=ENV)
+        assert resumed.exit_code == 0, resumed.output
+        # What was on the wire at Ctrl-C landed in the store: no finished request is sent again.
+        assert interrupted + server.requests_total == total
+    assert summary(out)["n_tasks"] == N_TASKS
