@@ -106,12 +106,15 @@ def finish(result: SessionResult, headline: Headline, unit: str) -> None:
         return
     calls = outcome.policy_usage.calls + outcome.grader_usage.calls
     batched = f" in {result.batches_submitted} batches" if result.batched else ""
-    refused = ""
+    marks = ""
     if outcome.refused:
-        refused = f" ({outcome.refused} refused by the model and graded as the reply {REFUSED_REPLY!r})"
+        marks = f" ({outcome.refused} refused by the model and graded as the reply {REFUSED_REPLY!r})"
+    if outcome.suspect:
+        many = "reply" if outcome.suspect == 1 else "replies"
+        marks += f" ({outcome.suspect} {many} marked suspect, addressing the grader: see suspect in results.jsonl)"
     report = f", report in {result.report}" if result.report is not None else ""
     cost = CostMeter.describe(result.usage.this_session or result.usage.whole_run)
     click.echo(
-        f"{headline(outcome.metrics)}{refused}; {calls} calls this session{batched} ({result.cache_hits} verdicts "
+        f"{headline(outcome.metrics)}{marks}; {calls} calls this session{batched} ({result.cache_hits} verdicts "
         f"reused), cost {cost}; metrics in {folder / METRICS}{report}"
     )

@@ -4,6 +4,7 @@ run settings and the per-task drill-down, rendered from report.html.j2."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -148,6 +149,8 @@ def render_report(
         curve=worst_curve(shown),
         refused=sum(1 for record in results if record.policy_error is not None),
         refused_reply=REFUSED_REPLY,
+        suspect=sum(1 for record in results if record.suspect),
+        suspect_rules=sorted(Counter(rule for record in results for rule in record.suspect).items()),
         metric_rows=metric_rows(shown, prefixes),
         settings=settings(run),
         tasks=tasks,

@@ -29,7 +29,8 @@ class Task:
     `score` is the task's headline score (length-adjusted when the run's headline is), `raw_score` the
     unadjusted one, `adjusted` the length-adjusted one or None, and `chars` the reply's length. `repeat`
     names the sample among its task's ("repeat 2 of 3"; "" without repeats). `refusal`
-    is the provider's error when the model refused the prompt (the reply graded is then a placeholder).
+    is the provider's error when the model refused the prompt (the reply graded is then a placeholder);
+    `suspect` the rules of `grading.suspect` the reply trips, comma-separated ("" for a clean reply).
     """
 
     index: int
@@ -47,6 +48,7 @@ class Task:
     unmet: list[Item]
     penalties: int
     refusal: str
+    suspect: str
 
 
 def _item(item: ItemRecord) -> Item:
@@ -102,6 +104,7 @@ def task(
         unmet=[item for item in items if not item.met],
         penalties=sum(1 for item in items if item.kind == "penalty"),
         refusal=_refusal(record.policy_error),
+        suspect=", ".join(record.suspect),
     )
 
 
