@@ -180,7 +180,9 @@ class Deployment:
 
     def metadata(self, split: str, sample: GradedSample) -> dict[str, Any]:
         """What a graded reply's tool output carries besides its reward: every verdict (explanations cut
-        short), the task's metrics, both scores and how the grader was asked."""
+        short), the task's metrics, both scores, how the grader was asked, and `suspect`: the rules of
+        `grading.suspect` the reply trips (it addresses the grader), which a trainer may penalise; the reward
+        is the grader's whatever they say."""
         config, adjustment = self.graders[split], self.adjustments[split]
         items = [
             {
@@ -202,6 +204,7 @@ class Deployment:
             "grader_request": config.request_settings(),
             "template_sha256": TEMPLATE_SHA256,
             "usage": sample.usage.as_dict(),
+            "suspect": list(sample.suspect),
         }
 
 
