@@ -275,3 +275,15 @@ def test_grade_marks_replies_that_address_the_grader_and_scores_them_as_graded(t
     assert metrics == json.loads((tmp_path / "clean" / "metrics.json").read_text())
     page = (tmp_path / "marked" / "report.html").read_text()
     assert "2 replies marked suspect, addressing the grader (grader_format: 1, rubric_text: 1)" in page
+
+
+def test_report_compare_and_leaderboard_refuse_a_probe_by_name(
+    tmp_path: Path, files: tuple[Path, Path], fake: FakeOpenAI
+) -> None:
+    data, replies = files
+    assert probe(data, replies, tmp_path / "p", fake.base_url or "", "--limit", "3").exit_code == 0
+    assert grade(tmp_path, data, replies, "g", fake.base_url or "").exit_code == 0
+    for args in (["report", str(tmp_path / "p")], ["compare", str(tmp_path / "g"), str(tmp_path / "p")],
+                 ["leaderboard", str(tmp_path / "p"), "--out", str(tmp_path / "lb.html")]):  # fmt: skip
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 1 and "probe" in result.output and "Traceback" not in result.output, result.output

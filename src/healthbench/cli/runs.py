@@ -27,7 +27,7 @@ from healthbench.errors import DataError, RequestFailed
 from healthbench.grading.settings import GraderConfig, GradingOptions
 from healthbench.integrations.openreward.deployment import ENVIRONMENT, ENVIRONMENTS
 from healthbench.reporting.report import rebuild, unfinished, write_meta_report, write_report
-from healthbench.runs.folder import RESULTS, STORE, RunFolder
+from healthbench.runs.folder import PROBE, PROBE_PAGE, RESULTS, STORE, RunFolder
 from healthbench.runs.metaeval import write_meta_metrics
 from healthbench.runs.policy import PolicyConfig
 from healthbench.runs.records import MetaRecord, SampleRecord
@@ -65,6 +65,11 @@ def report(
     what is missing and why, and the command exits 1."""
     folder = RunFolder(out)
     run = folder.read_run()
+    if run is not None and run.spec.command == "probe":
+        raise click.ClickException(
+            f"{out}: a probe's folder: its gains are in {folder / PROBE} and its page is {folder / PROBE_PAGE}, "
+            "which the same probe command rewrites; report takes runs of grade, eval, baseline and meta-eval"
+        )
     meta = run is not None and run.spec.command == "meta-eval"
     results: Sequence[SampleRecord | MetaRecord] = folder.read_meta_results() if meta else folder.read_results()
     if not results:

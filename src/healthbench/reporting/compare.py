@@ -227,6 +227,11 @@ def _read(path: Path) -> tuple[list[SampleRecord], RunRecord | None]:
         raise DataError(
             f"{path}: a meta-eval run grades the grader, not a model; compare takes runs of grade, eval or baseline"
         )
+    if run is not None and run.spec.command == "probe":
+        raise DataError(
+            f"{path}: a probe grades rewritten replies beside each reply; compare takes runs of grade, eval or "
+            "baseline (a probe's gains are in its probe.json)"
+        )
     results = folder.read_results()
     if not results:
         raise DataError(f"{folder / RESULTS}: no results to compare")

@@ -150,6 +150,11 @@ def load_entry(folder: Path) -> Entry:
             f"{folder}: a meta-eval run measures a grader against physicians, not a model, so it has no place "
             "on a leaderboard of models (its report.html shows the grader's agreement)"
         )
+    if spec.command == "probe":
+        raise DataError(
+            f"{folder}: a probe measures how hackable a grader is, not a model, so it has no place on a leaderboard "
+            "of models (its probe.html shows the gains)"
+        )
     for count, why in ((run.stats.failed, "could not be graded"), (run.stats.deferred, "waiting on batches")):
         if count:
             raise DataError(
