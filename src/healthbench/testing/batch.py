@@ -81,6 +81,9 @@ class BatchHost(Protocol):
     def ok_content(self, body: Body, prompt: Prompt) -> str | None:
         """The reply when nothing is injected."""
 
+    def cached_tokens(self, body: Body, prompt: Prompt) -> int:
+        """The prompt tokens of a request read from the prompt cache."""
+
 
 class FakeBatchAPI:
     """The Batch API state and handlers of one ``FakeOpenAI``; its settings and counters live there.
@@ -260,9 +263,10 @@ class FakeBatchAPI:
             server.batch_fail_always is not None and server.batch_fail_always(body)
         ):
             return 500, error_body("Injected batch failure", "server_error"), False
+        cached = server.cached_tokens(body, prompt)
         if prompt.grader_prompt is not None and malformed_draw < server.batch_malformed_rate:
-            return 200, endpoint.payload(body, prompt, _MALFORMED[malformed % 2], req_id), True
-        return 200, endpoint.payload(body, prompt, server.ok_content(body, prompt), req_id), False
+            return 200, endpoint.payload(body, prompt, _MALFORMED[malformed % 2], req_id, cached), True
+        return 200, endpoint.payload(body, prompt, server.ok_content(body, prompt), req_id, cached), False
 
     def _status(self, batch: _Batch) -> str:
         if batch.cancelled is not None:

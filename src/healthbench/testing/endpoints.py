@@ -38,10 +38,12 @@ class Prompt:
     text: str | None  # where a grader prompt is recognised: the last message's or last user item's text
     input_chars: int
     reasoning_tokens: int
+    input_text: str = ""  # every input text in order, joined: what a prompt cache compares
 
     @property
     def grader_prompt(self) -> str | None:
-        """The grader prompt, if this is a grader request (its text carries the rubric-item marker)."""
+        """The grader prompt, if this is a grader request (its text carries the rubric-item marker; a per-reply
+        prompt's heading carries it too)."""
         return self.text if self.text is not None and GRADER_MARKER in self.text else None
 
 
@@ -56,8 +58,9 @@ class Endpoint(ABC):
         """The request's prompt, or the error object of the 400 it gets (OpenAI's rules when ``strict``)."""
 
     @abstractmethod
-    def payload(self, body: Body, prompt: Prompt, content: str | None, serial: str) -> Body:
-        """The answer carrying ``content`` (None: no text at all); ``serial`` makes its ids."""
+    def payload(self, body: Body, prompt: Prompt, content: str | None, serial: str, cached_tokens: int = 0) -> Body:
+        """The answer carrying ``content`` (None: no text at all); ``serial`` makes its ids; ``cached_tokens`` of
+        its prompt were read from the prompt cache."""
 
 
 class _Chat(Endpoint):
@@ -73,15 +76,17 @@ class _Chat(Endpoint):
         if not (isinstance(messages, list) and messages and all(isinstance(m, dict) for m in messages)):
             return error_body("'messages' must be a non-empty list of objects", _BAD_REQUEST)
         last = messages[-1].get("content")
+        texts = [c for m in messages if isinstance(c := m.get("content"), str)]
         return Prompt(
             items=messages,
             text=last if isinstance(last, str) else None,
-            input_chars=sum(len(c) for m in messages if isinstance(c := m.get("content"), str)),
+            input_chars=sum(map(len, texts)),
             reasoning_tokens=reasoning_tokens(body.get("model"), body.get("reasoning_effort")),
+            input_text="".join(texts),
         )
 
-    def payload(self, body: Body, prompt: Prompt, content: str | None, serial: str) -> Body:
-        return chat_completion(body, prompt.input_chars, content, serial, prompt.reasoning_tokens)
+    def payload(self, body: Body, prompt: Prompt, content: str | None, serial: str, cached_tokens: int = 0) -> Body:
+        return chat_completion(body, prompt.input_chars, content, serial, prompt.reasoning_tokens, cached_tokens)
 
 
 def _item_text(item: Any) -> str | None:
@@ -142,11 +147,13 @@ class _Responses(Endpoint):
             reasoning_tokens=reasoning_tokens(
                 body.get("model"), reasoning.get("effort") if isinstance(reasoning, dict) else None
             ),
+            input_text=(instructions if isinstance(instructions, str) else "") + "".join(texts),
         )
 
-    def payload(self, body: Body, prompt: Prompt, content: str | None, serial: str) -> Body:
+    def payload(self, body: Body, prompt: Prompt, content: str | None, serial: str, cached_tokens: int = 0) -> Body:
         reasoning = is_reasoning_model(body.get("model"))
-        return response_object(body, prompt.input_chars, content, serial, prompt.reasoning_tokens, reasoning)
+        tokens = prompt.reasoning_tokens
+        return response_object(body, prompt.input_chars, content, serial, tokens, reasoning, cached_tokens)
 
 
 CHAT: Endpoint = _Chat()

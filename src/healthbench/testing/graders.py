@@ -19,7 +19,7 @@ import re
 
 from healthbench.testing.replies import prompt_verdict
 
-__all__ = ["GRADERS", "fake_verdict", "graded_parts"]
+__all__ = ["GRADERS", "fake_verdict", "graded_parts", "item_prompt"]
 
 GRADERS: tuple[str, ...] = ("hashed", "fooled", "reply_blind", "coin")
 
@@ -42,6 +42,12 @@ def graded_parts(prompt: str) -> tuple[str, str]:
     conversation = head.split(_CONVERSATION, 1)[-1]
     _, turn, reply = conversation.rpartition(_REPLY_TURN)
     return (reply if turn else ""), criterion
+
+
+def item_prompt(conversation: str, item: str) -> str:
+    """The sections of a grader prompt that `graded_parts` reads, for one item of a per-reply prompt: so each of its
+    items is judged as its own prompt would be."""
+    return f"{_CONVERSATION}{conversation}{_RUBRIC_ITEM}{item}{_INSTRUCTIONS}"
 
 
 def _flip(*parts: str) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -15,19 +16,34 @@ from aiohttp import web
 
 __all__ = [
     "GRADER_MARKER",
+    "LIST_FAULTS",
+    "PER_REPLY_MARKER",
     "Body",
     "chat_completion",
     "error",
     "error_body",
     "estimate_tokens",
+    "faulty_list",
+    "item_verdict",
     "json_error",
+    "per_reply_items",
     "policy_reply",
     "prompt_verdict",
     "response_object",
     "verdict_reply",
+    "verdicts_reply",
 ]
 
 GRADER_MARKER = "# Rubric item"
+# A per-reply grader prompt (healthbench's `grader_template_per_reply.txt`): the conversation, then its items, each
+# under `## Item N`, between these two headings (the last of each, so a conversation that holds them is passed).
+PER_REPLY_MARKER = "\n\n# Rubric items\n"
+_PER_REPLY_END = "\n\n# Final instruction\n"
+_CONVERSATION = "\n# Conversation\n"
+_ITEM_HEADING = re.compile(r"(?:^|\n\n)## Item (\d+)\n")
+# Malformed answers to a per-reply prompt, on demand (`FakeOpenAI(list_fault=...)`): an id left out, an id twice,
+# an id that is no item's, prose, an object instead of a list, a verdict that is a string.
+LIST_FAULTS: tuple[str, ...] = ("missing", "repeated", "invented", "not_json", "not_list", "string_verdict")
 
 PROSE = "The response seems reasonable overall and I would say it mostly meets the criterion."
 STRING_VERDICT = '```json\n{"explanation": "fake verdict", "criteria_met": "true"}\n```'
@@ -46,6 +62,54 @@ Body = dict[str, Any]
 def prompt_verdict(text: str) -> bool:
     """Return the default ``criteria_met`` verdict for a grader prompt: a pure function of its text."""
     return hashlib.sha256(text.encode()).digest()[0] % 2 == 0
+
+
+def per_reply_items(text: str) -> tuple[str, list[tuple[int, str]]] | None:
+    """The conversation and the numbered items (number, text) of a per-reply grader prompt, or None if ``text``
+    is not one."""
+    start, end = text.rfind(PER_REPLY_MARKER), text.rfind(_PER_REPLY_END)
+    opening = text.find(_CONVERSATION)
+    if start < 0 or end < start or not 0 <= opening < start:
+        return None
+    parts = _ITEM_HEADING.split(text[start + len(PER_REPLY_MARKER) : end])
+    items = [(int(number), item) for number, item in zip(parts[1::2], parts[2::2], strict=True)]
+    return text[opening + len(_CONVERSATION) : start], items
+
+
+def item_verdict(conversation: str, item: str) -> bool:
+    """The ``criteria_met`` the fake gives one item of a per-reply prompt: a pure function of the conversation
+    and the item's text (not the per-item verdict, whose prompt is another)."""
+    return prompt_verdict(conversation + "\n\n" + item)
+
+
+def _fenced(value: Any) -> str:
+    return "```json\n" + json.dumps(value, indent=2) + "\n```"
+
+
+Verdicts = Sequence[tuple[int, bool, str]]
+
+
+def verdicts_reply(verdicts: Verdicts) -> str:
+    """A per-reply grader answer: a fenced JSON list with each item's id, verdict and explanation."""
+    return _fenced([{"id": n, "explanation": why, "criteria_met": met} for n, met, why in verdicts])
+
+
+def faulty_list(kind: str, verdicts: Verdicts) -> str:
+    """A malformed per-reply answer of ``kind`` (one of ``LIST_FAULTS``) for these (id, verdict, explanation)."""
+    entries = [{"id": n, "explanation": why, "criteria_met": met} for n, met, why in verdicts]
+    if kind == "missing":
+        return _fenced(entries[:-1])
+    if kind == "repeated":
+        return _fenced([*entries, entries[0]])
+    if kind == "invented":
+        return _fenced([*entries, {"id": len(entries) + 1, "explanation": "fake verdict", "criteria_met": True}])
+    if kind == "not_json":
+        return PROSE
+    if kind == "not_list":
+        return _fenced({"verdicts": entries})
+    if kind == "string_verdict":
+        return _fenced([{**entry, "criteria_met": str(entry["criteria_met"]).lower()} for entry in entries])
+    raise ValueError(f"unknown list fault {kind!r}; choose from {LIST_FAULTS}")
 
 
 def verdict_reply(criteria_met: bool, explanation: str | None = None) -> str:
@@ -81,10 +145,13 @@ def json_error(status: int, body: Body, headers: dict[str, str] | None = None) -
     return web.Response(status=status, text=json.dumps(body), content_type="application/json", headers=headers)
 
 
-def chat_completion(body: Body, input_chars: int, content: str | None, serial: str, reasoning_tokens: int) -> Body:
+def chat_completion(
+    body: Body, input_chars: int, content: str | None, serial: str, reasoning_tokens: int, cached_tokens: int = 0
+) -> Body:
     """A chat.completion object answering ``body``: shared by live requests and batch lines.
 
-    ``completion_tokens`` includes the reasoning tokens, as OpenAI counts them.
+    ``completion_tokens`` includes the reasoning tokens, as OpenAI counts them; ``cached_tokens`` of the prompt's
+    were read from the prompt cache.
     """
     prompt_tokens = estimate_tokens(input_chars)
     completion_tokens = estimate_tokens(len(content or "")) + reasoning_tokens
@@ -104,14 +171,20 @@ def chat_completion(body: Body, input_chars: int, content: str | None, serial: s
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": 0},
+            "prompt_tokens_details": {"cached_tokens": min(cached_tokens, prompt_tokens)},
             "completion_tokens_details": {"reasoning_tokens": reasoning_tokens},
         },
     }
 
 
 def response_object(
-    body: Body, input_chars: int, content: str | None, serial: str, reasoning_tokens: int, reasoning: bool
+    body: Body,
+    input_chars: int,
+    content: str | None,
+    serial: str,
+    reasoning_tokens: int,
+    reasoning: bool,
+    cached_tokens: int = 0,
 ) -> Body:
     """A Responses API ``response`` answering ``body``, as the raw HTTP API has it (no ``output_text``).
 
@@ -132,7 +205,7 @@ def response_object(
         "output": [*output, message],
         "usage": {
             "input_tokens": input_tokens,
-            "input_tokens_details": {"cached_tokens": 0},
+            "input_tokens_details": {"cached_tokens": min(cached_tokens, input_tokens)},
             "output_tokens": output_tokens,
             "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
             "total_tokens": input_tokens + output_tokens,

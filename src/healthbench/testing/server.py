@@ -10,6 +10,7 @@ deterministically from a seed.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import random
 import threading
@@ -22,17 +23,23 @@ from aiohttp import web
 
 from healthbench.testing.agent import answer_call, chat_stream, wants_stream, with_tool_call
 from healthbench.testing.batch import FakeBatchAPI
+from healthbench.testing.caching import PromptCache
 from healthbench.testing.endpoints import CHAT, ENDPOINTS, Endpoint, Prompt, endpoint_for
-from healthbench.testing.graders import GRADERS, fake_verdict
+from healthbench.testing.graders import GRADERS, fake_verdict, item_prompt
 from healthbench.testing.limits import Limiter, RateLimits
 from healthbench.testing.replies import (
+    LIST_FAULTS,
     PROSE,
     STRING_VERDICT,
     Body,
     error,
+    faulty_list,
+    item_verdict,
     json_error,
+    per_reply_items,
     policy_reply,
     verdict_reply,
+    verdicts_reply,
 )
 
 __all__ = ["FAULT_KINDS", "FakeOpenAI"]
@@ -72,6 +79,12 @@ class FakeOpenAI:
     With ``strict_params`` (the default) it refuses what OpenAI refuses, as OpenAI does, with a 400
     before any rate limiting or fault: see ``healthbench.testing.params``.
 
+    A per-reply grader prompt (a rubric's items numbered in one prompt) is answered with a JSON list of verdicts,
+    each item's a pure function of the conversation and the item (``replies.item_verdict``). ``list_fault``
+    makes such answers malformed on demand: called with the body and how many times the same body was answered
+    before, it names one of ``LIST_FAULTS`` (or None for a good list). With ``prompt_cache`` (the default),
+    requests that carry a ``prompt_cache_key`` report cached prompt tokens as OpenAI would (see ``caching``).
+
     It also fakes the Batch API (files and batches, see ``healthbench.testing.batch``), configured by the
     ``batch_*`` and ``max_*`` arguments and counted in ``batches_created``, ``batch_lines_submitted``,
     ``batch_bodies`` and ``files_uploaded``. Batches never touch the live counters above.
@@ -103,6 +116,8 @@ class FakeOpenAI:
         batch_token_limit: int | None = None,
         strict_params: bool = True,
         grader: str = "hashed",
+        list_fault: Callable[[Body, int], str | None] | None = None,
+        prompt_cache: bool = True,
     ) -> None:
         unknown = sorted(set(faults) - set(FAULT_KINDS))
         if unknown:
@@ -151,6 +166,8 @@ class FakeOpenAI:
         self.batch_token_limit = batch_token_limit
         self.strict_params = strict_params
         self.grader = grader
+        self.list_fault = list_fault
+        self.prompt_cache = PromptCache() if prompt_cache else None
         # Files and batches live as long as the server, across reset(), like the real service's.
         self.batch_api: FakeBatchAPI = FakeBatchAPI(self)
         self.base_url: str | None = None
@@ -179,6 +196,10 @@ class FakeOpenAI:
         self.batch_bodies: list[str] = []
         self.files_uploaded = 0
         self.batch_api.reset()
+        # How often each per-reply body was answered (for ``list_fault``), and the prompts cached so far.
+        self._lists_answered: Counter[str] = Counter()
+        if self.prompt_cache is not None:
+            self.prompt_cache.reset()
 
     @property
     def limiter(self) -> Limiter:
@@ -261,7 +282,8 @@ class FakeOpenAI:
                 request.transport.close()
             # Never reaches the client: aiohttp discards writes to a closed transport.
             return web.Response()
-        return self._reply(endpoint, body, endpoint.payload(body, prompt, content, f"fake-{self.requests_total}"))
+        serial, cached = f"fake-{self.requests_total}", self.cached_tokens(body, prompt)
+        return self._reply(endpoint, body, endpoint.payload(body, prompt, content, serial, cached))
 
     @staticmethod
     def _reply(endpoint: Endpoint, body: Body, payload: Body) -> web.Response:
@@ -275,11 +297,40 @@ class FakeOpenAI:
         content = self.respond(body) if self.respond is not None else None
         if content is None:
             if (grader_prompt := prompt.grader_prompt) is not None:
-                met, explanation = fake_verdict(self.grader, grader_prompt, self.seed)
-                content = verdict_reply(met, None if self.grader == "hashed" else explanation)
+                content = self._grader_reply(body, grader_prompt)
             else:
                 content = policy_reply(prompt.items)
         return content
+
+    def _grader_reply(self, body: Body, text: str) -> str:
+        """A verdict for a per-item grader prompt; for a per-reply one, a list of them (or the malformed list asked
+        for)."""
+        graded = per_reply_items(text)
+        if graded is None:
+            met, explanation = fake_verdict(self.grader, text, self.seed)
+            return verdict_reply(met, None if self.grader == "hashed" else explanation)
+        conversation, items = graded
+        verdicts = [(number, *self._item_verdict(conversation, item)) for number, item in items]
+        if self.list_fault is not None:
+            digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+            fault = self.list_fault(body, self._lists_answered[digest])
+            self._lists_answered[digest] += 1
+            if fault is not None:
+                if fault not in LIST_FAULTS:
+                    raise ValueError(f"unknown list fault {fault!r}; choose from {LIST_FAULTS}")
+                return faulty_list(fault, verdicts)
+        return verdicts_reply(verdicts)
+
+    def _item_verdict(self, conversation: str, item: str) -> tuple[bool, str]:
+        """One item of a per-reply prompt, judged by the fake's grader as it judges the item's own prompt (the
+        hashed grader by `item_verdict`, whose prompt is not the per-item one)."""
+        if self.grader == "hashed":
+            return item_verdict(conversation, item), "fake verdict"
+        return fake_verdict(self.grader, item_prompt(conversation, item), self.seed)
+
+    def cached_tokens(self, body: Body, prompt: Prompt) -> int:
+        """The prompt tokens of this request read from the fake's prompt cache (none without one)."""
+        return 0 if self.prompt_cache is None else self.prompt_cache.cached_tokens(body, prompt.input_text)
 
     async def _start_site(self) -> str:
         app = web.Application(client_max_size=_CLIENT_MAX_SIZE)
