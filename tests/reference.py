@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +20,10 @@ TEMPLATE = (Path(__file__).parents[1] / "src" / "healthbench" / "grading" / "gra
 
 
 def reference_metrics(
-    rows: list[dict[str, Any]], replies: dict[str, str]
+    rows: list[dict[str, Any]], replies: dict[str, str], verdict: Callable[[str, str], bool] | None = None
 ) -> tuple[list[dict[str, float]], Counter[str]]:
-    """Per-task metrics and grader prompts computed the way OpenAI's reference code does, step by step."""
+    """Per-task metrics and grader prompts computed the way OpenAI's reference code does, step by step; with
+    `verdict` (of the conversation and the item), verdicts given so instead of the fake's for each prompt."""
     per_task, prompts = [], Counter[str]()
     for row in rows:
         if row["prompt_id"] not in replies:
@@ -34,7 +36,8 @@ def reference_metrics(
                 "<<rubric_item>>", f"[{item['points']}] {item['criterion']}"
             )
             prompts[prompt] += 1
-            grades.append(prompt_verdict(prompt))
+            item_text = f"[{item['points']}] {item['criterion']}"
+            grades.append(prompt_verdict(prompt) if verdict is None else verdict(convo_str, item_text))
 
         def calc(items: list[dict[str, Any]], met: list[bool]) -> float | None:
             total = sum(i["points"] for i in items if i["points"] > 0)
@@ -69,9 +72,12 @@ def sent_prompts(server: FakeOpenAI) -> Counter[str]:
     return Counter(b["messages"][1]["content"] for b in server.bodies)
 
 
-def check_against_reference(out: Path, rows: list[dict[str, Any]], replies: dict[str, str]) -> Counter[str]:
-    """Assert the metrics equal the reference-style ones (1e-9); return the prompts the reference would send."""
-    per_task, prompts = reference_metrics(rows, replies)
+def check_against_reference(
+    out: Path, rows: list[dict[str, Any]], replies: dict[str, str], verdict: Callable[[str, str], bool] | None = None
+) -> Counter[str]:
+    """Assert the metrics equal the reference-style ones (1e-9), from the fake's verdicts or `verdict`'s (see
+    `reference_metrics`); return the prompts the reference would send."""
+    per_task, prompts = reference_metrics(rows, replies, verdict)
     metrics = json.loads((out / "metrics.json").read_text())
     expected = expected_means(per_task)
     assert {k for k in metrics if ":" not in k or not k.endswith(("n_samples", "bootstrap_std"))} == set(expected)

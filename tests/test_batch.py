@@ -26,6 +26,7 @@ from healthbench.errors import GradingError, RequestFailed
 from healthbench.grading.grader import Grader
 from healthbench.grading.prompt import grader_prompt, render_conversation, rubric_item_text, transcript_with_reply
 from healthbench.runs.folder import STORE, RunFolder
+from healthbench.runs.pricing import PRICES
 from healthbench.runs.store import Store
 from healthbench.testing import FakeOpenAI
 from tests.conftest import make_row, write_jsonl
@@ -64,14 +65,15 @@ def failed_lines(server: FakeOpenAI) -> int:
 
 
 def live_bodies(rows: list[dict[str, Any]], replies: dict[str, str]) -> set[str]:
-    """The exact request bodies live grading sends for these replies."""
+    """The exact request bodies live grading sends for these replies (each with its reply's prompt_cache_key)."""
     grader = Grader(ApiClient("http://127.0.0.1:9/v1"))
     bodies = set()
     for raw in rows:
         row = Row.model_validate(raw)
         conversation = render_conversation(transcript_with_reply(row.prompt, replies[row.prompt_id]))
+        key = grader.cache_key(conversation)
         for item in row.rubrics:
-            bodies.add(json.dumps(grader.request_body(grader_prompt(conversation, rubric_item_text(item)))))
+            bodies.add(grader.request_bytes(grader_prompt(conversation, rubric_item_text(item)), key).decode())
     return bodies
 
 
@@ -110,7 +112,14 @@ def test_grade_batch_on_the_sample_equals_live(tmp_path: Path, sample_path: Path
         assert server.batch_lines_submitted == check_against_reference(tmp_path / "batch", rows, replies).total()
     live, batch = (json.loads((tmp_path / name / "usage.json").read_text()) for name in ("live", "batch"))
     assert (tmp_path / "live" / "metrics.json").read_bytes() == (tmp_path / "batch" / "metrics.json").read_bytes()
-    assert batch["whole_run"]["cost_usd"] == pytest.approx(live["whole_run"]["cost_usd"] / 2, rel=0.01)
+    # Each side priced at its own rates: the batch's requests found the live run's prompts in the fake's cache.
+    for side, rates in ((live, PRICES["gpt-4.1"].rates(False)), (batch, PRICES["gpt-4.1"].rates(True))):
+        grader = side["whole_run"]["grader"]
+        fresh = grader["prompt_tokens"] - grader["cached_prompt_tokens"]
+        numbers = (fresh, grader["cached_prompt_tokens"], grader["completion_tokens"])
+        expected = sum(count * rate for count, rate in zip(numbers, rates, strict=True)) / 1e6
+        assert grader["cost_usd"] == pytest.approx(expected, rel=1e-9)
+    assert batch["whole_run"]["cost_usd"] < live["whole_run"]["cost_usd"] / 2
 
 
 def check_follow_ups(tmp_path: Path, rows: list[dict[str, Any]]) -> None:

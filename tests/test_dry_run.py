@@ -101,14 +101,18 @@ def test_the_summary_says_calls_tokens_cost_time_limits_and_endpoints(tmp_path: 
         f"${policy['batch_cost_usd']:,.2f} batch"
     )
     assert lines[2].startswith(f"  grader gpt-4.1-2025-04-14 at https://api.openai.com/v1: {grader['calls']} calls, ")
+    cache = grader["prompt_cache"]
+    # Replies not sampled yet are each their own: a reply's two items share a start shorter than 1,024 tokens.
+    assert cache["assumed_hit_rate"] == 0 and cache["prompt_cache_key"] is True
+    assert lines[3] == f"    prompt cache: 0% of prompt tokens assumed cached, $0.00 off the live cost: {cache['rule']}"
     total = figures["total_cost_usd"]
-    assert lines[3] == f"  total ${total['live']:,.2f} live, ${total['batch']:,.2f} batch"
+    assert lines[4] == f"  total ${total['live']:,.2f} live, ${total['batch']:,.2f} batch"
     # The grader's key is at OpenAI (tier 1 assumed, and said); the model's at a loopback server (none assumed).
-    assert lines[4] == f"least wall time {figures['wall_time']['seconds'] / 60:.1f} min (the slowest key's):"
-    assert lines[5].startswith("  grader key at https://api.openai.com/v1: ")
-    assert "at 500 RPM and 30,000 TPM (OpenAI usage tier 1 for gpt-4.1, assumed), TPM-bound" in lines[5]
-    assert lines[6] == f"  policy key at {local}: no rate limit known, so none assumed (give --rpm/--tpm)"
-    assert lines[7] == "(--json prints these figures as JSON)" and len(lines) == 8
+    assert lines[5] == f"least wall time {figures['wall_time']['seconds'] / 60:.1f} min (the slowest key's):"
+    assert lines[6].startswith("  grader key at https://api.openai.com/v1: ")
+    assert "at 500 RPM and 30,000 TPM (OpenAI usage tier 1 for gpt-4.1, assumed), TPM-bound" in lines[6]
+    assert lines[7] == f"  policy key at {local}: no rate limit known, so none assumed (give --rpm/--tpm)"
+    assert lines[8] == "(--json prints these figures as JSON)" and len(lines) == 9
     assert figures["wall_time"]["policy"]["seconds"] is None
     assert figures["wall_time"]["seconds"] == figures["wall_time"]["grader"]["seconds"] > 0
 

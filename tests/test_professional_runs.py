@@ -98,7 +98,7 @@ def check_run(out: Path, rows: list[dict[str, Any]], replies: dict[str, str], fa
     assert set(fake.paths) == {"/v1/responses"}
     assert len(fake.bodies) == 3 * len(rows)
     for body in fake.bodies:
-        assert set(body) == {"model", "input", "reasoning"}
+        assert set(body) == {"model", "input", "reasoning", "prompt_cache_key"}
         assert body["model"] == OFFICIAL and body["reasoning"] == {"effort": "low"}
         assert [turn["role"] for turn in body["input"]] == ["user"]
     metrics = json.loads((out / "metrics.json").read_text())
@@ -156,7 +156,7 @@ def test_grade_with_no_grader_flags_is_the_official_configuration(
         {"setting": "grader reasoning effort", "value": "none", "official": "low"},
     ]
     # gpt-4.1 takes no reasoning effort, so the official default effort is dropped rather than refused.
-    assert {"model", "input", "temperature", "max_output_tokens"} == set(fake.bodies[0])
+    assert {"model", "input", "temperature", "max_output_tokens", "prompt_cache_key"} == set(fake.bodies[0])
 
 
 def test_baseline_grades_the_physician_responses(

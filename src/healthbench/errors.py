@@ -217,6 +217,22 @@ class GradingError(HealthBenchError):
         self.cause = cause
 
 
+class ReplyGradingError(GradingError):
+    """A reply whose rubric, asked in one grader call (`per-reply`), got no valid list of verdicts: which task, how
+    many items, and the last cause. There is no verdict for any of its items."""
+
+    def __init__(self, prompt_id: str, items: int, cause: str) -> None:
+        HealthBenchError.__init__(
+            self,
+            f"task {prompt_id}: its {items} rubric items, asked in one grader call (per-reply), could not be graded: "
+            f"{cause}",
+        )
+        self.prompt_id = prompt_id
+        self.criterion = f"all {items} rubric items (per-reply)"
+        self.cause = cause
+        self.items = items
+
+
 class CandidateError(HealthBenchError):
     """A candidate of a group (OpenReward's `score_group`) that cannot be scored: it has no reply, or its reply
     could not be graded. The message names the candidate's index."""

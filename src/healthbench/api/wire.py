@@ -236,6 +236,14 @@ class Shape:
         }
 
 
+def with_cache_key(payload: bytes, cache_key: str) -> bytes:
+    """A request's JSON bytes with `"prompt_cache_key"` added as the body's last field: byte for byte what
+    `json.dumps` gives for the body with that field added, and every other byte as it was."""
+    if not payload.endswith(b"}"):
+        raise ValueError("a request body is a JSON object")
+    return payload[:-1] + b', "prompt_cache_key": ' + json.dumps(cache_key).encode() + b"}"
+
+
 def request_key(payload: bytes) -> str:
     """The digest of the exact bytes of a request: equal requests, equal keys."""
     return hashlib.sha256(payload).hexdigest()

@@ -68,6 +68,21 @@ def _pace(name: str, key: dict[str, Any]) -> str:
     return f"{where}{_duration(key['seconds'])} at {limits} ({source}), {key['binding']}-bound"
 
 
+def _grader_notes(grader: dict[str, Any]) -> list[str]:
+    """The dry run's lines on how the grader is called and the prompt cache hit rate it assumes."""
+    notes = []
+    if grader.get("grader_calls") == "per-reply":
+        notes.append("    one call per reply for all its items (--grader-calls per-reply): not the official grading")
+    cache = grader.get("prompt_cache")
+    if cache is not None and cache["prompt_cache_key"]:
+        saved = "" if cache["saved_usd"] is None else f", ${cache['saved_usd']:,.2f} off the live cost"
+        rate = f"{100 * cache['assumed_hit_rate']:.0f}%"
+        notes.append(f"    prompt cache: {rate} of prompt tokens assumed cached{saved}: {cache['rule']}")
+    elif cache is not None:
+        notes.append("    prompt cache: no hit assumed (--no-prompt-cache-key: no prompt_cache_key is sent)")
+    return notes
+
+
 def estimate_lines(estimate: dict[str, Any]) -> list[str]:
     """The `--dry-run` summary: the samples, each side's calls, tokens, cost and endpoint, the total cost, and
     the least wall time with the limits it assumes."""
@@ -83,6 +98,8 @@ def estimate_lines(estimate: dict[str, Any]) -> list[str]:
                 f"{usage['prompt_tokens']:,} prompt and {usage['completion_tokens']:,} output tokens{thinking}; "
                 f"{_cost(usage['cost_usd'])} live, {_cost(usage['batch_cost_usd'])} batch"
             )
+    if "grader" in estimate:
+        lines += _grader_notes(estimate["grader"])
     total = estimate["total_cost_usd"]
     lines.append(f"  total {_cost(total['live'])} live, {_cost(total['batch'])} batch")
     wall = estimate["wall_time"]

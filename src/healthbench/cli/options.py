@@ -3,6 +3,7 @@ adjustment, and whether a HealthBench Professional run is in its official config
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import sys
 from collections.abc import Callable, Iterator
@@ -30,6 +31,7 @@ from healthbench.errors import (
     QuotaExhausted,
     SettingsError,
 )
+from healthbench.grading.grader import GRADER_CALLS
 from healthbench.grading.settings import DEFAULT_CONCURRENCY, GraderConfig, GradingOptions
 from healthbench.runs.policy import PolicyConfig
 from healthbench.runs.session import BatchChoice
@@ -62,7 +64,18 @@ data_options = options(
     ),
 )
 
-grader_options = options(
+_CALLS_HELP = (
+    "Grader calls per reply: per-item, one per rubric item (the reference's; the official score), or per-reply, one "
+    "call for all of a reply's items (about a tenth of the calls and far fewer tokens, but not the reference's "
+    "grading: its agreement with physicians is what meta-eval measures on your grader) [default: per-item]."
+)
+
+
+def _calls_flag(choices: tuple[str, ...], extra_help: str = "") -> Callable[[F], F]:
+    return click.option("--grader-calls", type=click.Choice(choices), help=_CALLS_HELP + extra_help)
+
+
+_grader_flags = (
     click.option(
         "--grader-model",
         help="Grader model [default: $HEALTHBENCH_GRADER_MODEL, else gpt-4.1-2025-04-14; gpt-5.4-2026-03-05 "
@@ -94,6 +107,14 @@ grader_options = options(
         default=None,
         help='Send the reference\'s grader system message "You are a helpful assistant." (a developer '
         "message in the Responses API) [default: with chat, not with responses].",
+    ),
+    click.option(
+        "--prompt-cache-key/--no-prompt-cache-key",
+        "grader_prompt_cache_key",
+        default=None,
+        help="Send each grader request a prompt_cache_key, the same for the requests of one reply, so OpenAI "
+        "routes them to one prompt cache (cached input is billed at a fraction); off for an endpoint that refuses "
+        "fields it does not know. The prompts are the same either way [default: on].",
     ),
     click.option(
         "--concurrency",
@@ -128,6 +149,16 @@ grader_options = options(
         metavar="redis://HOST:PORT/DB",
         help="Share each key's pace (its limits, how fast it may go, a 429's hold) with every process naming "
         f"this Redis: replicas, parallel runs [default: ${PACE_STORE_VARIABLE}, else each process alone].",
+    ),
+)
+grader_options = options(*_grader_flags, _calls_flag(GRADER_CALLS))
+# meta-eval's: `both` runs the meta-evaluation in each mode and sets them side by side.
+BOTH_CALLS = "both"
+meta_grader_options = options(
+    *_grader_flags,
+    _calls_flag(
+        (*GRADER_CALLS, BOTH_CALLS),
+        " both: each into a folder of its own under --out (per-item/, per-reply/), then the two side by side.",
     ),
 )
 
@@ -402,3 +433,26 @@ def grading(func: F) -> F:
         return func(*args, plan=plan, batch=choice, **kwargs)
 
     return cast(F, grader_options(batch_options(wrapper)))
+
+
+def meta_grading(func: F) -> F:
+    """`grading` for meta-eval, whose `--grader-calls` also takes `both`: the command gets `plans`, how each mode
+    to run grades (one, or per-item and per-reply)."""
+
+    @functools.wraps(func)
+    def wrapper(
+        *args: Any, batch: bool, poll_interval: float, batch_tokens: int | None, no_wait: bool, **kwargs: Any
+    ) -> Any:
+        both = kwargs.get("grader_calls") == BOTH_CALLS
+        if both:
+            kwargs["grader_calls"] = None
+        plan = grading_options(kwargs).plan(None)
+        plans = [plan]
+        if both:
+            plans = [
+                dataclasses.replace(plan, grader=plan.grader.model_copy(update={"calls": c})) for c in GRADER_CALLS
+            ]
+        choice = _batch_choice(batch, poll_interval, batch_tokens, no_wait)
+        return func(*args, plans=plans, batch=choice, **kwargs)
+
+    return cast(F, meta_grader_options(batch_options(wrapper)))

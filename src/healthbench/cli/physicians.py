@@ -3,7 +3,8 @@ their labels."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+import sys
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 import click
@@ -17,6 +18,7 @@ from healthbench.cli.options import (
     grading,
     length_options,
     load_tasks,
+    meta_grading,
     run_options,
     said_limit,
     user_errors,
@@ -29,11 +31,12 @@ from healthbench.data.source import TaskSource
 from healthbench.data.subsets import PROFESSIONAL
 from healthbench.grading.agreement import MODEL_F1, PHYSICIAN_F1
 from healthbench.grading.settings import GradingPlan
+from healthbench.reporting.metamodes import side_by_side, side_by_side_lines
 from healthbench.reporting.report import write_meta_report
 from healthbench.runs.baselines import GROUP_DESCRIPTIONS, baseline_jobs, physician_jobs
 from healthbench.runs.estimate import Unit
 from healthbench.runs.folder import RunFolder
-from healthbench.runs.metaeval import grade_meta_rows
+from healthbench.runs.metaeval import completion_groups, grade_meta_rows
 from healthbench.runs.runner import RunOutcome
 from healthbench.runs.session import BatchChoice, Wiring, run_session
 from healthbench.runs.spec import BaselineSpec, DataSpec, run_spec
@@ -118,13 +121,25 @@ def meta_headline(metrics: dict[str, float | int]) -> str:
     return f"grader macro F1 {grader} (physicians pooled: {pooled}) over {metrics['score:n_samples']} rows"
 
 
+def meta_units(rows: Sequence[MetaRow], calls: str) -> list[Unit]:
+    """What the dry run estimates of a meta-eval: a row per unit, or per reply the rows of each completion."""
+    if calls != "per-reply":
+        return [Unit(row.prompt, row.completion, [row.rubric]) for row in rows]
+    groups = completion_groups(rows)
+    return [Unit(rows[g[0]].prompt, rows[g[0]].completion, [rows[i].rubric for i in g]) for g in groups]
+
+
+def _headline(calls: str) -> Callable[[dict[str, float | int]], str]:
+    return lambda metrics: f"{calls}: {meta_headline(metrics)}"
+
+
 @click.command(name="meta-eval")
 @click.option("--data", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Meta-eval JSONL file.")
 @click.option("--subset", type=click.Choice(["meta"]), help="The official meta-eval file [default, unless --data].")
 @click.option("--limit", type=click.IntRange(min=1), help="Grade N rows, chosen as the reference does.")
 @run_options
 @user_errors
-@grading
+@meta_grading
 def meta_eval(
     data: Path | None,
     subset: str | None,
@@ -134,39 +149,53 @@ def meta_eval(
     prices: Path | None,
     progress: bool,
     dry_run: DryRun | None,
-    plan: GradingPlan,
+    plans: list[GradingPlan],
     batch: BatchChoice | None,
 ) -> None:
-    """Measure the grader's agreement with physicians (macro F1); run again on the same --out to resume."""
+    """Measure the grader's agreement with physicians (macro F1); run again on the same --out to resume. With
+    --grader-calls both, per item and per reply, each in a folder under --out, then the two side by side."""
     all_rows, data_sha = _load_meta(data, subset)
     said_limit(limit, len(all_rows), "rows in the data")
     rows = select_rows(all_rows, limit)
+    both = len(plans) > 1
     if dry_run:
-        units = [Unit(row.prompt, row.completion, [row.rubric]) for row in rows]
-        print_estimate(units, plan.grader, prices, dry_run)
+        for plan in plans:
+            if both:
+                click.echo(f"{plan.grader.calls}:")
+            print_estimate(meta_units(rows, plan.grader.calls), plan.grader, prices, dry_run)
         return
-    spec = run_spec(
-        "meta-eval",
-        plan,
-        DataSpec(source=str(data) if data else "subset:meta", sha256=data_sha),
-        seed=seed,
-        limit=limit,
-    )
-    plan.grader.check_pace_store()  # a shared pace out of reach stops the run before anything is sent
-    folder = RunFolder(out)
+    for plan in plans:
+        plan.grader.check_pace_store()  # a shared pace out of reach stops the run before anything is sent
+    results = []
+    for plan in plans:
+        data_spec = DataSpec(source=str(data) if data else "subset:meta", sha256=data_sha)
+        spec = run_spec("meta-eval", plan, data_spec, seed=seed, limit=limit)
+        folder = RunFolder(out / plan.grader.calls if both else out)
 
-    def start(wiring: Wiring) -> Awaitable[RunOutcome]:
-        return grade_meta_rows(rows, wiring.grader, folder, seed=seed, progress=wiring.progress, status=wiring.status)
+        def start(wiring: Wiring, folder: RunFolder = folder) -> Awaitable[RunOutcome]:
+            return grade_meta_rows(
+                rows, wiring.grader, folder, seed=seed, progress=wiring.progress, status=wiring.status
+            )
 
-    result = run_session(
-        start,
-        folder,
-        spec,
-        plan.grader,
-        samples=len(rows),
-        batch=batch,
-        prices=prices,
-        progress=Bar(progress),
-        report=write_meta_report,
-    )
-    finish(result, meta_headline, "rows")
+        results.append(
+            run_session(
+                start,
+                folder,
+                spec,
+                plan.grader,
+                samples=len(rows),
+                batch=batch,
+                prices=prices,
+                progress=Bar(progress),
+                report=write_meta_report,
+            )
+        )
+    finished = [
+        finish(result, _headline(plan.grader.calls) if both else meta_headline, "rows", stop=not both)
+        for plan, result in zip(plans, results, strict=True)
+    ]
+    if not all(finished):
+        sys.exit(1)
+    if both and all(result.outcome.metrics is not None for result in results):
+        figures = side_by_side([result.folder for result in results], seed=seed)
+        click.echo("\n".join(side_by_side_lines(figures)))

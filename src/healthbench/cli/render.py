@@ -83,9 +83,9 @@ def in_flags(message: str) -> str:
     return re.sub(r"`(\w+)(=True|=False)?`", flag, message)
 
 
-def finish(result: SessionResult, headline: Headline, unit: str) -> None:
-    """Say how the session ended: each failure and an exit status of 1, samples left in batches, or the score
-    with what the session cost."""
+def finish(result: SessionResult, headline: Headline, unit: str, *, stop: bool = True) -> bool:
+    """Say how the session ended: each failure and an exit status of 1 (with `stop`; without, False is returned
+    and the caller exits), samples left in batches, or the score with what the session cost."""
     outcome, folder = result.outcome, result.folder
     for failure in outcome.failures:
         click.echo(f"healthbench: not graded: {failure}", err=True)
@@ -101,9 +101,11 @@ def finish(result: SessionResult, headline: Headline, unit: str) -> None:
             f"written. Everything answered is kept in {folder / STORE}: run the same command again to finish.",
             err=True,
         )
-        sys.exit(1)
+        if stop:
+            sys.exit(1)
+        return False
     if outcome.metrics is None:
-        return
+        return True
     calls = outcome.policy_usage.calls + outcome.grader_usage.calls
     batched = f" in {result.batches_submitted} batches" if result.batched else ""
     marks = ""
@@ -118,3 +120,4 @@ def finish(result: SessionResult, headline: Headline, unit: str) -> None:
         f"{headline(outcome.metrics)}{marks}; {calls} calls this session{batched} ({result.cache_hits} verdicts "
         f"reused), cost {cost}; metrics in {folder / METRICS}{report}"
     )
+    return True

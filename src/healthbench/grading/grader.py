@@ -3,22 +3,40 @@
 Every rubric item gets a grader call of its own. A verdict is valid only when `criteria_met` is a JSON boolean;
 anything else is asked again within the client's retry bound, and an item that never gets a valid verdict makes
 the whole reply fail with `GradingError`. No partial score is ever produced.
+
+Opt-in (`calls="per-reply"`, not the reference's): one call per reply, whose answer must be a JSON list with a
+valid verdict for every item's id exactly once (`parse_verdicts`); any other answer is asked again in the same
+way, and past the bound the reply fails as a whole. Each item's verdict is still stored and recorded apart.
+
+Every request may carry a `prompt_cache_key` (see `prompt.prompt_cache_key`): the same for the requests that
+share a prompt's start, so OpenAI routes them to one cache. It is added at the end of the body, so the prompt's
+bytes are the reference's; the verdict cache is keyed without it, so a run resumed with it turned on or off
+asks nothing again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from healthbench.api.client import Completer
-from healthbench.api.wire import Shape, Usage, request_key
+from healthbench.api.wire import Shape, Usage, request_key, with_cache_key
 from healthbench.data.schema import Message, RubricItem
-from healthbench.errors import GradingError, InvalidResponse, RequestFailed
-from healthbench.grading.prompt import GRADER_SYSTEM_MESSAGE, grader_prompt, render_conversation, rubric_item_text
+from healthbench.errors import GradingError, InvalidResponse, ReplyGradingError, RequestFailed
+from healthbench.grading.per_reply import output_cap, per_reply_prompt
+from healthbench.grading.prompt import (
+    GRADER_SYSTEM_MESSAGE,
+    grader_prompt,
+    prompt_cache_key,
+    render_conversation,
+    rubric_item_text,
+)
 
 DEFAULT_GRADER_MODEL = "gpt-4.1-2025-04-14"
 GRADER_TEMPERATURE = 0.5
@@ -26,6 +44,10 @@ GRADER_MAX_TOKENS = 2048
 # What the reference sends gpt-4.1: Chat Completions, temperature 0.5, max_tokens 2048.
 REFERENCE_SHAPE = Shape(api="chat", temperature=GRADER_TEMPERATURE, max_output_tokens=GRADER_MAX_TOKENS)
 NO_EXPLANATION = "No explanation provided"
+# How the grader is called: once per rubric item (the reference's), or once per reply for all its items (opt-in).
+GraderCalls = Literal["per-item", "per-reply"]
+GRADER_CALLS: tuple[GraderCalls, ...] = ("per-item", "per-reply")
+PER_ITEM: GraderCalls = "per-item"
 
 _FENCE = re.compile(r"^```json\s*|\s*```$")
 
@@ -38,21 +60,65 @@ class Verdict:
     explanation: str
 
 
-def parse_verdict(text: str) -> Verdict:
-    """Parse a grader answer; raise `InvalidResponse` unless `criteria_met` is a JSON boolean."""
+def _decoded(text: str) -> Any:
     try:
-        parsed: Any = json.loads(_FENCE.sub("", text.strip()))
+        return json.loads(_FENCE.sub("", text.strip()))
     except ValueError:
         raise InvalidResponse("grader answer is not JSON") from None
-    if not isinstance(parsed, dict):
-        raise InvalidResponse("grader answer is not a JSON object")
+
+
+def _verdict(parsed: Mapping[str, Any], where: str = "") -> Verdict:
     met = parsed.get("criteria_met")
     if not isinstance(met, bool):
-        raise InvalidResponse(f"criteria_met is {json.dumps(met)[:40]}, not a JSON boolean")
+        raise InvalidResponse(f"{where}criteria_met is {json.dumps(met)[:40]}, not a JSON boolean")
     explanation = parsed.get("explanation", NO_EXPLANATION)
     if not isinstance(explanation, str):
         explanation = json.dumps(explanation)
     return Verdict(met, explanation)
+
+
+def parse_verdict(text: str) -> Verdict:
+    """Parse a grader answer; raise `InvalidResponse` unless `criteria_met` is a JSON boolean."""
+    parsed = _decoded(text)
+    if not isinstance(parsed, dict):
+        raise InvalidResponse("grader answer is not a JSON object")
+    return _verdict(parsed)
+
+
+def _item_id(value: Any) -> int | None:
+    """An item's id as the grader wrote it: a JSON integer, or a string of one (not a float, not a boolean)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().isdecimal():
+        return int(value.strip())
+    return None
+
+
+def parse_verdicts(text: str, count: int) -> list[Verdict]:
+    """Parse a per-reply grader answer for items 1 to `count`: a JSON list (fenced or not) holding one object
+    per item, each with its `id` and a verdict as `parse_verdict` takes it; the verdicts in item order.
+
+    `InvalidResponse` (asked again, like a bad verdict) for anything else: not JSON, not a list, an entry that
+    is not an object, an id missing, repeated, or not one of the items, a `criteria_met` that is no boolean."""
+    parsed = _decoded(text)
+    if not isinstance(parsed, list):
+        raise InvalidResponse("grader answer is not a JSON list")
+    found: dict[int, Verdict] = {}
+    for entry in parsed:
+        if not isinstance(entry, dict):
+            raise InvalidResponse("an entry of the grader's list is not a JSON object")
+        number = _item_id(entry.get("id"))
+        if number is None or not 1 <= number <= count:
+            shown = json.dumps(entry.get("id"))[:20]
+            raise InvalidResponse(f"the grader's list has id {shown}, not one of 1 to {count}")
+        if number in found:
+            raise InvalidResponse(f"the grader's list has id {number} twice")
+        found[number] = _verdict(entry, f"item {number}: ")
+    missing = [str(number) for number in range(1, count + 1) if number not in found]
+    if missing:
+        shown = ", ".join(missing[:10]) + (", ..." if len(missing) > 10 else "")
+        raise InvalidResponse(f"the grader's list has no verdict for id {shown}")
+    return [found[number] for number in range(1, count + 1)]
 
 
 @dataclass(frozen=True)
@@ -102,7 +168,10 @@ class Grader:
     `shape` says how the grader model is asked (the reference's chat request by default; a reasoning model
     through Chat Completions or the Responses API); `system_message` whether the reference's system message
     "You are a helpful assistant." goes first (as a `developer` message in the Responses API). The client
-    must be one of the shape's API.
+    must be one of the shape's API. `calls` is how many calls a reply takes (`per-item`, the reference's, or
+    `per-reply`); with `prompt_cache_keys`, every request carries its `prompt_cache_key`. With
+    `per_reply_caps`, a per-reply request's output cap grows with its rubric (`per_reply.output_cap`): for a
+    shape whose cap is the reference's default rather than one the user gave.
     """
 
     def __init__(
@@ -113,61 +182,98 @@ class Grader:
         shape: Shape = REFERENCE_SHAPE,
         system_message: bool = True,
         cache: VerdictCache | None = None,
+        calls: GraderCalls = PER_ITEM,
+        prompt_cache_keys: bool = True,
+        per_reply_caps: bool = True,
     ) -> None:
         self.client = client
         self.model = model
         self.shape = shape
         self.system_message = system_message
         self.cache = cache
+        self.calls = calls
+        self.prompt_cache_keys = prompt_cache_keys
+        self.per_reply_caps = per_reply_caps
 
-    def request_body(self, prompt: str) -> dict[str, Any]:
-        """The request body for one grader prompt; with the defaults, what the reference sampler sends."""
+    def request_body(self, prompt: str, *, items: int | None = None) -> dict[str, Any]:
+        """The request body for one grader prompt (of `items` rubric items, for a per-reply prompt); with the
+        defaults, what the reference sampler sends."""
         head = [{"role": "system", "content": GRADER_SYSTEM_MESSAGE}] if self.system_message else []
-        return self.shape.body(self.model, [*head, {"role": "user", "content": prompt}])
+        shape = self.shape
+        if items is not None and self.per_reply_caps and shape.max_output_tokens is not None:
+            shape = dataclasses.replace(shape, max_output_tokens=output_cap(shape.max_output_tokens, items))
+        return shape.body(self.model, [*head, {"role": "user", "content": prompt}])
 
-    async def verdict(self, prompt: str, *, ident: str | None = None) -> tuple[Verdict, Usage]:
+    def cache_key(self, shared: str) -> str | None:
+        """The `prompt_cache_key` for requests whose prompts share `shared` (a rendered conversation), or None
+        when keys are turned off."""
+        return prompt_cache_key(shared) if self.prompt_cache_keys else None
+
+    def request_bytes(self, prompt: str, cache_key: str | None = None, *, items: int | None = None) -> bytes:
+        """The exact bytes sent for a grader prompt: its body, then its `prompt_cache_key` when one is given."""
+        payload = json.dumps(self.request_body(prompt, items=items)).encode()
+        return payload if cache_key is None else with_cache_key(payload, cache_key)
+
+    async def verdict(
+        self, prompt: str, *, ident: str | None = None, cache_key: str | None = None
+    ) -> tuple[Verdict, Usage]:
         """One grader call for a rendered grader prompt; raises `RequestFailed` past the retry bound.
 
         `ident` names the (sample, rubric item) the call is for: the reference grades every item of every
         sample with a call of its own, so identical requests of different items are not one verdict. With
-        a cache, the request and its `ident` are the key, and a hit costs nothing and reports zero usage.
+        a cache, the request (without its cache key) and its `ident` are the key, and a hit costs nothing and
+        reports zero usage. `cache_key` is sent as the request's `prompt_cache_key`.
         """
         # Encoded once: the same bytes are sent and are part of the cache key.
         payload = json.dumps(self.request_body(prompt)).encode()
+        sent = payload if cache_key is None else with_cache_key(payload, cache_key)
         if self.cache is None:
-            return await self.client.complete(payload, parse_verdict, ident=ident)
+            return await self.client.complete(sent, parse_verdict, ident=ident)
         key = request_key(payload if ident is None else payload + b"\0" + ident.encode())
         cached = self.cache.get_verdict(key)
         if cached is not None:
             return cached, Usage()
-        verdict, usage = await self.client.complete(payload, parse_verdict, ident=ident)
+        verdict, usage = await self.client.complete(sent, parse_verdict, ident=ident)
         self.cache.put_verdict(key, verdict, usage)
         return verdict, usage
+
+    async def verdicts(
+        self, prompt: str, count: int, *, ident: str, cache_key: str | None = None
+    ) -> tuple[list[Verdict], Usage]:
+        """One grader call for a per-reply prompt of `count` items; raises `RequestFailed` past the retry bound
+        (an answer without a valid verdict for every item is asked again, as a bad verdict is).
+
+        `ident` names the sample; with a cache, item i's verdict is kept under the request and `ident/i`, and
+        the call's usage with the first item, so a resumed run asks again only for a reply not all of whose
+        verdicts are kept."""
+        payload = json.dumps(self.request_body(prompt, items=count)).encode()
+        sent = payload if cache_key is None else with_cache_key(payload, cache_key)
+        parse = functools.partial(parse_verdicts, count=count)
+        if self.cache is None:
+            return await self.client.complete(sent, parse, ident=ident)
+        keys = [request_key(payload + b"\0" + f"{ident}/{index}".encode()) for index in range(count)]
+        kept = [self.cache.get_verdict(key) for key in keys]
+        if all(verdict is not None for verdict in kept):
+            return [verdict for verdict in kept if verdict is not None], Usage()
+        found, usage = await self.client.complete(sent, parse, ident=ident)
+        for index, (key, verdict) in enumerate(zip(keys, found, strict=True)):
+            self.cache.put_verdict(key, verdict, usage if index == 0 else Usage())
+        return found, usage
 
     async def grade(
         self, prompt_id: str, transcript: Sequence[Message], rubrics: Sequence[RubricItem], *, ident: str | None = None
     ) -> GradedReply:
-        """Grade the last assistant turn of `transcript` against every rubric item, concurrently; `ident`
-        names the sample, for the verdicts of its items to be kept apart from other samples'.
+        """Grade the last assistant turn of `transcript` against every rubric item, concurrently (in one call,
+        per-reply); `ident` names the sample, for the verdicts of its items to be kept apart from other samples'.
 
-        The first item that cannot be graded cancels the others and raises `GradingError`.
+        The first item that cannot be graded cancels the others and raises `GradingError` (a per-reply call
+        that fails, `ReplyGradingError`).
         """
         conversation = render_conversation(transcript)
-
-        async def one(index: int, item: RubricItem) -> tuple[Verdict, Usage]:
-            item_ident = None if ident is None else f"{ident}/{index}"
-            try:
-                return await self.verdict(grader_prompt(conversation, rubric_item_text(item)), ident=item_ident)
-            except RequestFailed as exc:
-                raise GradingError(prompt_id, item.criterion, str(exc)) from None
-
-        tasks = [asyncio.ensure_future(one(index, item)) for index, item in enumerate(rubrics)]
-        try:
-            results = await asyncio.gather(*tasks)
-        except BaseException:
-            for task in tasks:
-                task.cancel()
-            raise
+        if self.calls == "per-reply":
+            results = await self._per_reply(prompt_id, transcript, conversation, rubrics, ident or prompt_id)
+        else:
+            results = await self._per_item(prompt_id, conversation, rubrics, ident)
         usage = Usage()
         items = []
         for item, (verdict, item_usage) in zip(rubrics, results, strict=True):
@@ -176,3 +282,42 @@ class Grader:
                 GradedItem(item.criterion, item.points, list(item.tags), verdict.criteria_met, verdict.explanation)
             )
         return GradedReply(prompt_id, items, usage)
+
+    async def _per_item(
+        self, prompt_id: str, conversation: str, rubrics: Sequence[RubricItem], ident: str | None
+    ) -> list[tuple[Verdict, Usage]]:
+        # Every item's prompt starts with the template's head and the whole conversation, reply included.
+        cache_key = self.cache_key(conversation)
+
+        async def one(index: int, item: RubricItem) -> tuple[Verdict, Usage]:
+            item_ident = None if ident is None else f"{ident}/{index}"
+            prompt = grader_prompt(conversation, rubric_item_text(item))
+            try:
+                return await self.verdict(prompt, ident=item_ident, cache_key=cache_key)
+            except RequestFailed as exc:
+                raise GradingError(prompt_id, item.criterion, str(exc)) from None
+
+        tasks = [asyncio.ensure_future(one(index, item)) for index, item in enumerate(rubrics)]
+        try:
+            return list(await asyncio.gather(*tasks))
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            raise
+
+    async def _per_reply(
+        self,
+        prompt_id: str,
+        transcript: Sequence[Message],
+        conversation: str,
+        rubrics: Sequence[RubricItem],
+        ident: str,
+    ) -> list[tuple[Verdict, Usage]]:
+        # One request per reply: what its requests share with others is the task's conversation before the reply.
+        cache_key = self.cache_key(render_conversation(transcript[:-1]))
+        prompt = per_reply_prompt(conversation, [rubric_item_text(item) for item in rubrics])
+        try:
+            found, usage = await self.verdicts(prompt, len(rubrics), ident=ident, cache_key=cache_key)
+        except RequestFailed as exc:
+            raise ReplyGradingError(prompt_id, len(rubrics), str(exc)) from None
+        return [(verdict, usage if index == 0 else Usage()) for index, verdict in enumerate(found)]

@@ -3,6 +3,8 @@
 The template is shipped byte for byte as package data (with the MIT notice of simple-evals); the conversation and
 the rubric item are substituted by plain string replacement, in that order. A conversation is rendered as
 `role: content` turns joined by a blank line, a rubric item as `[points] criterion`.
+
+A prompt cache key names the text that the requests carrying it share from their start (see `prompt_cache_key`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,10 @@ from healthbench.data.schema import Message, RubricItem
 TEMPLATE = resources.files("healthbench.grading").joinpath("grader_template.txt").read_bytes().decode("utf-8")
 TEMPLATE_SHA256 = hashlib.sha256(TEMPLATE.encode("utf-8")).hexdigest()
 GRADER_SYSTEM_MESSAGE = "You are a helpful assistant."
+# The characters of the reference prompt before its conversation, and from the conversation's end to its rubric
+# item: what every item of one reply shares besides the conversation (for the dry run's cache estimate).
+REFERENCE_HEAD_CHARS = TEMPLATE.index("<<conversation>>")
+REFERENCE_BRIDGE_CHARS = TEMPLATE.index("<<rubric_item>>") - REFERENCE_HEAD_CHARS - len("<<conversation>>")
 
 
 def render_conversation(messages: Sequence[Message]) -> str:
@@ -31,6 +37,13 @@ def rubric_item_text(item: RubricItem) -> str:
 def grader_prompt(conversation: str, rubric_item: str) -> str:
     """The reference grader prompt; the conversation is substituted first, as the reference does."""
     return TEMPLATE.replace("<<conversation>>", conversation).replace("<<rubric_item>>", rubric_item)
+
+
+def prompt_cache_key(shared: str) -> str:
+    """The `prompt_cache_key` of the requests whose prompts all start with the grader's text around `shared` (a
+    rendered conversation): a digest, so the key is the same wherever those requests are made (live, in a
+    batch, by another process), differs for another conversation, and carries none of its text."""
+    return "healthbench-" + hashlib.sha256(shared.encode("utf-8")).hexdigest()[:32]
 
 
 def transcript_with_reply(prompt: Sequence[Message], reply: str, system_message: str | None = None) -> list[Message]:

@@ -27,8 +27,17 @@ from healthbench.api.endpoint import EndpointSettings, pace_store_from_env
 from healthbench.api.wire import APIS, Api, ApiName, Effort, Shape, is_reasoning_model
 from healthbench.data.subsets import PROFESSIONAL
 from healthbench.errors import SettingsError
-from healthbench.grading.grader import DEFAULT_GRADER_MODEL, GRADER_MAX_TOKENS, GRADER_TEMPERATURE, Grader, VerdictCache
+from healthbench.grading.grader import (
+    DEFAULT_GRADER_MODEL,
+    GRADER_MAX_TOKENS,
+    GRADER_TEMPERATURE,
+    PER_ITEM,
+    Grader,
+    GraderCalls,
+    VerdictCache,
+)
 from healthbench.grading.official import PROFESSIONAL_GRADER, Difference, differences, length_adjustment_for
+from healthbench.grading.per_reply import PER_REPLY_TEMPLATE_SHA256
 from healthbench.grading.prompt import TEMPLATE_SHA256
 from healthbench.grading.scoring import LengthAdjustment
 
@@ -67,6 +76,10 @@ class GraderConfig(EndpointSettings):
     Completions (as the reference sends it) and not through the Responses API (the reference's Responses
     sampler sends none unless given one; whether HealthBench Professional's grader is given one is not
     confirmed, hence the setting).
+
+    `calls`: one grader call per rubric item (`per-item`, the reference's) or per reply (`per-reply`, opt-in: not
+    the official grading). `prompt_cache_key`: whether each request carries a `prompt_cache_key` (off for an
+    endpoint that refuses fields it does not know); it changes no prompt and no verdict.
     """
 
     model: str = DEFAULT_GRADER_MODEL
@@ -74,6 +87,8 @@ class GraderConfig(EndpointSettings):
     api: ApiName = "chat"
     max_output_tokens: int | None = Field(default=None, ge=1)
     system_message: bool | None = None
+    calls: GraderCalls = PER_ITEM
+    prompt_cache_key: bool = True
 
     @classmethod
     def from_env(
@@ -145,9 +160,24 @@ class GraderConfig(EndpointSettings):
         """The sha256 of the grader prompt's template."""
         return TEMPLATE_SHA256
 
+    @property
+    def per_reply_template_sha256(self) -> str | None:
+        """The sha256 of the per-reply prompt's template, for a grader called per reply (None per item)."""
+        return PER_REPLY_TEMPLATE_SHA256 if self.calls != PER_ITEM else None
+
+    @property
+    def grows_output_cap(self) -> bool:
+        """Whether a per-reply request's output cap grows with its rubric: for the reference's default cap, not
+        one the user gave (and not for a reasoning grader, which has none)."""
+        return self.calls != PER_ITEM and self.max_output_tokens is None and self.shape.max_output_tokens is not None
+
     def official_differences(self, adjustment: LengthAdjustment | None) -> list[Difference]:
-        """How these settings, with `adjustment`, differ from HealthBench Professional's official configuration."""
-        return differences(self.model_dump(include={"model", "reasoning_effort", "api"}), adjustment)
+        """How these settings, with `adjustment`, differ from HealthBench Professional's official configuration
+        (whose grader is called once per rubric item, as every official grading is)."""
+        found = differences(self.model_dump(include={"model", "reasoning_effort", "api"}), adjustment)
+        if self.calls != PER_ITEM:
+            found.insert(0, Difference("grader calls", self.calls, PER_ITEM))
+        return found
 
     def build(
         self,
@@ -159,7 +189,17 @@ class GraderConfig(EndpointSettings):
         turns the live client into another way of sending (the Batch API)."""
         live = self.client(budget)
         client = live if wrap is None else wrap(live)
-        return Grader(client, self.model, shape=self.shape, system_message=self.sends_system_message, cache=cache)
+        return Grader(
+            client,
+            self.model,
+            shape=self.shape,
+            system_message=self.sends_system_message,
+            cache=cache,
+            calls=self.calls,
+            prompt_cache_keys=self.prompt_cache_key,
+            # A cap the user gave is every request's; the reference's default grows with a per-reply rubric.
+            per_reply_caps=self.max_output_tokens is None,
+        )
 
     def client(self, budget: Budget | None = None, api: Api | None = None) -> ApiClient:
         """The live client for the grader's endpoint and its API (`api` for another)."""
@@ -188,6 +228,10 @@ class GradingOptions(BaseModel):
     grader_reasoning_effort: Effort | None = None
     grader_max_output_tokens: int | None = Field(default=None, ge=1)
     grader_system_message: bool | None = None
+    # `per-reply` grades a reply's whole rubric in one call: not the reference's grading, so never the official score.
+    grader_calls: GraderCalls | None = None
+    # False for an endpoint that refuses fields it does not know; the prompts are the same either way.
+    grader_prompt_cache_key: bool | None = None
     grader_concurrency: int | None = Field(default=None, ge=1)
     grader_max_attempts: int | None = Field(default=None, ge=1)
     grader_rpm: float | None = Field(default=None, gt=0)

@@ -1,6 +1,11 @@
 """What `--dry-run` says of a run before anything is sent: its calls and tokens, estimated from the sizes of
 its prompts, their cost live and in batch (`pricing`), and the least wall time under the rate limits: those
-given, else, at OpenAI's own endpoint, a new account's; another endpoint's limits are not guessed."""
+given, else, at OpenAI's own endpoint, a new account's; another endpoint's limits are not guessed.
+
+The prompt cache hit rate it assumes is computed from the run's own prompts, as OpenAI caches: the requests
+that carry one `prompt_cache_key` (all items of a reply; per reply, all replies to a task) share the start of
+their prompts, and each of them after the first reads that start from the cache when it is 1,024 tokens or
+more, in steps of 128 tokens. Without the key (`--no-prompt-cache-key`) none is assumed: hits are left to chance."""
 
 from __future__ import annotations
 
@@ -13,10 +18,12 @@ from healthbench.api.endpoint import EndpointSettings, is_openai
 from healthbench.api.ratesignals import DEFAULT_OUTPUT_CAP
 from healthbench.api.wire import Shape, Usage
 from healthbench.data.schema import Message
-from healthbench.grading.prompt import TEMPLATE
+from healthbench.grading.grader import PER_ITEM, GraderCalls
+from healthbench.grading.per_reply import FIXED_CHARS, HEAD_CHARS, heading_chars, output_cap
+from healthbench.grading.prompt import REFERENCE_BRIDGE_CHARS, REFERENCE_HEAD_CHARS, TEMPLATE
 from healthbench.grading.settings import GraderConfig
 from healthbench.runs.policy import PolicyConfig
-from healthbench.runs.pricing import Price, cost
+from healthbench.runs.pricing import Price, cache_savings, cost, hit_rate
 
 # Rough sizes for the estimate: four characters a token, a typical reply, a typical verdict.
 CHARS_PER_TOKEN = 4.0
@@ -27,6 +34,15 @@ FRAMING_TOKENS = 20
 # A reasoning grader's thinking per verdict, by effort (None: the model's default, medium): rough guesses for
 # a short yes-or-no judgement, not measurements; the run's usage.json has the real numbers.
 REASONING_TOKENS: dict[str | None, int] = {"minimal": 0, "low": 150, "medium": 500, None: 500, "high": 1500}
+# A per-reply verdict carries its id besides the explanation and the verdict.
+ITEM_ID_TOKENS = 8
+# OpenAI caches prompt starts of this many tokens or more, in steps of `CACHE_STEP` tokens past it.
+MIN_CACHED_TOKENS = 1024
+CACHE_STEP = 128
+CACHE_RULE = (
+    "each request after the first of its prompt_cache_key (a reply's items; per reply, a task's replies) reads "
+    "the prompt start they share, where 1,024 tokens or more"
+)
 
 
 @dataclass
@@ -37,8 +53,16 @@ class Estimate:
     grader: Usage
 
 
-def _tokens(chars: int) -> int:
+def _tokens(chars: float) -> int:
     return int(chars / CHARS_PER_TOKEN) + 1
+
+
+def cacheable(tokens: int) -> int:
+    """The tokens of a shared prompt start of `tokens` that OpenAI reads from its cache: none under 1,024, then
+    1,024 and every whole step of 128 past it."""
+    if tokens < MIN_CACHED_TOKENS:
+        return 0
+    return MIN_CACHED_TOKENS + (tokens - MIN_CACHED_TOKENS) // CACHE_STEP * CACHE_STEP
 
 
 class Unit(NamedTuple):
@@ -50,12 +74,21 @@ class Unit(NamedTuple):
     criteria: Sequence[str]
 
 
-def estimate(units: Iterable[Unit], *, system_message: str | None = None, grader: Shape | None = None) -> Estimate:
-    """Calls and tokens for sampling the replies not given and grading every unit; a reasoning grader
-    (`grader` shape) also thinks, by a rough figure per effort, billed as output."""
+def estimate(
+    units: Iterable[Unit],
+    *,
+    system_message: str | None = None,
+    grader: Shape | None = None,
+    calls: GraderCalls = PER_ITEM,
+    cache_keys: bool = False,
+) -> Estimate:
+    """Calls and tokens for sampling the replies not given and grading every unit (a call per criterion, or per
+    unit with `calls="per-reply"`); a reasoning grader (`grader` shape) also thinks, by a rough figure per
+    effort, billed as output. With `cache_keys`, the grader's cached prompt tokens as the module says."""
     thinking = REASONING_TOKENS[grader.effort] if grader is not None and grader.reasoning else 0
     policy, graded = Usage(), Usage()
     system = len(system_message or "")
+    seen: set[tuple[str, ...]] = set()  # the cache keys whose first request is counted
     for unit in units:
         conversation = sum(len(m.role) + len(m.content) + 4 for m in unit.prompt) + system
         if unit.reply is None:
@@ -63,13 +96,46 @@ def estimate(units: Iterable[Unit], *, system_message: str | None = None, grader
             policy.prompt_tokens += _tokens(conversation)
             policy.completion_tokens += REPLY_TOKENS
         reply = REPLY_TOKENS * CHARS_PER_TOKEN if unit.reply is None else len(unit.reply)
-        for criterion in unit.criteria:
-            prompt = len(TEMPLATE) + conversation + reply + len(criterion) + 8
-            graded.calls += 1
-            graded.prompt_tokens += _tokens(int(prompt)) + FRAMING_TOKENS
-            graded.completion_tokens += VERDICT_TOKENS + thinking
-            graded.reasoning_tokens += thinking
+        task = tuple(m.role + "\0" + m.content for m in unit.prompt)
+        if calls == "per-reply":
+            usage = _per_reply(unit, conversation + reply, _tokens(HEAD_CHARS + conversation), thinking)
+            key = task
+        else:
+            shared = _tokens(REFERENCE_HEAD_CHARS + conversation + reply + REFERENCE_BRIDGE_CHARS)
+            usage = _per_item(unit, conversation + reply, shared, thinking)
+            # A reply not sampled yet is a reply of its own: its key is shared with no other unit's.
+            key = (*task, "\0reply", unit.reply if unit.reply is not None else str(id(unit)))
+        if not cache_keys:
+            usage.cached_prompt_tokens = 0
+        elif key not in seen:  # the first request of a key writes the cache, the others read it
+            usage.cached_prompt_tokens -= usage.cached_prompt_tokens // max(usage.calls, 1)
+        seen.add(key)
+        graded.add(usage)
     return Estimate(policy, graded)
+
+
+def _per_item(unit: Unit, transcript: float, shared: int, thinking: int) -> Usage:
+    """The grader calls of one unit graded per item, each reading the start they share from the cache."""
+    usage = Usage(calls=len(unit.criteria))
+    for criterion in unit.criteria:
+        usage.prompt_tokens += _tokens(len(TEMPLATE) + transcript + len(criterion) + 8) + FRAMING_TOKENS
+        usage.cached_prompt_tokens += cacheable(shared + FRAMING_TOKENS)
+    usage.completion_tokens = len(unit.criteria) * (VERDICT_TOKENS + thinking)
+    usage.reasoning_tokens = len(unit.criteria) * thinking
+    return usage
+
+
+def _per_reply(unit: Unit, transcript: float, shared: int, thinking: int) -> Usage:
+    """The one grader call of a unit graded per reply, reading the start it shares with the task's other replies
+    (the instructions and the task's conversation) from the cache."""
+    items = sum(len(criterion) + 6 for criterion in unit.criteria) + heading_chars(len(unit.criteria))
+    return Usage(
+        calls=1,
+        prompt_tokens=_tokens(FIXED_CHARS + transcript + items) + FRAMING_TOKENS,
+        cached_prompt_tokens=cacheable(shared + FRAMING_TOKENS),
+        completion_tokens=len(unit.criteria) * (VERDICT_TOKENS + ITEM_ID_TOKENS + thinking),
+        reasoning_tokens=len(unit.criteria) * thinking,
+    )
 
 
 def estimate_report(guess: Estimate, prices: Mapping[str, Price], grader_model: str, policy_model: str | None) -> Any:
@@ -156,10 +222,20 @@ def paced_seconds(
     }
 
 
-def _load(config: EndpointSettings, usage: Usage, cap: int | None) -> Load:
-    """A side's calls and TPM tokens (prompts plus output caps) on its key, with its given limits."""
-    tokens = usage.prompt_tokens + usage.calls * (cap or DEFAULT_OUTPUT_CAP)
+def _load(config: EndpointSettings, usage: Usage, cap: int | None, caps: int | None = None) -> Load:
+    """A side's calls and TPM tokens (prompts plus output caps: `caps` in all, else `cap` each) on its key, with its
+    given limits."""
+    tokens = usage.prompt_tokens + (usage.calls * (cap or DEFAULT_OUTPUT_CAP) if caps is None else caps)
     return Load(config.key_slot, usage.calls, tokens, config.rpm, config.tpm, config.base_url)
+
+
+def _grader_caps(units: Sequence[Unit], grader: GraderConfig) -> int | None:
+    """The output caps of a per-reply grader's requests in all, where they grow with the rubric (see
+    `Grader.request_body`); None where every request has the shape's."""
+    cap = grader.shape.max_output_tokens
+    if grader.calls != "per-reply" or grader.max_output_tokens is not None or cap is None:
+        return None
+    return sum(output_cap(cap, len(unit.criteria)) for unit in units)
 
 
 def dry_run(
@@ -170,12 +246,25 @@ def dry_run(
 ) -> dict[str, Any]:
     """What `--dry-run` reports: calls, tokens and cost live and in batch for each side with its endpoint, and
     the least wall time under the rate limits given (or assumed)."""
-    guess = estimate(units, system_message=policy.system_message if policy else None, grader=grader.shape)
+    guess = estimate(
+        units,
+        system_message=policy.system_message if policy else None,
+        grader=grader.shape,
+        calls=grader.calls,
+        cache_keys=grader.prompt_cache_key,
+    )
     report = estimate_report(guess, prices, grader.model, policy.model if policy else None)
     report["grader"]["base_url"] = grader.base_url
+    report["grader"]["grader_calls"] = grader.calls
+    report["grader"]["prompt_cache"] = {
+        "prompt_cache_key": grader.prompt_cache_key,
+        "assumed_hit_rate": hit_rate(guess.grader) or 0.0,
+        "rule": CACHE_RULE if grader.prompt_cache_key else "no prompt_cache_key is sent: no hit is assumed",
+        "saved_usd": cache_savings(guess.grader, grader.model, prices, batch=False),
+    }
     if policy is not None:
         report["policy"]["base_url"] = policy.base_url
-    loads = {"grader": _load(grader, guess.grader, grader.shape.max_output_tokens)}
+    loads = {"grader": _load(grader, guess.grader, grader.shape.max_output_tokens, _grader_caps(units, grader))}
     if policy is not None:
         loads["policy"] = _load(policy, guess.policy, policy.shape.max_output_tokens)
     summary: dict[str, Any] = {"samples": len(units), **report, "wall_time": wall_time(loads)}

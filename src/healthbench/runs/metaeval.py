@@ -1,5 +1,10 @@
 """Running a meta-evaluation: the grader judges each meta-eval row once, and the agreement figures of
-`grading.agreement` are written beside the results."""
+`grading.agreement` are written beside the results.
+
+A meta-eval row is one criterion of one completion. Graded per item (the reference's way), each row is a call.
+Graded per reply, the rows of one completion (same prompt and completion, so the same reply) are its rubric:
+one call judges them all, as `--grader-calls per-reply` judges a reply's rubric in `grade`; so the agreement
+measured is that of the mode as it grades. Each row still gets its own verdict and its own line."""
 
 from __future__ import annotations
 
@@ -9,7 +14,8 @@ from healthbench.api.wire import Usage
 from healthbench.data.schema import MetaRow
 from healthbench.errors import Deferred, EndpointUnusable, MetaGradingError, RequestFailed
 from healthbench.grading.agreement import meta_metrics
-from healthbench.grading.grader import Grader
+from healthbench.grading.grader import Grader, Verdict
+from healthbench.grading.per_reply import per_reply_prompt
 from healthbench.grading.prompt import grader_prompt, render_conversation, transcript_with_reply
 from healthbench.runs.folder import AGREEMENT, RunFolder
 from healthbench.runs.progress import Progress, Quiet
@@ -25,6 +31,16 @@ def write_meta_metrics(folder: RunFolder, records: Sequence[MetaRecord], *, seed
     return metrics
 
 
+def completion_groups(rows: Sequence[MetaRow]) -> list[list[int]]:
+    """The indices of the rows of each completion (same prompt_id, completion_id, prompt and completion), in the
+    order their first rows come, each group in row order: the rubric a per-reply call judges at once."""
+    groups: dict[tuple[str, str, str], list[int]] = {}
+    for index, row in enumerate(rows):
+        conversation = render_conversation(transcript_with_reply(row.prompt, row.completion))
+        groups.setdefault((row.prompt_id, row.completion_id, conversation), []).append(index)
+    return list(groups.values())
+
+
 async def grade_meta_rows(
     rows: Sequence[MetaRow],
     grader: Grader,
@@ -37,9 +53,10 @@ async def grade_meta_rows(
     """Grade every row's completion against its criterion; write results.jsonl as rows finish, then the metrics.
 
     The grader sees the row's prompt and the completion as the assistant's turn, and the bare criterion as the
-    rubric item. Verdicts come from the grader's cache when it has them, so a re-run asks nothing again. A row
-    that cannot be graded is a failure of the run: no metrics are written; a grader endpoint that cannot be used
-    stops the run at once (`EndpointUnusable`).
+    rubric item; a per-reply grader sees all the criteria of one completion in one call. Verdicts come from the
+    grader's cache when it has them, so a re-run asks nothing again. A row that cannot be graded is a failure of
+    the run: no metrics are written; a grader endpoint that cannot be used stops the run at once
+    (`EndpointUnusable`).
     """
     outcome = RunOutcome(metrics=None)
     sink: ResultSink[MetaRecord] = ResultSink(
@@ -47,36 +64,55 @@ async def grade_meta_rows(
     )
     folder.discard(AGREEMENT)
 
-    async def one(index: int, row: MetaRow) -> None:
-        conversation = render_conversation(transcript_with_reply(row.prompt, row.completion))
+    def record(index: int, verdict: Verdict, usage: Usage) -> None:
+        row = rows[index]
+        outcome.grader_usage.add(usage)
+        sink.add(
+            MetaRecord(
+                index=index,
+                prompt_id=row.prompt_id,
+                completion_id=row.completion_id,
+                category=row.category,
+                rubric=row.rubric,
+                criteria_met=verdict.criteria_met,
+                explanation=verdict.explanation,
+                binary_labels=list(row.binary_labels),
+                anonymized_physician_ids=list(row.anonymized_physician_ids),
+                usage=UsageNumbers.of(usage),
+                grader_model=grader.model,
+            )
+        )
+
+    async def judged(group: list[int]) -> None:
+        first = rows[group[0]]
+        conversation = render_conversation(transcript_with_reply(first.prompt, first.completion))
         try:
-            verdict, usage = await grader.verdict(grader_prompt(conversation, row.rubric), ident=f"meta#{index}")
+            if grader.calls == "per-reply":
+                prompt = per_reply_prompt(conversation, [rows[index].rubric for index in group])
+                cache_key = grader.cache_key(render_conversation(first.prompt))
+                found, usage = await grader.verdicts(prompt, len(group), ident=f"meta#{group[0]}", cache_key=cache_key)
+                results = [(verdict, usage if n == 0 else Usage()) for n, verdict in enumerate(found)]
+            else:
+                prompt, cache_key = grader_prompt(conversation, first.rubric), grader.cache_key(conversation)
+                results = [await grader.verdict(prompt, ident=f"meta#{group[0]}", cache_key=cache_key)]
         except RequestFailed as exc:
-            sink.fail(MetaGradingError(index, row.prompt_id, row.completion_id, row.rubric, str(exc)))
+            for index in group:
+                row = rows[index]
+                sink.fail(MetaGradingError(index, row.prompt_id, row.completion_id, row.rubric, str(exc)))
             return
         except Deferred:
-            sink.defer()
+            for _ in group:
+                sink.defer()
             return
         except EndpointUnusable as exc:
             raise exc.of(GRADER) from None
-        outcome.grader_usage.add(usage)
-        record = MetaRecord(
-            index=index,
-            prompt_id=row.prompt_id,
-            completion_id=row.completion_id,
-            category=row.category,
-            rubric=row.rubric,
-            criteria_met=verdict.criteria_met,
-            explanation=verdict.explanation,
-            binary_labels=list(row.binary_labels),
-            anonymized_physician_ids=list(row.anonymized_physician_ids),
-            usage=UsageNumbers.of(usage),
-            grader_model=grader.model,
-        )
-        sink.add(record)
+        for index, (verdict, usage) in zip(group, results, strict=True):
+            record(index, verdict, usage)
 
+    # Per item, every row is a group of its own (its own call, under its own ident as before).
+    groups = completion_groups(rows) if grader.calls == "per-reply" else [[index] for index in range(len(rows))]
     try:
-        await all_or_none([one(index, row) for index, row in enumerate(rows)])
+        await all_or_none([judged(group) for group in groups])
     finally:
         sink.close()
     if not outcome.failures and not outcome.deferred:

@@ -107,6 +107,21 @@ def cost(usage: Usage, model: str, prices: Mapping[str, Price], *, batch: bool |
     return (fresh * fresh_rate + usage.cached_prompt_tokens * cached_rate + usage.completion_tokens * output_rate) / 1e6
 
 
+def cache_savings(usage: Usage, model: str, prices: Mapping[str, Price], *, batch: bool | None = None) -> float | None:
+    """USD the cached prompt tokens of this usage saved against the same tokens uncached (None for a model without
+    a price): what prompt caching took off the bill."""
+    price = price_for(model, prices)
+    if price is None:
+        return None
+    fresh_rate, cached_rate, _ = price.rates(usage.batch if batch is None else batch)
+    return usage.cached_prompt_tokens * (fresh_rate - cached_rate) / 1e6
+
+
+def hit_rate(usage: Usage) -> float | None:
+    """The share of prompt tokens read from the provider's prompt cache (None without prompt tokens)."""
+    return usage.cached_prompt_tokens / usage.prompt_tokens if usage.prompt_tokens else None
+
+
 # Seconds of answers the progress bar's rate is taken over: the span of the pace's own "req/s", so the two
 # figures it shows side by side measure the same stretch of time.
 RATE_SPAN = 5.0
@@ -131,12 +146,15 @@ class CostMeter:
         total = Usage()
         for part in parts:
             total.add(part)
-        costs = [cost(part, model, self.table) for part in parts if part.calls] or [cost(total, model, self.table)]
+        priced = [part for part in parts if part.calls] or [total]
+        costs = [cost(part, model, self.table) for part in priced]
+        saved = [cache_savings(part, model, self.table) for part in priced]
         return SideUsage(
             **total.as_dict() | {"batch": 0},
             batch_calls=sum(part.calls for part in parts if part.batch),
             model=model,
             cost_usd=None if None in costs else sum(c for c in costs if c is not None),
+            cache_saved_usd=None if None in saved else sum(c for c in saved if c is not None),
         )
 
     def usage_report(self, policy: Usage | Sequence[Usage], grader: Usage | Sequence[Usage]) -> UsageReport:

@@ -54,6 +54,11 @@ class UsageNumbers(Record):
         """As the `Usage` the code sums."""
         return Usage.from_dict(self.model_dump(include=set(UsageNumbers.model_fields)))
 
+    @property
+    def cache_hit_rate(self) -> float | None:
+        """The share of prompt tokens read from the provider's prompt cache (None without prompt tokens)."""
+        return self.cached_prompt_tokens / self.prompt_tokens if self.prompt_tokens else None
+
 
 class ItemRecord(Record):
     """A rubric item with the grader's verdict."""
@@ -196,12 +201,14 @@ class FailureRecord(Record):
 
 
 class SideUsage(UsageNumbers):
-    """One side's tokens (policy or grader) in usage.json, with its model, its calls made in batches and its cost
-    (None when the model has no price)."""
+    """One side's tokens (policy or grader) in usage.json, with its model, its calls made in batches, its cost
+    (None when the model has no price) and what its cached prompt tokens took off that cost (None also for a run
+    made before it was recorded)."""
 
     batch_calls: int = 0
     model: str = ""
     cost_usd: float | None = None
+    cache_saved_usd: float | None = None
 
 
 class UsageReport(Record):

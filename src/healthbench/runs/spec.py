@@ -15,7 +15,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from healthbench.grading.grader import PER_ITEM, GraderCalls
 from healthbench.grading.official import Difference, rescored
+from healthbench.grading.per_reply import ITEM_OUTPUT_TOKENS
 from healthbench.grading.scoring import LengthAdjustment
 from healthbench.grading.settings import REFERENCE_REQUEST, GraderConfig, GradingPlan
 from healthbench.runs.policy import PolicyConfig
@@ -59,26 +61,53 @@ class GraderRequest(Spec):
 
 class GraderSpec(Spec):
     """The grader: model, endpoint, the template's sha256 and how it is asked (None: not recorded, a run of an
-    early release)."""
+    early release).
+
+    `calls` is `per-item` (the reference's: one call per rubric item) or `per-reply` (one call per reply, opt-in,
+    not the official grading), whose template's sha256 is `per_reply_template_sha256`; `per_reply_item_tokens`
+    the output cap per item of a per-reply request, when it grows with the rubric. `prompt_cache_key`: whether its
+    requests carried a `prompt_cache_key` (None: a run made before they did)."""
 
     model: str = "unknown"
     base_url: str | None = None
     template_sha256: str | None = None
     request: GraderRequest | None = None
+    calls: GraderCalls = PER_ITEM
+    per_reply_template_sha256: str | None = None
+    per_reply_item_tokens: int | None = None
+    prompt_cache_key: bool | None = None
 
     @classmethod
     def of(cls, config: GraderConfig) -> GraderSpec:
         """The spec of grader settings (never the key)."""
         request = GraderRequest.model_validate(config.request_settings())
         return cls(
-            model=config.model, base_url=config.base_url, template_sha256=config.template_sha256, request=request
+            model=config.model,
+            base_url=config.base_url,
+            template_sha256=config.template_sha256,
+            request=request,
+            calls=config.calls,
+            per_reply_template_sha256=config.per_reply_template_sha256,
+            per_reply_item_tokens=ITEM_OUTPUT_TOKENS if config.grows_output_cap else None,
+            prompt_cache_key=config.prompt_cache_key,
         )
 
+    @property
+    def official_calls(self) -> bool:
+        """Whether the grader was called as the reference calls it, once per rubric item: a run graded otherwise
+        is never HealthBench's score."""
+        return self.calls == PER_ITEM
+
     def identity(self) -> dict[str, Any]:
-        """What decides the verdicts; the request only when it is not the reference's, as it has always been."""
+        """What decides the verdicts; the request only when it is not the reference's, as it has always been, and
+        the calls only when not per item (so runs made before either existed resume). The prompt cache key decides
+        no verdict, so it is not part of it: a run resumes with it on or off."""
         identity: dict[str, Any] = {"grader_model": self.model, "template_sha256": self.template_sha256}
         if self.request is not None and self.request.model_dump() != REFERENCE_REQUEST:
             identity["grader_request"] = self.request.model_dump()
+        if not self.official_calls:
+            identity["grader_calls"] = self.calls
+            identity["per_reply_template_sha256"] = self.per_reply_template_sha256
         return identity
 
 

@@ -1,0 +1,161 @@
+"""Two meta-evaluations of one grader side by side, one graded per item and one per reply (or any two finished
+meta-eval runs): macro F1 against the physicians with a bootstrap interval, and what each cost.
+
+The interval is a percentile bootstrap over completions (a completion's rows are drawn together: one per-reply
+call judges them all, so their verdicts are not independent). When both runs graded the same rows, the
+difference B - A is measured on the same resamples (paired), so it is known more precisely than either figure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from healthbench.errors import DataError
+from healthbench.grading.agreement import MODEL_F1, macro_f1_resamples
+from healthbench.runs.folder import RunFolder
+from healthbench.runs.records import MetaRecord, SideUsage
+
+# HealthBench's paper, Table 6: each grader's macro F1 against physicians on the meta-eval, graded per item.
+PAPER_MACRO_F1 = {"gpt-4.1": 0.709, "o4-mini": 0.692, "o3": 0.681, "gpt-4.1-mini": 0.661, "gpt-4.1-nano": 0.580}
+CONFIDENCE = 0.95
+
+
+def _interval(values: Any) -> tuple[float, float] | None:
+    import numpy as np  # deferred: numpy costs 0.2 s of CLI start-up
+
+    finite = values[np.isfinite(values)]
+    if not len(finite):
+        return None
+    tail = (1 - CONFIDENCE) / 2 * 100
+    return float(np.percentile(finite, tail)), float(np.percentile(finite, 100 - tail))
+
+
+@dataclass(frozen=True)
+class MetaFigures:
+    """One finished meta-eval run as the side-by-side shows it: its grader and mode, macro F1 with its 95%
+    interval (None where undefined), rows and completions, and the grader's calls, tokens and cost."""
+
+    folder: str
+    grader_model: str
+    grader_calls: str
+    macro_f1: float | None
+    interval: tuple[float, float] | None
+    rows: int
+    completions: int
+    usage: SideUsage
+
+
+@dataclass(frozen=True)
+class SideBySide:
+    """Two (or more) meta-eval runs, and B - A's macro F1 with its paired interval when the first two graded the
+    same rows."""
+
+    runs: list[MetaFigures]
+    difference: float | None = None
+    difference_interval: tuple[float, float] | None = None
+    paired: bool = False
+
+
+def _rows(folder: RunFolder) -> list[MetaRecord]:
+    records = sorted(folder.read_meta_results(), key=lambda record: record.index)
+    if not records:
+        raise DataError(f"{folder.path}: no results")
+    return records
+
+
+def _cluster(record: MetaRecord) -> str:
+    return f"{record.prompt_id}\0{record.completion_id}"
+
+
+def _resamples(raters: Sequence[Sequence[MetaRecord]], seed: int, n_bootstrap: int) -> Any:
+    """Macro F1 resamples of each run's verdicts on the first run's rows, clusters and labels."""
+    rows = raters[0]
+    verdicts = [[row.criteria_met for row in run] for run in raters]
+    labels, clusters = [row.binary_labels for row in rows], [_cluster(row) for row in rows]
+    return macro_f1_resamples(verdicts, labels, clusters, seed=seed, n_bootstrap=n_bootstrap)
+
+
+def side_by_side(folders: Sequence[RunFolder], *, seed: int = 0, n_bootstrap: int = 1000) -> SideBySide:
+    """The figures of finished meta-eval runs A and B (`DataError` for a folder that is not one), and B - A with
+    its paired interval when both graded the same rows."""
+    runs = []
+    records = [_rows(folder) for folder in folders]
+    for folder, rows in zip(folders, records, strict=True):
+        metrics, run, usage = folder.require_metrics(), folder.require_run(), folder.read_usage()
+        f1 = metrics.get(MODEL_F1)
+        runs.append(
+            MetaFigures(
+                folder=str(folder.path),
+                grader_model=run.spec.grader.model,
+                grader_calls=run.spec.grader.calls,
+                macro_f1=None if f1 is None else float(f1),
+                interval=_interval(_resamples([rows], seed, n_bootstrap)[:, 0]),
+                rows=len(rows),
+                completions=len({_cluster(row) for row in rows}),
+                usage=(usage.whole_run.grader if usage is not None else None) or SideUsage(),
+            )
+        )
+    same = len(records) == 2 and [[(r.index, r.prompt_id, r.completion_id, r.rubric) for r in rows] for rows in records]
+    if not same or same[0] != same[1]:
+        return SideBySide(runs)
+    both = _resamples(records, seed, n_bootstrap)
+    a, b = runs[0].macro_f1, runs[1].macro_f1
+    value = None if a is None or b is None else b - a
+    return SideBySide(runs, value, _interval(both[:, 1] - both[:, 0]), paired=True)
+
+
+def _f1(value: float | None, interval: tuple[float, float] | None) -> str:
+    if value is None:
+        return "undefined"
+    shown = f"{value:.4f}"
+    return shown if interval is None else f"{shown} [{interval[0]:.4f}, {interval[1]:.4f}]"
+
+
+def _money(value: float | None) -> str:
+    return "no price" if value is None else f"${value:,.2f}"
+
+
+def _per(value: float | None, count: int) -> str:
+    return "" if value is None or not count else f" (${value / count:,.4f} per completion)"
+
+
+def _calls(run: MetaFigures) -> str:
+    return f"{run.usage.calls:,} ({run.usage.calls / max(run.completions, 1):.2f} per completion)"
+
+
+def _prompt(run: MetaFigures) -> str:
+    rate = 100 * (run.usage.cache_hit_rate or 0)
+    return f"{run.usage.prompt_tokens:,} ({run.usage.cached_prompt_tokens:,}, {rate:.0f}%)"
+
+
+def side_by_side_lines(figures: SideBySide) -> list[str]:
+    """The side-by-side figures as the command prints them: a line per figure, a column per run."""
+    runs = figures.runs
+    rows = [
+        ("", [f"{run.grader_calls} ({run.grader_model})" for run in runs]),
+        ("macro F1 [95% interval]", [_f1(run.macro_f1, run.interval) for run in runs]),
+        ("rows, completions", [f"{run.rows:,}, {run.completions:,}" for run in runs]),
+        ("grader calls", [_calls(run) for run in runs]),
+        ("prompt tokens (cached)", [_prompt(run) for run in runs]),
+        ("output tokens", [f"{run.usage.completion_tokens:,}" for run in runs]),
+        ("cost", [_money(run.usage.cost_usd) + _per(run.usage.cost_usd, run.completions) for run in runs]),
+        ("saved by the prompt cache", [_money(run.usage.cache_saved_usd) for run in runs]),
+    ]
+    change = f"{runs[-1].grader_calls} - {runs[0].grader_calls} macro F1"
+    width = max(len(label) for label in [change, *(label for label, _ in rows)]) + 2
+    column = max(len(value) for _, values in rows for value in values) + 2
+    lines = [label.ljust(width) + "".join(value.ljust(column) for value in values).rstrip() for label, values in rows]
+    if figures.paired:
+        shown = _f1(figures.difference, figures.difference_interval)
+        lines.append(f"{change.ljust(width)}{shown} (paired bootstrap over completions)")
+    else:
+        lines.append("(the runs graded different rows: no paired difference)")
+    paper = ", ".join(f"{model} {value:.3f}" for model, value in PAPER_MACRO_F1.items())
+    lines.append(f"HealthBench paper, Table 6 (per item, the full meta-eval): {paper}.")
+    lines.append(
+        "Per-reply grading is not the reference's: its agreement with physicians is what this meta-eval shows for "
+        "your grader, and nothing more."
+    )
+    return lines
