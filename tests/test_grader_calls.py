@@ -178,3 +178,24 @@ def test_professional_per_reply_is_not_its_official_configuration() -> None:
     config = GradingOptions(grader_calls="per-reply").grader("professional")
     first, *_ = config.official_differences(None)
     assert str(first) == "grader calls per-reply (official: per-item)"
+
+
+def test_served_grading_per_reply_and_keyed(fake: FakeOpenAI) -> None:
+    """`serve`'s grading (its Deployment, without the SDK): one keyed request per reply of a group, per task."""
+    import asyncio
+
+    from healthbench.data.schema import Row
+    from healthbench.grading.settings import GraderConfig
+    from healthbench.integrations.openreward.deployment import Deployment
+
+    row = Row.model_validate(make_row("a", rubrics=[(i + 1, f"Criterion {i}", ("axis:accuracy",)) for i in range(5)]))
+    assert fake.base_url
+    config = GraderConfig(base_url=fake.base_url, calls="per-reply")
+    deployment = Deployment({"test": [row]}, config)
+    samples = asyncio.run(deployment.grade_group("test", row, ["Rest.", "Sleep.", "Rest."], "sk-test"))
+    assert len(fake.bodies) == 3 and len({body["prompt_cache_key"] for body in fake.bodies}) == 1  # one task
+    conversation = "user: I have a headache, what should I do?\n\nassistant: Rest."
+    assert [item.criteria_met for item in samples[0].items] == [
+        item_verdict(conversation, f"[{i + 1}] Criterion {i}") for i in range(5)
+    ]
+    assert samples[0].reward == samples[2].reward

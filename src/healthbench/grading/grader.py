@@ -211,8 +211,13 @@ class Grader:
 
     def request_bytes(self, prompt: str, cache_key: str | None = None, *, items: int | None = None) -> bytes:
         """The exact bytes sent for a grader prompt: its body, then its `prompt_cache_key` when one is given."""
+        return self._encoded(prompt, cache_key, items)[1]
+
+    def _encoded(self, prompt: str, cache_key: str | None, items: int | None = None) -> tuple[bytes, bytes]:
+        """A request's body as the reference sends it (what verdicts are stored under), and as it is sent."""
+        # Encoded once: the same bytes are sent and are part of the cache key.
         payload = json.dumps(self.request_body(prompt, items=items)).encode()
-        return payload if cache_key is None else with_cache_key(payload, cache_key)
+        return payload, payload if cache_key is None else with_cache_key(payload, cache_key)
 
     async def verdict(
         self, prompt: str, *, ident: str | None = None, cache_key: str | None = None
@@ -224,9 +229,7 @@ class Grader:
         a cache, the request (without its cache key) and its `ident` are the key, and a hit costs nothing and
         reports zero usage. `cache_key` is sent as the request's `prompt_cache_key`.
         """
-        # Encoded once: the same bytes are sent and are part of the cache key.
-        payload = json.dumps(self.request_body(prompt)).encode()
-        sent = payload if cache_key is None else with_cache_key(payload, cache_key)
+        payload, sent = self._encoded(prompt, cache_key)
         if self.cache is None:
             return await self.client.complete(sent, parse_verdict, ident=ident)
         key = request_key(payload if ident is None else payload + b"\0" + ident.encode())
@@ -246,8 +249,7 @@ class Grader:
         `ident` names the sample; with a cache, item i's verdict is kept under the request and `ident/i`, and
         the call's usage with the first item, so a resumed run asks again only for a reply not all of whose
         verdicts are kept."""
-        payload = json.dumps(self.request_body(prompt, items=count)).encode()
-        sent = payload if cache_key is None else with_cache_key(payload, cache_key)
+        payload, sent = self._encoded(prompt, cache_key, count)
         parse = functools.partial(parse_verdicts, count=count)
         if self.cache is None:
             return await self.client.complete(sent, parse, ident=ident)
