@@ -159,9 +159,15 @@ def batches(out: Path, cancel: bool, grader_base_url: str | None, base_url: str 
 @user_errors
 def compare(run_a: Path, run_b: Path, seed: int, n_bootstrap: int, as_json: bool) -> None:
     """Paired per-task difference of the headline scores RUN_B - RUN_A, with a bootstrap interval, overall and
-    per theme and axis (per slice for Professional)."""
+    per theme and axis (per slice for Professional); two meta-eval runs side by side (macro F1 with its interval,
+    calls, tokens, cost). Runs graded per item and per reply say so on the first line."""
     from healthbench.reporting.compare import compare_dirs, format_comparison
+    from healthbench.reporting.metamodes import meta_pair, side_by_side, side_by_side_lines
 
+    if meta_pair([RunFolder(run_a), RunFolder(run_b)]):
+        figures = side_by_side([RunFolder(run_a), RunFolder(run_b)], seed=seed, n_bootstrap=n_bootstrap)
+        click.echo(json.dumps(figures.as_dict(), indent=2) if as_json else "\n".join(side_by_side_lines(figures)))
+        return
     result = compare_dirs(run_a, run_b, seed=seed, n_bootstrap=n_bootstrap)
     click.echo(json.dumps(result, indent=2) if as_json else format_comparison(result))
 

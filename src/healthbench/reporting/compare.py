@@ -92,6 +92,18 @@ def _mismatch(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
     )
 
 
+def grader_calls_mismatch(calls_a: str | None, calls_b: str | None) -> str | None:
+    """A sentence when two runs' graders were called differently (per item and per reply), else None; a run
+    whose run.json is missing says nothing."""
+    if calls_a is None or calls_b is None or calls_a == calls_b:
+        return None
+    how = {"per-item": "one grader call per rubric item, the reference's", "per-reply": "one call per reply"}
+    return (
+        f"A was graded {calls_a} ({how.get(calls_a, calls_a)}), B {calls_b} ({how.get(calls_b, calls_b)}): part of "
+        "B - A is the grading's, not the runs'; a per-reply score is not HealthBench's"
+    )
+
+
 def _headline_score(record: SampleRecord, adjustment: LengthAdjustment | None, side: str) -> float:
     """The sample's headline: its `length_adjusted_score`, else adjusted here from its reply with the run's
     settings (a run rescored after grading), else its `score`."""
@@ -156,13 +168,15 @@ def compare_runs(
     the paired tasks), `only_a`, `only_b` (tasks graded by one run only), `seed`, `n_bootstrap`, `min_marked`,
     `headline` (`score` when either run is length-adjusted, else `overall_score`), `headlines` (per run,
     `length_adjusted` and its `length_adjustment` settings), `headline_mismatch` (None, or a sentence saying how
-    the two headlines differ), and `metrics`: for the headline `score`, `overall_score`, each example-tag slice
-    (`theme:*`; `use_case:*`, `type:*`, ... for HealthBench Professional) and each `axis:*` metric, over the
-    paired tasks where both runs have it, `{n, mean_a, mean_b, diff, ci_low, ci_high, mean_a_unclipped,
-    mean_b_unclipped, clipped, marked}`: `n` tasks, each run's mean of its per-task means clipped to [0, 1],
-    `diff` the mean of the per-task differences B - A and [ci_low, ci_high] its 95% percentile bootstrap
-    interval (tasks resampled with replacement), `marked` whether the interval excludes zero and `n` is at
-    least `min_marked`. Tasks are taken in sorted order, so the result does not depend on the records' order.
+    the two headlines differ), `grader_calls` (per run, `per-item` or `per-reply`; None without run.json),
+    `grader_calls_mismatch` (None, or a sentence when they differ), and `metrics`: for the headline `score`,
+    `overall_score`, each example-tag slice (`theme:*`; `use_case:*`, `type:*`, ... for HealthBench
+    Professional) and each `axis:*` metric, over the paired tasks where both runs have it, `{n, mean_a, mean_b,
+    diff, ci_low, ci_high, mean_a_unclipped, mean_b_unclipped, clipped, marked}`: `n` tasks, each run's mean of
+    its per-task means clipped to [0, 1], `diff` the mean of the per-task differences B - A and [ci_low,
+    ci_high] its 95% percentile bootstrap interval (tasks resampled with replacement), `marked` whether the
+    interval excludes zero and `n` is at least `min_marked`. Tasks are taken in sorted order, so the result does
+    not depend on the records' order.
     """
     import numpy as np  # deferred: numpy costs 0.5 s of CLI start-up, and only this function needs it
 
@@ -202,9 +216,12 @@ def compare_runs(
             "clipped": _clip(mean_a) != mean_a or _clip(mean_b) != mean_b,
             "marked": len(diffs) >= MIN_MARKED and (low > 0 or high < 0),
         }
+    calls = {side: None if run is None else run.spec.grader.calls for side, run in (("a", run_a), ("b", run_b))}
     return {
         "a": names[0] if names else None,
         "b": names[1] if names else None,
+        "grader_calls": calls,
+        "grader_calls_mismatch": grader_calls_mismatch(calls["a"], calls["b"]),
         "n_tasks": len(tasks),
         "samples": {"a": sum(counts_a[t] for t in tasks), "b": sum(counts_b[t] for t in tasks)},
         "only_a": len(tasks_a) - len(tasks),
@@ -250,6 +267,9 @@ def format_comparison(result: Mapping[str, Any]) -> str:
     """A plain-text table of a `compare_runs` result; `*` marks a row whose interval excludes zero over at least
     `min_marked` tasks, `^` a row where clipping a mean to [0, 1] changed it."""
     names = "".join(f"{side.upper()}: {result[side]}\n" for side in ("a", "b") if result.get(side))
+    if result.get("grader_calls_mismatch"):
+        # The first line: a reader who reads nothing else must not take the difference for the models' alone.
+        names = f"GRADER CALLS DIFFER: {result['grader_calls_mismatch']}\n" + names
     samples = result["samples"]
     head = names + (
         f"{result['n_tasks']} paired tasks ({samples['a']} samples in A, {samples['b']} in B); {result['only_a']} "

@@ -2,8 +2,10 @@
 slice for HealthBench Professional), ranked by headline, with the runs whose grader or configuration differ
 from the others marked, so a table never silently sets unlike scores against each other.
 
-Everything comes from what the runs already wrote: metrics.json (the figures) and run.json (what was graded,
-by which grader, on which data, how the headline was scored). The headline is metrics.json `score`, which a
+Everything comes from what the runs already wrote: metrics.json (the figures), run.json (what was graded,
+by which grader, called how often, on which data, how the headline was scored) and usage.json (what it cost,
+and what its grader's prompt cache saved). A run graded per reply is marked in every row: its score is never
+HealthBench's. The headline is metrics.json `score`, which a
 run with a length adjustment writes as the length-adjusted score. Runs whose scores are equal to the three
 decimals shown share a rank, and the next rank is skipped (1, 1, 3). The data is named by its subset, or by
 its file's name and the start of its sha256, so two copies of one file are the same data and two files of
@@ -54,6 +56,24 @@ class Figure:
 
 
 @dataclass(frozen=True)
+class Cost:
+    """What a run cost (the whole run, every session), and its grader's prompt cache: the share of prompt tokens
+    read from it and what that took off the cost (None where not recorded, or the model has no price)."""
+
+    usd: float | None
+    cache_hit_rate: float | None = None
+    cache_saved_usd: float | None = None
+
+    def describe(self) -> str:
+        """As the table shows it: "$12.34 (grader cache 18%, $1.20 saved)"."""
+        cost = "no price" if self.usd is None else f"${self.usd:,.2f}"
+        if self.cache_hit_rate is None:
+            return cost
+        saved = "" if self.cache_saved_usd is None else f", ${self.cache_saved_usd:,.2f} saved"
+        return f"{cost} (grader cache {self.cache_hit_rate:.0%}{saved})"
+
+
+@dataclass(frozen=True)
 class Mark:
     """How one run's setting differs from the other runs'."""
 
@@ -78,15 +98,20 @@ class Entry:
     official_differences: list[str]
     headline: Figure
     metrics: dict[str, Figure]
+    grader_calls: str = "per-item"
+    cost: Cost = field(default_factory=lambda: Cost(None))
     marks: list[Mark] = field(default_factory=list)
 
     @property
     def grader(self) -> str:
-        """The grader model, with its API and reasoning effort when run.json records them."""
+        """The grader model, with its API and reasoning effort when run.json records them, and `per-reply` when it
+        was called once per reply (never the official grading)."""
         request = self.grader_request
         how = [] if request is None else [request.api]
         if request is not None and request.reasoning_effort:
             how.append(f"effort {request.reasoning_effort}")
+        if self.grader_calls != "per-item":
+            how.append(self.grader_calls)
         return f"{self.grader_model} ({', '.join(how)})" if how else self.grader_model
 
     @property
@@ -117,6 +142,7 @@ class Entry:
             "model": self.model,
             "grader_model": self.grader_model,
             "grader_request": None if self.grader_request is None else self.grader_request.model_dump(),
+            "grader_calls": self.grader_calls,
             "grader": self.grader,
             "subset": self.subset,
             "data": self.data,
@@ -130,6 +156,10 @@ class Entry:
             "n_samples": self.headline.n,
             "official_configuration": self.official,
             "official_differences": self.official_differences,
+            "cost_usd": self.cost.usd,
+            "grader_cache_hit_rate": self.cost.cache_hit_rate,
+            "grader_cache_saved_usd": self.cost.cache_saved_usd,
+            "cost": self.cost.describe(),
             "marks": [{"kind": m.kind, "detail": m.detail} for m in self.marks],
             "metrics": {name: figure.as_dict() for name, figure in self.metrics.items()},
         }
@@ -167,6 +197,13 @@ def load_entry(folder: Path) -> Entry:
     names = [n for n in metrics if n.startswith(families) and not n.endswith((":n_samples", ":bootstrap_std"))]
     adjusted = LENGTH_ADJUSTED in metrics
     request = spec.grader.request
+    usage = RunFolder(folder).read_usage()
+    grader = usage.whole_run.grader if usage is not None else None
+    cost = Cost(
+        usage.whole_run.cost_usd if usage is not None else run.stats.cost_usd,
+        None if grader is None else grader.cache_hit_rate,
+        None if grader is None else grader.cache_saved_usd,
+    )
     return Entry(
         run=str(folder),
         command=spec.command,
@@ -181,6 +218,8 @@ def load_entry(folder: Path) -> Entry:
         official_differences=[] if spec.official is None else [str(d) for d in spec.official.differences],
         headline=_figure(metrics, "score"),
         metrics={name: _figure(metrics, name) for name in sorted(names, key=_order)},
+        grader_calls=spec.grader.calls,
+        cost=cost,
     )
 
 
@@ -220,7 +259,18 @@ def _differences(entries: Sequence[Entry]) -> list[str]:
                 continue
             others = sorted(v for v in counts if v != value)
             entry.marks.append(Mark(kind, f"{value} (other runs: {'; '.join(others)})"))
+    calls = Counter(entry.grader_calls for entry in entries)
+    if set(calls) != {"per-item"}:
+        sentences.append(
+            "grader calls: "
+            + "; ".join(f"{v} ({n} run{'s' * (n > 1)})" for v, n in calls.most_common())
+            + ". A run graded per reply is not HealthBench's official grading, and its score is not comparable"
+        )
     for entry in entries:
+        # Every such row is marked, whatever the other runs are: its score is never the official one.
+        if entry.grader_calls != "per-item":
+            detail = "one grader call for all of a reply's rubric items, not one per item: not the official grading"
+            entry.marks.append(Mark(entry.grader_calls, detail))
         if entry.official is False:
             differences = "; ".join(entry.official_differences or ["differences not recorded"])
             entry.marks.append(
@@ -291,10 +341,11 @@ def format_markdown(board: Mapping[str, Any]) -> str:
             run["n_samples"] or "",
             f"{run['score']:.3f}{note[run['headline']]}",
             _span(run),
+            run["cost"],
         )
         for run in runs
     ]
-    header = ("#", "run", "model", "grader", "subset", "differs", "n", "score", "95% interval")
+    header = ("#", "run", "model", "grader", "subset", "differs", "n", "score", "95% interval", "cost")
     lines = ["## HealthBench leaderboard", "", *_table(header, rows, 6), ""]
     lines += [f"{note[kind]} the headline is the {kind}" for kind in adjusted]
     if len({run["rank"] for run in runs}) < len(runs):

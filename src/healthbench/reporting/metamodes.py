@@ -9,11 +9,12 @@ difference B - A is measured on the same resamples (paired), so it is known more
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from healthbench.errors import DataError
 from healthbench.grading.agreement import MODEL_F1, macro_f1_resamples
+from healthbench.reporting.compare import grader_calls_mismatch
 from healthbench.runs.folder import RunFolder
 from healthbench.runs.records import MetaRecord, SideUsage
 
@@ -56,6 +57,24 @@ class SideBySide:
     difference: float | None = None
     difference_interval: tuple[float, float] | None = None
     paired: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        """The figures as `compare --json` prints them."""
+        runs = [asdict(run) | {"usage": run.usage.model_dump()} for run in self.runs]
+        return asdict(self) | {"runs": runs, "paper_macro_f1": PAPER_MACRO_F1}
+
+
+def meta_pair(folders: Sequence[RunFolder]) -> bool:
+    """Whether the folders are all meta-eval runs (set side by side), rather than none of them (compared task by
+    task); `DataError` for a mix, which nothing compares."""
+    commands = [run.spec.command if (run := folder.read_run()) is not None else None for folder in folders]
+    meta = [command == "meta-eval" for command in commands]
+    if any(meta) and not all(meta):
+        shown = ", ".join(
+            f"{folder.path} ({command or 'no run.json'})" for folder, command in zip(folders, commands, strict=True)
+        )
+        raise DataError(f"a meta-eval run is compared only with another meta-eval run: {shown}")
+    return all(meta)
 
 
 def _rows(folder: RunFolder) -> list[MetaRecord]:
@@ -131,8 +150,10 @@ def _prompt(run: MetaFigures) -> str:
 
 
 def side_by_side_lines(figures: SideBySide) -> list[str]:
-    """The side-by-side figures as the command prints them: a line per figure, a column per run."""
+    """The side-by-side figures as the command prints them: a line per figure, a column per run; first, when the
+    runs' graders were called differently, a line that says so."""
     runs = figures.runs
+    mismatch = grader_calls_mismatch(runs[0].grader_calls, runs[-1].grader_calls) if len(runs) > 1 else None
     rows = [
         ("", [f"{run.grader_calls} ({run.grader_model})" for run in runs]),
         ("macro F1 [95% interval]", [_f1(run.macro_f1, run.interval) for run in runs]),
@@ -146,7 +167,8 @@ def side_by_side_lines(figures: SideBySide) -> list[str]:
     change = f"{runs[-1].grader_calls} - {runs[0].grader_calls} macro F1"
     width = max(len(label) for label in [change, *(label for label, _ in rows)]) + 2
     column = max(len(value) for _, values in rows for value in values) + 2
-    lines = [label.ljust(width) + "".join(value.ljust(column) for value in values).rstrip() for label, values in rows]
+    lines = [f"GRADER CALLS DIFFER: {mismatch}"] if mismatch else []
+    lines += [label.ljust(width) + "".join(value.ljust(column) for value in values).rstrip() for label, values in rows]
     if figures.paired:
         shown = _f1(figures.difference, figures.difference_interval)
         lines.append(f"{change.ljust(width)}{shown} (paired bootstrap over completions)")

@@ -79,6 +79,7 @@ def render_meta_report(
         .from_string(source)
         .render(
             grader="unknown" if run is None else run.spec.grader.model,
+            per_reply=run is not None and not run.spec.grader.official_calls,
             score=_figure(metrics.get("score")) or "undefined",
             physicians=_figure(metrics.get("pairwise_physician_f1_balanced")) or "undefined",
             rows=metrics.get("score:n_samples", len(results)),

@@ -9,7 +9,7 @@ the sums over its graded samples instead, labelled as such: they leave out the c
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from healthbench.runs.records import (
@@ -58,6 +58,7 @@ class Spending:
     cost: str | None
     session_cost: str | None
     batched: bool = False
+    cache: list[str] = field(default_factory=list)
 
 
 def dollars(cost: float) -> str:
@@ -145,4 +146,17 @@ def spending(
         scopes.append(Scope("this session", note, [] if every else lines))
     batched = any(line.batched != "0" for line in scopes[0].lines)
     total = None if whole.cost_usd is None else dollars(whole.cost_usd)
-    return Spending(scopes, total or shown_cost, session_cost, batched)
+    cache = [line for who in sides if (line := cache_line(who, whole.side(who))) is not None]
+    return Spending(scopes, total or shown_cost, session_cost, batched, cache)
+
+
+def cache_line(who: str, side: SideUsage | None) -> str | None:
+    """One side's prompt cache over the whole run: "grader: 18% of prompt tokens read from the prompt cache
+    (12,345 of 67,890), $0.42 saved"; None for a side without prompt tokens."""
+    if side is None or side.cache_hit_rate is None:
+        return None
+    saved = "" if side.cache_saved_usd is None else f", {dollars(side.cache_saved_usd)} saved"
+    return (
+        f"{who}: {side.cache_hit_rate:.0%} of prompt tokens read from the prompt cache "
+        f"({side.cached_prompt_tokens:,} of {side.prompt_tokens:,}){saved}"
+    )
