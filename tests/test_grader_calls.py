@@ -199,3 +199,7 @@ def test_served_grading_per_reply_and_keyed(fake: FakeOpenAI) -> None:
         item_verdict(conversation, f"[{i + 1}] Criterion {i}") for i in range(5)
     ]
     assert samples[0].reward == samples[2].reward
+    metadata = deployment.metadata("test", samples[0])  # the reward's: it says how it was graded
+    assert (
+        metadata["grader_calls"] == "per-reply" and metadata["per_reply_template_sha256"] == PER_REPLY_TEMPLATE_SHA256
+    )

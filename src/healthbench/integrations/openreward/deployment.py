@@ -180,9 +180,9 @@ class Deployment:
 
     def metadata(self, split: str, sample: GradedSample) -> dict[str, Any]:
         """What a graded reply's tool output carries besides its reward: every verdict (explanations cut
-        short), the task's metrics, both scores, how the grader was asked, and `suspect`: the rules of
-        `grading.suspect` the reply trips (it addresses the grader), which a trainer may penalise; the reward
-        is the grader's whatever they say."""
+        short), the task's metrics, both scores, how the grader was asked and how often (`grader_calls`), and
+        `suspect`: the rules of `grading.suspect` the reply trips (it addresses the grader), which a trainer may
+        penalise; the reward is the grader's whatever they say."""
         config, adjustment = self.graders[split], self.adjustments[split]
         items = [
             {
@@ -203,6 +203,9 @@ class Deployment:
             "grader_model": config.model,
             "grader_request": config.request_settings(),
             "template_sha256": TEMPLATE_SHA256,
+            # `per-reply` (one grader call for all of the reply's items) is not the official grading.
+            "grader_calls": config.calls,
+            "per_reply_template_sha256": config.per_reply_template_sha256,
             "usage": sample.usage.as_dict(),
             "suspect": list(sample.suspect),
         }
