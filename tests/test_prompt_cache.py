@@ -213,3 +213,33 @@ def test_the_key_names_the_conversation_not_its_text() -> None:
     assert key.startswith("healthbench-") and len(key) == len("healthbench-") + 32 and "private" not in key
     assert key != prompt_cache_key("user: another question\n\nassistant: a reply")
     assert GraderConfig(prompt_cache_key=False).build().cache_key("x") is None
+
+
+def test_serve_logs_the_hit_rate_and_what_it_saved_every_minute(fake: FakeOpenAI) -> None:
+    import asyncio
+
+    from healthbench.integrations.openreward.deployment import Deployment
+    from healthbench.integrations.openreward.usagelog import UsageLog
+
+    row = Row.model_validate(make_row("a", rubrics=[(i + 1, f"Criterion {i}", ("axis:accuracy",)) for i in range(4)]))
+    now = [0.0]
+    lines: list[dict[str, Any]] = []
+    log = UsageLog(lambda **fields: lines.append(fields), clock=lambda: now[0])
+    assert fake.base_url
+    deployment = Deployment({"test": [row]}, GraderConfig(base_url=fake.base_url), usage_log=log)
+    asyncio.run(deployment.grade("test", row, LONG_REPLY, "sk-test"))
+    assert lines == []  # not a minute yet
+    now[0] = 61.0
+    asyncio.run(deployment.grade("test", row, LONG_REPLY + " Sleep.", "sk-test"))
+    [line] = lines
+    last = line["last"]
+    assert line["seconds"] == 61.0 and last == line["since_start"] and last["replies"] == 2 and last["calls"] == 8
+    assert last["cached_prompt_tokens"] >= 6 * 1024  # each reply's three items after its first
+    assert last["cache_hit_rate"] == pytest.approx(last["cached_prompt_tokens"] / last["prompt_tokens"], abs=1e-4)
+    price = PRICES["gpt-4.1"]
+    assert last["cache_saved_usd"] == pytest.approx(
+        last["cached_prompt_tokens"] * (price.input - price.cached_input) / 1e6, abs=1e-4
+    )
+    now[0] = 70.0
+    asyncio.run(deployment.grade("test", row, "Rest.", "sk-test"))
+    assert len(lines) == 1  # the next line a minute after this one

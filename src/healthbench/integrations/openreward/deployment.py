@@ -22,6 +22,7 @@ from healthbench.grading.prompt import TEMPLATE_SHA256, render_conversation
 from healthbench.grading.sample import GradedSample, grade_sample
 from healthbench.grading.scoring import LengthAdjustment
 from healthbench.grading.settings import GraderConfig, GraderPool
+from healthbench.integrations.openreward.usagelog import UsageLog
 
 EXPLANATION_CHARS = 200
 MULTI_TURN_INSTRUCTION = "Write the assistant's reply to the final user turn of this conversation."
@@ -72,7 +73,8 @@ class Deployment:
     """What one server serves: rows by split, their task specs, and the grading all sessions share.
 
     `grader` is the settings of every split, or of each split by name; `adjustments` the length adjustment of
-    a split whose reward is length-adjusted (none for a split not named).
+    a split whose reward is length-adjusted (none for a split not named); `usage_log` is told each graded
+    reply's grader usage.
     """
 
     def __init__(
@@ -80,7 +82,9 @@ class Deployment:
         splits: Mapping[str, Sequence[Row]],
         grader: GraderConfig | Mapping[str, GraderConfig],
         adjustments: Mapping[str, LengthAdjustment | None] | None = None,
+        usage_log: UsageLog | None = None,
     ) -> None:
+        self.usage_log = usage_log
         if not splits:
             raise ValueError("nothing to serve: no splits")
         self.splits = {name: tuple(rows) for name, rows in splits.items()}
@@ -137,13 +141,16 @@ class Deployment:
         keyed = config.model_copy(update={"api_key": SecretStr(api_key) if api_key else None})
         async with self._graders.lease(keyed) as grader:
             try:
-                return await grade_sample(grader, row, response, adjustment=self.adjustments[split])
+                sample = await grade_sample(grader, row, response, adjustment=self.adjustments[split])
             except GradingError as exc:
                 # An endpoint may echo the key in an error body, and the cause ends up in the server's log.
                 if api_key and api_key in exc.cause:
                     cause = exc.cause.replace(api_key, "[redacted]")
                     raise GradingError(exc.prompt_id, exc.criterion, cause) from None
                 raise
+        if self.usage_log is not None:
+            self.usage_log.add(config.model, sample.usage)
+        return sample
 
     async def grade_group(
         self, split: str, row: Row, replies: Sequence[str | None], api_key: str | None

@@ -88,6 +88,7 @@ from healthbench.integrations.openreward.deployment import (  # noqa: E402
     summary,
 )
 from healthbench.integrations.openreward.routing import DeploymentRouter  # noqa: E402
+from healthbench.integrations.openreward.usagelog import UsageLog  # noqa: E402
 from healthbench.runs.spec import GraderSpec  # noqa: E402
 
 # The tools a candidate of a group may have submitted its reply with.
@@ -292,7 +293,9 @@ def serve(
     `GraderConfig.from_env` with `served`); sessions bring the key as a secret.
     """
     with collection_paused():
-        deployment = Deployment(splits, grader or GraderConfig.from_env(served=True), adjustments)
+        # A line a minute while replies are graded: calls, tokens, the prompt cache's hit rate and what it saved.
+        usage_log = UsageLog(lambda **fields: logger.info("healthbench_grader_usage", **fields))
+        deployment = Deployment(splits, grader or GraderConfig.from_env(served=True), adjustments, usage_log)
         server = _server(deployment, default)
     # The rows live as long as the process: keep them out of every later collection's scan.
     gc.freeze()
