@@ -114,4 +114,5 @@ def test_compare_sets_two_meta_evals_side_by_side(tmp_path: Path, fake: FakeOpen
     grade = ["grade", "--data", str(graded), "--responses", str(responses), "--out", str(tmp_path / "g")]
     assert invoke(*grade, "--grader-base-url", fake.base_url, "--no-progress").exit_code == 0
     mixed = invoke("compare", str(tmp_path / "per-item"), str(tmp_path / "g"))
-    assert mixed.exit_code == 1 and "a meta-eval run is compared only with another meta-eval run" in mixed.output
+    assert mixed.exit_code == 1 and f"{tmp_path / 'per-item'}: a meta-eval run grades the grader" in mixed.output
+    assert "or two meta-eval runs" in mixed.output

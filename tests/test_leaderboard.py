@@ -152,8 +152,8 @@ def test_markdown_table(runs: dict[str, Path], tmp_path: Path, monkeypatch: pyte
     assert (tmp_path / "leaderboard.html").is_file()  # the default page
     assert "leaderboard page: leaderboard.html" in result.stderr and "page" not in result.stdout
     lines = result.stdout.splitlines()
-    header = lines.index("| # | run | model | grader | subset | differs | n | score | 95% interval |")
-    assert lines[header + 1] == "| --- | --- | --- | --- | --- | --- | ---: | ---: | ---: |"
+    header = lines.index("| # | run | model | grader | subset | differs | n | score | 95% interval | cost |")
+    assert lines[header + 1] == "| --- | --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: |"
     table = [line.split(" | ") for line in lines[header + 2 : header + 5]]
     order = sorted(runs, key=lambda name: -metrics_of(runs[name])["score"])
     assert [Path(cells[1]).name for cells in table] == order
@@ -161,7 +161,8 @@ def test_markdown_table(runs: dict[str, Path], tmp_path: Path, monkeypatch: pyte
         metrics = metrics_of(Path(cells[1]))
         assert cells[7].rstrip("†") == f"{metrics['score']:.3f}"
         low, high = (metrics["score"] + s * 1.96 * metrics["score:bootstrap_std"] for s in (-1, 1))
-        assert cells[8] == f"[{max(low, 0):.3f}, {min(high, 1):.3f}] |"
+        assert cells[8] == f"[{max(low, 0):.3f}, {min(high, 1):.3f}]"
+        assert cells[9].startswith("$") and cells[9].endswith(" |")  # the whole run's cost, from its usage.json
     row = {Path(cells[1]).name: cells for cells in table}
     assert row["pro"][7].endswith("†") and not row["rest"][7].endswith("†")
     assert row["pro"][5] == "grader request, data, length adjustment, not official"

@@ -112,9 +112,9 @@ _grader_flags = (
         "--prompt-cache-key/--no-prompt-cache-key",
         "grader_prompt_cache_key",
         default=None,
-        help="Send each grader request a prompt_cache_key, the same for the requests of one reply, so OpenAI "
-        "routes them to one prompt cache (cached input is billed at a fraction); off for an endpoint that refuses "
-        "fields it does not know. The prompts are the same either way [default: on].",
+        help="Send each grader request a prompt_cache_key, the same for the requests of one reply (of one task, "
+        "per-reply), so OpenAI routes them to one prompt cache (cached input is billed at a fraction); off for an "
+        "endpoint that refuses fields it does not know. The prompts are the same either way [default: on].",
     ),
     click.option(
         "--concurrency",

@@ -242,7 +242,8 @@ def _read(path: Path) -> tuple[list[SampleRecord], RunRecord | None]:
     run = folder.read_run()
     if run is not None and run.spec.command == "meta-eval":
         raise DataError(
-            f"{path}: a meta-eval run grades the grader, not a model; compare takes runs of grade, eval or baseline"
+            f"{path}: a meta-eval run grades the grader, not a model; compare takes runs of grade, eval or baseline, "
+            "or two meta-eval runs"
         )
     if run is not None and run.spec.command == "probe":
         raise DataError(

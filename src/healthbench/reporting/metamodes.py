@@ -67,13 +67,13 @@ class SideBySide:
 def meta_pair(folders: Sequence[RunFolder]) -> bool:
     """Whether the folders are all meta-eval runs (set side by side), rather than none of them (compared task by
     task); `DataError` for a mix, which nothing compares."""
-    commands = [run.spec.command if (run := folder.read_run()) is not None else None for folder in folders]
-    meta = [command == "meta-eval" for command in commands]
+    meta = [run is not None and run.spec.command == "meta-eval" for run in (folder.read_run() for folder in folders)]
     if any(meta) and not all(meta):
-        shown = ", ".join(
-            f"{folder.path} ({command or 'no run.json'})" for folder, command in zip(folders, commands, strict=True)
+        named = next(folder for folder, is_meta in zip(folders, meta, strict=True) if is_meta)
+        raise DataError(
+            f"{named.path}: a meta-eval run grades the grader, not a model; compare takes runs of grade, eval or "
+            "baseline, or two meta-eval runs"
         )
-        raise DataError(f"a meta-eval run is compared only with another meta-eval run: {shown}")
     return all(meta)
 
 
