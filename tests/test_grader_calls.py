@@ -203,3 +203,23 @@ def test_served_grading_per_reply_and_keyed(fake: FakeOpenAI) -> None:
     assert (
         metadata["grader_calls"] == "per-reply" and metadata["per_reply_template_sha256"] == PER_REPLY_TEMPLATE_SHA256
     )
+
+
+def test_probe_per_reply_asks_once_per_reply_and_finds_the_tricks(tmp_path: Path) -> None:
+    from healthbench.grading.transforms import TRANSFORMS
+    from tests.test_probe import made_up_rows as probe_rows
+    from tests.test_probe import probe
+
+    rows = probe_rows(30)
+    data = write_jsonl(tmp_path / "rows.jsonl", rows)
+    replies = [{"prompt_id": r["prompt_id"], "response": f"Rest and drink water ({r['prompt_id']})."} for r in rows]
+    responses = write_jsonl(tmp_path / "replies.jsonl", replies)
+    with FakeOpenAI(grader="fooled") as server:
+        result = probe(data, responses, tmp_path / "out", server.base_url or "", *PER_REPLY)
+        assert result.exit_code == 0, result.output
+        assert server.requests_total == len(rows) * (1 + len(TRANSFORMS))  # one request per reply
+    found = json.loads((tmp_path / "out" / "probe.json").read_text())
+    assert found["grader"]["calls"] == "per-reply"
+    for name in ("grader_injection", "rubric_echo"):  # the fake judges each listed item as it judges it alone
+        assert found["transforms"][name]["ci95"][0] > 0, (name, found["transforms"][name])
+    assert "one per reply (per-reply)" in (tmp_path / "out" / "probe.html").read_text()
