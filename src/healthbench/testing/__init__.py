@@ -6,6 +6,7 @@ parsing code, and it refuses the parameters OpenAI refuses. Run it standalone wi
 """
 
 from healthbench.testing.batch import FakeBatchAPI
+from healthbench.testing.canned import Canned
 from healthbench.testing.cli import main
 from healthbench.testing.graders import GRADERS, fake_verdict
 from healthbench.testing.replies import GRADER_MARKER, policy_reply, prompt_verdict, verdict_reply
@@ -15,6 +16,7 @@ __all__ = [
     "FAULT_KINDS",
     "GRADERS",
     "GRADER_MARKER",
+    "Canned",
     "FakeBatchAPI",
     "FakeOpenAI",
     "fake_verdict",

@@ -24,6 +24,7 @@ from aiohttp import web
 from healthbench.testing.agent import answer_call, chat_stream, wants_stream, with_tool_call
 from healthbench.testing.batch import FakeBatchAPI
 from healthbench.testing.caching import PromptCache
+from healthbench.testing.canned import Canned, CannedAnswers
 from healthbench.testing.endpoints import CHAT, ENDPOINTS, Endpoint, Prompt, endpoint_for
 from healthbench.testing.graders import GRADERS, fake_verdict, item_prompt
 from healthbench.testing.limits import Limiter, RateLimits
@@ -88,6 +89,9 @@ class FakeOpenAI:
     It also fakes the Batch API (files and batches, see ``healthbench.testing.batch``), configured by the
     ``batch_*`` and ``max_*`` arguments and counted in ``batches_created``, ``batch_lines_submitted``,
     ``batch_bodies`` and ``files_uploaded``. Batches never touch the live counters above.
+
+    With ``canned``, every request on every path gets that one answer instead, counted in ``requests_total`` and
+    ``responses_by_kind["canned"]``.
     """
 
     def __init__(
@@ -118,6 +122,7 @@ class FakeOpenAI:
         grader: str = "hashed",
         list_fault: Callable[[Body, int], str | None] | None = None,
         prompt_cache: bool = True,
+        canned: Canned | None = None,
     ) -> None:
         unknown = sorted(set(faults) - set(FAULT_KINDS))
         if unknown:
@@ -168,12 +173,14 @@ class FakeOpenAI:
         self.grader = grader
         self.list_fault = list_fault
         self.prompt_cache = PromptCache() if prompt_cache else None
+        self.canned = canned
         # Files and batches live as long as the server, across reset(), like the real service's.
         self.batch_api: FakeBatchAPI = FakeBatchAPI(self)
         self.base_url: str | None = None
         self._runner: web.AppRunner | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self._canned = CannedAnswers(self)
         self.reset()
 
     def reset(self) -> None:
@@ -333,7 +340,7 @@ class FakeOpenAI:
         return 0 if self.prompt_cache is None else self.prompt_cache.cached_tokens(body, prompt.input_text)
 
     async def _start_site(self) -> str:
-        app = web.Application(client_max_size=_CLIENT_MAX_SIZE)
+        app = web.Application(client_max_size=_CLIENT_MAX_SIZE, middlewares=[self._canned.middleware])
         for path in ENDPOINTS:
             app.router.add_post(path, self._handle)
             app.router.add_post(path.removeprefix("/v1"), self._handle)
@@ -348,6 +355,7 @@ class FakeOpenAI:
         return self.base_url
 
     async def _stop_site(self) -> None:
+        self._canned.release()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
