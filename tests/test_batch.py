@@ -20,6 +20,7 @@ from click.testing import CliRunner, Result
 from healthbench.api.batch.client import BatchClient
 from healthbench.api.batch.records import BatchSettings
 from healthbench.api.client import ApiClient, RetryPolicy
+from healthbench.api.retrying import FIRST_CALL_ATTEMPTS
 from healthbench.cli import main
 from healthbench.data.schema import Row
 from healthbench.errors import GradingError, RequestFailed
@@ -28,9 +29,10 @@ from healthbench.grading.prompt import grader_prompt, render_conversation, rubri
 from healthbench.runs.folder import STORE, RunFolder
 from healthbench.runs.pricing import PRICES
 from healthbench.runs.store import Store
-from healthbench.testing import FakeOpenAI
+from healthbench.testing import Canned, FakeOpenAI
 from tests.conftest import make_row, write_jsonl
 from tests.reference import KEY, check_against_reference, made_up_rows
+from tests.test_unusable_endpoints import dead_url
 
 FAST = ("--batch", "--poll-interval", "0.02")
 
@@ -176,8 +178,38 @@ def test_an_endpoint_without_the_batch_api_fails_with_a_clear_error(tmp_path: Pa
     assert fake.base_url
     result = run(grade_args(data, responses, tmp_path / "out", fake.base_url + "/missing", *FAST))
     assert result.exit_code == 1
-    assert "could not submit a batch" in result.output and "HTTP 404" in result.output
+    [line] = result.output.strip().splitlines()
+    assert f"the grader's endpoint {fake.base_url}/missing refused POST /files (HTTP 404" in line
     assert fake.batches_created == 0
+
+
+CANNED = {
+    "401": Canned(401, '{"error": {"message": "Incorrect API key provided", "code": "invalid_api_key"}}'),
+    "html": Canned(200, "<html><body>Sign in to continue</body></html>", "text/html"),
+    "{}": Canned(200, "{}"),
+}
+
+
+@pytest.mark.parametrize("grader", ["dead", "unresolvable", *CANNED])
+def test_grade_batch_against_a_grader_that_cannot_take_batches_says_so_in_one_line(tmp_path: Path, grader: str) -> None:
+    data, responses, _ = fixed_replies(tmp_path, [make_row(f"p{i}") for i in range(50)])
+    with FakeOpenAI(canned=CANNED.get(grader)) as server:
+        url = {"dead": dead_url(), "unresolvable": "http://nowhere.invalid/v1"}.get(grader, server.base_url or "")
+        result = run(grade_args(data, responses, tmp_path / "out", url, *FAST))
+        assert server.requests_total <= FIRST_CALL_ATTEMPTS  # the upload, and no request per sample
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and f"stopped, the grader's endpoint {url} " in lines[0], result.output
+    said = {
+        "dead": "cannot be reached (connection refused",
+        "unresolvable": "cannot be reached (",  # no such host, or a resolver that cannot look it up here
+        "401": "refused POST /files (HTTP 401 invalid_api_key: Incorrect API key provided)",
+        "html": "gave no usable answer to its first 3 requests (the last: HTTP 200, not JSON: <html><body>Sign in",
+        "{}": "gave no usable answer to its first 3 requests (the last: HTTP 200, no id: {})",
+    }[grader]
+    assert said in lines[0] and KEY not in result.output
+    for name in ("EndpointUnusable", "JSONDecodeError", "KeyError", "Traceback"):
+        assert name not in result.output
 
 
 def test_requests_are_split_by_the_batch_limits(tmp_path: Path, fake: FakeOpenAI) -> None:

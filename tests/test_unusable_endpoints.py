@@ -1,6 +1,7 @@
 """The client tells what waiting cannot cure (a dead or unresolvable endpoint, a URL that is not one, a refusal of
-the request itself) from what it can (timeouts, 5xx, 429), and raises `EndpointUnusable` for the first kind:
-never retried past a couple of quick attempts, one line, the endpoint named and the key never."""
+the request itself, an endpoint none of whose first answers can be used) from what it can (timeouts, 5xx, 429 once
+the endpoint has answered), and raises `EndpointUnusable` for the first kind: never retried past a few quick
+attempts, one line, the endpoint named and what it returned, and the key never."""
 
 from __future__ import annotations
 
@@ -17,10 +18,11 @@ from aiohttp import web
 from aiohttp.client_reqrep import ConnectionKey
 
 from healthbench.api.client import ApiClient, RetryPolicy
-from healthbench.api.failures import unreachable
+from healthbench.api.failures import transport_failure, unreachable
+from healthbench.api.retrying import FIRST_FAILURES, Health, Kind
 from healthbench.errors import EndpointUnusable, ProviderError, RequestFailed
 from healthbench.grading.grader import parse_verdict
-from healthbench.testing import FakeOpenAI
+from healthbench.testing import Canned, FakeOpenAI
 from tests.reference import KEY
 from tests.test_client import run
 
@@ -106,8 +108,10 @@ def test_no_such_host_is_said_in_words_and_not_retried() -> None:
     refused = aiohttp.ClientConnectorError(key, ConnectionRefusedError(111, "Connect call failed"))
     assert unreachable(refused) == "connection refused at nowhere.invalid:443"
     # A name that does not exist is given up at once; one not looked up just now gets the quick attempts.
-    client = ApiClient("https://nowhere.invalid/v1")
-    assert client._given_up(1, dns) and not client._given_up(1, again) and client._given_up(3, again)
+    gone, later = (transport_failure(exc, 120, 10, "https://nowhere.invalid/v1") for exc in (dns, again))
+    assert gone.kind is Kind.NO_SUCH_HOST and not gone.retried and gone.rule.unusable
+    health = Health()
+    assert [health.unproven_failure(later, attempt, 12) for attempt in (1, 2, 3)] == [False, False, True]
 
 
 def error(status: int, code: str | None = None, param: str | None = None, message: str = "no") -> ProviderError:
@@ -220,3 +224,109 @@ def test_a_halted_client_sends_nothing_more_and_what_was_out_lands() -> None:
 
         run(client, work)
         assert server.requests_total == 5  # the other eight were never sent
+
+
+# Answers no OpenAI-compatible endpoint gives: what a wrong URL, a proxy's page or a broken server answers.
+GARBAGE = {
+    "html": Canned(200, "<html><body><h1>Welcome to nginx!</h1>\n" + "<p>It works.</p>" * 20 + "<p>Past 200.</p>"),
+    "not json": Canned(200, "not json at all"),
+    "{}": Canned(200, "{}"),
+    "500": Canned(500, '{"error": {"message": "upstream failed", "type": "server_error"}}'),
+}
+
+
+@pytest.mark.parametrize("name", list(GARBAGE))
+def test_an_endpoint_none_of_whose_first_answers_can_be_used_is_unusable_after_three_attempts(name: str) -> None:
+    canned = GARBAGE[name]
+    with FakeOpenAI(canned=canned) as server:
+        url = server.base_url or ""
+        client = ApiClient(url, KEY, retry=FAST)
+        made = attempts_of(client)
+        with pytest.raises(EndpointUnusable) as caught:
+            run(client, lambda: client.complete(BODY, parse_verdict))
+        assert made[0] == server.requests_total == 3
+    message = str(caught.value)
+    assert message.startswith(f"endpoint {url} gave no usable answer to its first 3 requests (the last: HTTP ")
+    # What it returned, its first 200 characters on one line, and nothing past them; no Python class names.
+    assert " ".join(canned.body[:200].split()) in message and "Past 200" not in message
+    assert "\n" not in message and "Error" not in message.replace("server_error", "")
+
+
+def test_many_calls_to_an_unusable_endpoint_end_in_one_verdict_after_a_bounded_number_of_requests() -> None:
+    with FakeOpenAI(canned=GARBAGE["html"]) as server:
+        url = server.base_url or ""
+        client = ApiClient(url, KEY, concurrency=16, retry=FAST)
+        bodies = [{"model": "m", "messages": [{"role": "user", "content": f"question {i}"}]} for i in range(200)]
+
+        async def work() -> list[Any]:
+            return await asyncio.gather(*(client.complete(b, parse_verdict) for b in bodies), return_exceptions=True)
+
+        failures = run(client, work)
+        # The verdict came at the FIRST_FAILURES-th failed attempt at the latest; after it, only what was already in
+        # flight (at most the budget) had been sent, and nothing more was.
+        assert server.requests_total <= FIRST_FAILURES + 16
+    assert all(isinstance(failure, EndpointUnusable) for failure in failures)
+    assert len({str(failure) for failure in failures}) == 1
+
+
+def test_an_endpoint_that_never_answers_is_unusable_after_three_timeouts_and_says_so() -> None:
+    with FakeOpenAI(canned=Canned(status=None)) as server:
+        url = server.base_url or ""
+        client = ApiClient(url, KEY, timeout=1.0, retry=FAST)
+        made = attempts_of(client)
+        with pytest.raises(EndpointUnusable) as caught:
+            run(client, lambda: client.complete(BODY, parse_verdict))
+    assert made[0] == 3
+    said = f"endpoint {url} gave no usable answer to its first 3 requests (the last: no answer within 1 s)"
+    assert str(caught.value) == said
+
+
+def test_a_hang_once_the_endpoint_has_answered_fails_the_call_with_the_timeout_and_the_url() -> None:
+    with FakeOpenAI() as server:
+        url = server.base_url or ""
+        client = ApiClient(url, KEY, timeout=1.0, retry=RetryPolicy(max_attempts=3, initial_backoff=0.001))
+
+        async def answered_then_hung() -> None:
+            await client.complete(BODY, lambda text: text)
+            server.canned = Canned(status=None)
+            with pytest.raises(RequestFailed) as caught:
+                await client.complete(BODY, lambda text: text)
+            assert str(caught.value) == f"no answer within 1 s from {url} (after 3 attempts)"
+
+        run(client, answered_then_hung)
+
+
+def test_garbage_once_the_endpoint_has_answered_gets_the_whole_table() -> None:
+    with FakeOpenAI() as server:
+        client = ApiClient(server.base_url or "", KEY, retry=RetryPolicy(max_attempts=5, initial_backoff=0.001))
+
+        async def answered_then_garbage() -> None:
+            await client.complete(BODY, lambda text: text)
+            server.canned = GARBAGE["500"]
+            made = attempts_of(client)
+            with pytest.raises(RequestFailed, match=r"HTTP 500: .*upstream failed.*\(after 5 attempts\)"):
+                await client.complete(BODY, lambda text: text)
+            assert made[0] == 5
+
+        run(client, answered_then_garbage)
+
+
+def test_an_answer_with_no_content_is_the_models_doing_and_not_an_unusable_endpoint() -> None:
+    with FakeOpenAI(canned=Canned(200, '{"choices": [{"message": {"content": null}}]}')) as server:
+        client = ApiClient(server.base_url or "", KEY, retry=RetryPolicy(max_attempts=4, initial_backoff=0.001))
+        with pytest.raises(RequestFailed, match="no content in the message"):
+            run(client, lambda: client.complete(BODY, parse_verdict))
+        assert server.requests_total == 4
+
+
+def test_an_unusable_endpoint_fails_the_calls_after_it_without_sending() -> None:
+    client = ApiClient(dead_url(), KEY, retry=FAST)
+    made = attempts_of(client)
+
+    async def twice() -> None:
+        for _ in range(2):
+            with pytest.raises(EndpointUnusable, match="cannot be reached"):
+                await client.complete(BODY, parse_verdict)
+
+    run(client, twice)
+    assert made[0] == 3  # the second call sent nothing

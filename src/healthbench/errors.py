@@ -151,6 +151,11 @@ class InvalidResponse(HealthBenchError):
     """An answer arrived but cannot be used (broken body, empty content, no valid verdict): retried."""
 
 
+class UnreadableAnswer(InvalidResponse):
+    """An answer that is not the API's at all (not JSON, no choices, an HTML page, `{}`), as opposed to a readable
+    one whose content cannot be used: an endpoint none of whose first answers can be read is unusable."""
+
+
 class QuotaExhausted(HealthBenchError):
     """The account has no quota (credit) left, as a 429 with code `insufficient_quota` says: retrying cannot help."""
 

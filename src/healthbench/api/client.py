@@ -2,37 +2,57 @@
 with a retry table.
 
 Every model call of the project goes through `ApiClient.complete`; `wire` says what the requests and answers
-look like. The client owns the process-wide
-concurrency budget (one semaphore shared by every task that uses it) and the retry policy: transport
-failures, retryable statuses and unusable answers are retried with exponential backoff and jitter, and
-Retry-After is honoured. Request starts go through the `pacing.Gate` of its key at its endpoint, which keeps
-them under the account's rate limits; a 429 is retried through that same gate, and one that says the account
-has no quota left raises `QuotaExhausted` at once. Past the bound, `RequestFailed` says what went wrong last;
-it never becomes a result. The API key goes into the Authorization header and nowhere else: not into errors,
-not into logs.
+look like. The client owns the process-wide concurrency budget (one semaphore shared by every task that uses it)
+and the retries, whose decisions are data in `retrying`: transport failures, retryable statuses and unusable
+answers are retried with exponential backoff and jitter, Retry-After and `x-should-retry` are honoured, and each
+retry is one log line (`healthbench.api`, at INFO). Request starts go through the `pacing.Gate` of its key at its
+endpoint, which keeps them under the account's rate limits; a 429 is retried through that same gate, and one that
+says the account has no quota left raises `QuotaExhausted` at once. What waiting cannot cure raises
+`EndpointUnusable`: a URL that is not one, a refusal of the request itself, an endpoint that cannot be reached, or
+one none of whose first calls gets a usable answer. Past the bound, `RequestFailed` says what went wrong last;
+it never becomes a result. Every attempt has a bound of its own (`timeout`, seconds). The API key goes into the
+Authorization header and nowhere else: not into errors, not into logs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
-import random
-import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 import aiohttp
 
-from healthbench.api.failures import BAD_URL, no_such_host, refusal, shown, unreachable
+from healthbench.api.failures import TRANSPORT, said, shown, transport_failure
 from healthbench.api.inflight import InFlight
 from healthbench.api.pacing import Gate
 from healthbench.api.pacing.gate import Budget as Budget  # re-exported: made with clients
-from healthbench.api.ratesignals import DEFAULT_OUTPUT_CAP, read_refusal, request_cost, retry_after_seconds
+from healthbench.api.ratesignals import DEFAULT_OUTPUT_CAP, read_refusal, request_cost
+from healthbench.api.retrying import (
+    RETRY_STATUSES as RETRY_STATUSES,  # re-exported: what is worth asking again
+)
+from healthbench.api.retrying import (
+    AttemptFailed,
+    Failure,
+    Health,
+    Kind,
+    excerpt,
+    log_retry,
+    status_failure,
+)
+from healthbench.api.retrying import RetryPolicy as RetryPolicy  # re-exported: made with clients
 from healthbench.api.wire import CHAT, Api, Usage
-from healthbench.errors import EndpointUnusable, InvalidResponse, QuotaExhausted, RequestFailed
+from healthbench.errors import (
+    EndpointUnusable,
+    InvalidResponse,
+    ProviderError,
+    QuotaExhausted,
+    RequestFailed,
+    UnreadableAnswer,
+)
 
 if TYPE_CHECKING:  # the Redis client is imported only by a run that shares its pace
     from healthbench.api.pacing.store import PaceStore
@@ -40,43 +60,13 @@ if TYPE_CHECKING:  # the Redis client is imported only by a run that shares its 
 T = TypeVar("T")
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
-
-# Statuses worth asking again, as openai-python retries them; anything else 4xx is the caller's mistake.
-RETRY_STATUSES = frozenset({408, 409, 429})
-_MAX_RETRY_AFTER = 120.0
+TIMEOUT = 120.0
+"""Seconds an attempt may take by default, connecting, waiting and reading the whole answer."""
+CONNECT_TIMEOUT = 10.0
+"""Seconds to make a connection: a host that does not answer at all is known within them, not within `timeout`."""
 _JSON = {"Content-Type": "application/json"}
-# An endpoint that has never answered this client and cannot be connected to (refused, a failed TLS handshake, a
-# name its resolver cannot look up now) is called unusable after a call's third attempt (about 1.5 s of the retry
-# table's backoff), or once the client's calls have failed to connect for 2 s (many calls queue for one start at
-# a time before the first answer); a name that does not exist, at once. A server that is restarting may refuse
-# for longer, but one that has never answered is more likely a wrong URL or a server not started, and the run
-# stops within seconds instead of a minute. Once it has answered, the whole table applies.
-_CONNECT_ATTEMPTS = 3
-_CONNECT_PATIENCE = 2.0
 # Batch input and output files run to hundreds of megabytes: no total limit, only a stalled read.
 _BULK = aiohttp.ClientTimeout(total=None, sock_connect=60, sock_read=300)
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """How often and how patiently to retry.
-
-    `max_attempts` counts the first try. With a quarter of requests failing, 12 attempts leave about one
-    chance in 60 million that a given call fails for good.
-    """
-
-    max_attempts: int = 12
-    initial_backoff: float = 0.5
-    max_backoff: float = 8.0
-    jitter: float = 0.25
-    rng: random.Random = field(default_factory=random.Random, compare=False)
-
-    def backoff(self, attempt: int, retry_after: float | None) -> float:
-        """Seconds to wait before attempt number `attempt + 1`."""
-        if retry_after is not None and 0 <= retry_after <= _MAX_RETRY_AFTER:
-            return retry_after
-        delay = min(self.max_backoff, self.initial_backoff * 2.0 ** (attempt - 1))
-        return delay * (1 - self.jitter * self.rng.random())
 
 
 class Completer(Protocol):
@@ -131,7 +121,7 @@ class ApiClient:
         api_key: str | None = None,
         *,
         concurrency: int = 64,
-        timeout: float = 120.0,
+        timeout: float = TIMEOUT,
         retry: RetryPolicy | None = None,
         budget: Budget | None = None,
         api: Api = CHAT,
@@ -141,10 +131,11 @@ class ApiClient:
         max_concurrency: int | None = None,
         pace_store: PaceStore | None = None,
     ) -> None:
-        """`rpm` and `tpm` are the account's limits, as the user knows them (None: learned from the server);
-        a request with no output cap counts `default_output_cap` tokens against `tpm`. A budget made here has
-        `concurrency` places, and grows with the limit up to `max_concurrency` when that is larger. With
-        `pace_store`, the key's pace is shared with every process that uses the same store."""
+        """`timeout` bounds each attempt, in seconds. `rpm` and `tpm` are the account's limits, as the user knows
+        them (None: learned from the server); a request with no output cap counts `default_output_cap` tokens
+        against `tpm`. A budget made here has `concurrency` places, and grows with the limit up to
+        `max_concurrency` when that is larger. With `pace_store`, the key's pace is shared with every process that
+        uses the same store."""
         self.base_url = base_url.rstrip("/")
         self.wire = api
         self.url = self.base_url + api.path
@@ -152,16 +143,16 @@ class ApiClient:
         self.budget = budget or Budget(concurrency, max_concurrency)
         self.concurrency = self.budget.floor
         self.retry = retry or RetryPolicy()
+        self.timeout = timeout
         # Content-Type is set per request: a multipart upload (`api`) needs its own.
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=min(timeout, CONNECT_TIMEOUT))
         self._loop: asyncio.AbstractEventLoop | None = None
         self._session: aiohttp.ClientSession | None = None
         self.gate = _gate_for(self.base_url, api_key, pace_store)
         self.gate.set_limits(rpm, tpm)
         self.default_output_cap = default_output_cap
-        self._reached = False  # whether any answer (of any status) has come from the endpoint
-        self._unreached_since: float | None = None  # the first failure to connect, while none has answered
+        self._health = Health()
         self._in_flight = InFlight()
 
     def __repr__(self) -> str:
@@ -175,28 +166,44 @@ class ApiClient:
             self._loop = loop
         return self._session
 
+    def _transport(self, exc: aiohttp.ClientError | TimeoutError, timeout: aiohttp.ClientTimeout) -> AttemptFailed:
+        patience = timeout.total or timeout.sock_read or 0.0
+        failure = transport_failure(exc, patience, timeout.sock_connect or patience, shown(self.base_url))
+        return AttemptFailed(failure)
+
     async def _attempt(self, payload: bytes, cost: int) -> tuple[str, Usage]:
         session = self._bind()
         async with self.budget.slot():
             ticket = await self.gate.start(cost)
             try:
+                self._health.check()  # found unusable while this one waited: it is not sent
                 async with self._in_flight.out(), session.post(self.url, data=payload, headers=_JSON) as response:
                     body = await response.read()
                     status = response.status
                     headers = response.headers
-            except (aiohttp.ClientError, TimeoutError):
+            except TRANSPORT as exc:
+                self.gate.lost(ticket)
+                raise self._transport(exc, self._timeout) from None
+            except EndpointUnusable:
                 self.gate.lost(ticket)
                 raise
         if status == 429:
             # A limit holds every start of this key at the gate (retry at once, through it); noise makes only
             # this request wait its hint, or the retry table's backoff.
             retry = await self.gate.refused(ticket, cost, body, headers)
-            raise _StatusError(f"HTTP 429: {body[:200].decode('utf-8', 'replace')}", retry)
+            raise AttemptFailed(dataclasses.replace(status_failure(status, body, headers), retry_after=retry))
         await self.gate.answered(ticket, headers)
         self.budget.need(self.gate, self.gate.in_flight_needed())
-        if status == 200:
+        if status != 200:
+            raise AttemptFailed(status_failure(status, body, headers))
+        try:
             return self.wire.read(body)
-        raise _status_error(status, body, headers)
+        except UnreadableAnswer as exc:
+            cause = f"HTTP 200, {exc}: {excerpt(body)}"
+            request_id = headers.get("x-request-id")
+            raise AttemptFailed(Failure(Kind.UNREADABLE, cause, 200, body, request_id=request_id)) from None
+        except InvalidResponse as exc:  # readable, but with nothing to use (no content): the model's doing
+            raise AttemptFailed(Failure(Kind.UNUSABLE_CONTENT, str(exc))) from None
 
     async def complete(
         self, body: Mapping[str, Any] | bytes, parse: Callable[[str], T], *, ident: str | None = None
@@ -213,97 +220,128 @@ class ApiClient:
 
         async def attempt() -> T:
             content, attempt_usage = await self._attempt(payload, cost)
+            self._health.answered()
             usage.add(attempt_usage)
-            return parse(content)
+            try:
+                return parse(content)
+            except InvalidResponse as exc:
+                raise AttemptFailed(Failure(Kind.UNUSABLE_CONTENT, str(exc))) from None
 
         try:
             with self._in_flight.call():
-                return await self._with_retries(attempt), usage
+                return await self._with_retries(attempt, f"POST {shown(self.url)}", "a request"), usage
         except QuotaExhausted:
             raise QuotaExhausted(f"{self.base_url}: the account has no quota left (insufficient_quota)") from None
 
+    @overload
     async def api(
         self, method: str, path: str, *, json_body: Any = None, form: Callable[[], aiohttp.FormData] | None = None
-    ) -> bytes:
+    ) -> bytes: ...
+
+    @overload
+    async def api(
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: Any = None,
+        form: Callable[[], aiohttp.FormData] | None = None,
+        read: Callable[[bytes], T],
+    ) -> T: ...
+
+    async def api(
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: Any = None,
+        form: Callable[[], aiohttp.FormData] | None = None,
+        read: Callable[[bytes], Any] | None = None,
+    ) -> Any:
         """One call to another endpoint of the same API (`/files`, `/batches`), under the same retry table;
-        returns the body of a 2xx answer. `form` builds a multipart body afresh for each attempt."""
+        returns the body of a 2xx answer, or what `read` makes of it (`InvalidResponse` for a body it cannot
+        read: retried, and counted against an endpoint that has not answered usably yet). `form` builds a
+        multipart body afresh for each attempt."""
         url = self.base_url + path
 
-        async def attempt() -> bytes:
+        async def attempt() -> Any:
             session = self._bind()
             data = form() if form is not None else None if json_body is None else json.dumps(json_body).encode()
             headers = _JSON if json_body is not None else None
-            request = session.request(method, url, data=data, headers=headers, timeout=_BULK)
-            async with self.budget.slot(), request as response:
-                body = await response.read()
-                status = response.status
-                response_headers = response.headers
-            if 200 <= status < 300:
-                return body
+            try:
+                async with self.budget.slot():
+                    self._health.check()  # found unusable while this one waited: it is not sent
+                    async with session.request(method, url, data=data, headers=headers, timeout=_BULK) as response:
+                        body = await response.read()
+                        status = response.status
+                        response_headers = response.headers
+            except TRANSPORT as exc:
+                raise self._transport(exc, _BULK) from None
             if status == 429 and read_refusal(body, response_headers).quota:
                 raise QuotaExhausted(f"{self.base_url}: the account has no quota left (insufficient_quota)")
-            raise _status_error(status, body, response_headers)
-
-        # A refusal here stays a `RequestFailed`, which the batch client says in its own words (an endpoint
-        # without the Batch API answers 404); an endpoint that cannot be reached is `EndpointUnusable` all the same.
-        return await self._with_retries(attempt, refusals=False)
-
-    async def _with_retries(self, attempt: Callable[[], Awaitable[T]], *, refusals: bool = True) -> T:
-        """Run `attempt` until it succeeds, by the retry table; `RequestFailed` with the last cause past it.
-
-        `EndpointUnusable` at once for what waiting cannot cure: a URL that is not one, or (with `refusals`) a
-        refusal of the request itself (`ProviderError.about_request`); and for an endpoint that cannot be
-        connected to, after `_CONNECT_ATTEMPTS` if it has never answered, else past the bound."""
-        cause = "no attempt made"
-        for number in range(1, self.retry.max_attempts + 1):
-            retry_after: float | None = None
+            if not 200 <= status < 300:
+                raise AttemptFailed(status_failure(status, body, response_headers))
             try:
-                answer = await attempt()
-                self._reached = True
-                return answer
-            except RequestFailed as exc:
-                self._reached = True
-                if refusals and exc.error is not None and exc.error.about_request:
-                    raise self._unusable(f"refused a request ({refusal(exc)})", refused=True) from None
-                raise RequestFailed(exc.cause, number, status=exc.status, body=exc.body) from None
-            except _StatusError as exc:
-                self._reached = True
-                cause, retry_after = exc.cause, exc.retry_after
+                answer = body if read is None else read(body)
             except InvalidResponse as exc:
-                self._reached = True
-                cause = str(exc)
-            except BAD_URL:
-                raise self._unusable("is not a URL (it needs http:// or https://, then a host)") from None
-            except aiohttp.ClientConnectorError as exc:
-                cause = unreachable(exc)
-                if self._given_up(number, exc):
-                    raise self._unusable(f"cannot be reached ({cause})") from None
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                cause = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            if number < self.retry.max_attempts:
-                await asyncio.sleep(self.retry.backoff(number, retry_after))
-        raise RequestFailed(cause, self.retry.max_attempts)
+                cause = f"HTTP {status}, {exc}: {excerpt(body)}"
+                raise AttemptFailed(Failure(Kind.UNREADABLE, cause, status, body)) from None
+            self._health.answered()
+            return answer
 
-    def _given_up(self, number: int, exc: aiohttp.ClientConnectorError) -> bool:
-        """Whether failing to connect (`exc`) on attempt `number` makes the endpoint unusable: a name that does not
-        exist, at once; else see `_CONNECT_ATTEMPTS`."""
-        if self._reached:
-            return number >= self.retry.max_attempts
-        if no_such_host(exc):
-            return True
-        now = time.monotonic()
-        if self._unreached_since is None:
-            self._unreached_since = now
-        waited = now - self._unreached_since
-        return number >= min(_CONNECT_ATTEMPTS, self.retry.max_attempts) or waited >= _CONNECT_PATIENCE
+        return await self._with_retries(attempt, f"{method} {shown(url)}", f"{method} {path}")
 
-    def _unusable(self, cause: str, *, refused: bool = False) -> EndpointUnusable:
-        """`EndpointUnusable` for this endpoint: one line, the URL without a password, never the key."""
+    async def _with_retries(self, attempt: Callable[[], Awaitable[T]], target: str, asked: str) -> T:
+        """Run `attempt` until it succeeds, as `retrying.TABLE` says; `RequestFailed` with the last cause past the
+        bound, or at once for a failure not retried; `EndpointUnusable` for what waiting cannot cure. `target` is
+        what the log line names ("POST URL"), `asked` what a refusal says was refused ("a request")."""
+        bound = self.retry.max_attempts
+        number = 0
+        while True:
+            number += 1
+            self._health.check()
+            try:
+                return await attempt()
+            except AttemptFailed as exc:
+                failure = exc.failure
+            self._health.check()  # found unusable meanwhile, by another call: that one verdict
+            if self._health.unproven_failure(failure, number, bound):
+                raise self._unusable(failure, asked, first=self._health.failures) from None
+            if not failure.retried or number == bound:
+                if failure.rule.unusable:
+                    raise self._unusable(failure, asked) from None
+                # A refusal keeps its status and body for the caller to judge (a prompt refused, say); a call that
+                # ran out of attempts is no refusal, whatever its last status.
+                status, body = (failure.status, failure.body) if not failure.retried else (None, b"")
+                raise RequestFailed(failure.cause + failure.where, number, status=status, body=body)
+            wait = self.retry.backoff(number, failure.retry_after)
+            log_retry(target, failure, wait, number + 1, bound, self._redact)
+            await asyncio.sleep(wait)
+
+    def _redact(self, text: str) -> str:
+        """`text` without this client's key (a server may echo it)."""
         key = self._headers.get("Authorization", "").removeprefix("Bearer ")
-        line = " ".join(cause.split())
-        if key:
-            line = line.replace(key, "[redacted]")
-        return EndpointUnusable(shown(self.base_url), line, refused=refused)
+        return text.replace(key, "[redacted]") if key else text
+
+    def _unusable(self, failure: Failure, asked: str, *, first: int = 0) -> EndpointUnusable:
+        """`EndpointUnusable` for `failure`, which ended a call; `first`: found by the first-calls rule, after that
+        many failures."""
+        if failure.kind in (Kind.UNREACHABLE, Kind.NO_SUCH_HOST):
+            cause = f"cannot be reached ({failure.cause})"
+        elif failure.kind is Kind.REFUSED_REQUEST:
+            error = ProviderError.parse(failure.status, failure.body)
+            cause = f"refused {asked} ({said(failure.status, error, failure.cause)})"
+        elif first:
+            cause = f"gave no usable answer to its first {first} requests (the last: {failure.cause})"
+        else:
+            cause = failure.cause
+        return self.unusable(cause, refused=failure.kind is Kind.REFUSED_REQUEST)
+
+    def unusable(self, cause: str, *, refused: bool) -> EndpointUnusable:
+        """`EndpointUnusable` for this endpoint for `cause` (what it did, in words), held for the calls after it
+        (`retrying.Health`): one line, the URL without a password, never the key."""
+        line = self._redact(" ".join(cause.split()))
+        return self._health.found(EndpointUnusable(shown(self.base_url), line, refused=refused))
 
     def halt(self) -> None:
         """Send nothing more (the user stopped the run): a request not yet sent waits until it is cancelled, and
@@ -333,23 +371,3 @@ def describe_pace(clients: Mapping[str, Completer | None]) -> str:
             names.setdefault(id(client.gate), []).append(name)
             gates[id(client.gate)] = client.gate
     return "; ".join(f"{'+'.join(names[key])}: {gate.status()}" for key, gate in gates.items())
-
-
-class _StatusError(Exception):
-    def __init__(self, cause: str, retry_after: float | None) -> None:
-        super().__init__(cause)
-        self.cause = cause
-        self.retry_after = retry_after
-
-
-def is_retryable(status: int) -> bool:
-    """Whether an HTTP status is worth asking again (a 4xx other than these is the caller's mistake)."""
-    return status in RETRY_STATUSES or status >= 500
-
-
-def _status_error(status: int, body: bytes, headers: Mapping[str, str]) -> Exception:
-    """A retryable `_StatusError`, or `RequestFailed` for a status not worth retrying."""
-    cause = f"HTTP {status}: {body[:200].decode('utf-8', 'replace')}"
-    if is_retryable(status):
-        return _StatusError(cause, retry_after_seconds(headers))
-    return RequestFailed(cause, 1, status=status, body=body)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from healthbench.errors import InvalidResponse
+from healthbench.errors import InvalidResponse, UnreadableAnswer
 
 ApiName = Literal["chat", "responses"]
 Effort = Literal["minimal", "low", "medium", "high"]
@@ -108,10 +108,10 @@ _RESPONSES_USAGE = ("input_tokens", "input_tokens_details", "cached_tokens", "ou
 def _decode(body: bytes | Mapping[str, Any]) -> Mapping[str, Any]:
     try:
         payload = json.loads(body) if isinstance(body, bytes) else body
-    except ValueError as exc:
-        raise InvalidResponse(f"malformed response body ({type(exc).__name__})") from None
+    except ValueError:
+        raise UnreadableAnswer("not JSON") from None
     if not isinstance(payload, Mapping):
-        raise InvalidResponse("malformed response body (not a JSON object)")
+        raise UnreadableAnswer("not a JSON object")
     return payload
 
 
@@ -119,12 +119,13 @@ def chat_content(body: bytes | Mapping[str, Any], *, batch: bool = False) -> tup
     """The message content and usage of a chat-completion answer (bytes, or already parsed)."""
     payload = _decode(body)
     try:
-        content = payload["choices"][0]["message"]["content"]
-    except (KeyError, IndexError, TypeError) as exc:
-        raise InvalidResponse(f"malformed response body ({type(exc).__name__})") from None
+        message = payload["choices"][0]["message"]
+    except (KeyError, IndexError, TypeError):
+        raise UnreadableAnswer("no choices[0].message") from None
+    content = message.get("content") if isinstance(message, Mapping) else None
     # An empty string is a reply (a policy may give one, and the reference accepts it); a missing one is not.
     if not isinstance(content, str):
-        raise InvalidResponse("no content in the response")
+        raise InvalidResponse("no content in the message")
     return content, _usage(payload.get("usage"), _CHAT_USAGE, batch)
 
 
@@ -134,7 +135,7 @@ def responses_content(body: bytes | Mapping[str, Any], *, batch: bool = False) -
     payload = _decode(body)
     output = payload.get("output")
     if not isinstance(output, list):
-        raise InvalidResponse("malformed response body (no output list)")
+        raise UnreadableAnswer("no output list")
     if payload.get("status") == "failed":
         raise InvalidResponse(f"the response failed: {json.dumps(payload.get('error'))[:200]}")
     parts = [

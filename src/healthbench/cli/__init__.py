@@ -9,13 +9,25 @@ from healthbench.cli.grading import evaluate, grade
 from healthbench.cli.leaderboard import leaderboard
 from healthbench.cli.physicians import baseline, meta_eval
 from healthbench.cli.probe import probe
+from healthbench.cli.render import show_logs
 from healthbench.cli.runs import batches, compare, download, report, serve
 
 
 @click.group()
 @click.version_option(package_name="healthbench")
-def main() -> None:
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+    default="warning",
+    show_default=True,
+    envvar="HEALTHBENCH_LOG_LEVEL",
+    help="Log lines shown on stderr: info adds one per retry (status, wait, attempt, the provider's request id) "
+    "[env: HEALTHBENCH_LOG_LEVEL].",
+)
+@click.option("-v", "--verbose", is_flag=True, help="Same as --log-level info.")
+def main(log_level: str, verbose: bool) -> None:
     """HealthBench: grade health conversations against physician rubrics, as OpenAI's reference does."""
+    show_logs("info" if verbose and log_level.lower() in ("warning", "error") else log_level)
 
 
 for command in (download, grade, evaluate, baseline, meta_eval, probe, report, batches, compare, leaderboard, serve):

@@ -3,6 +3,7 @@ and the summary line, and the exit status."""
 
 from __future__ import annotations
 
+import logging
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -29,6 +30,30 @@ def download_bar(name: str, total: int | None) -> Iterator[Callable[[int], None]
             bar.update(received)
 
         yield advance
+
+
+class _AboveTheBar:
+    """A stream for log lines that writes each above the progress bar, on stderr as it is when written."""
+
+    def write(self, text: str) -> None:
+        if text.strip():
+            tqdm.write(text.rstrip("\n"), file=sys.stderr)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
+_LOG_LINES = logging.StreamHandler(_AboveTheBar())
+_LOG_LINES.setFormatter(logging.Formatter("healthbench: %(message)s"))
+
+
+def show_logs(level: str) -> None:
+    """Show the package's log lines from `level` up (`info`: a line per retry) on stderr, above the progress
+    bar; by default (`warning`) only what a user must know, so the bar stays readable."""
+    package = logging.getLogger("healthbench")
+    package.setLevel(level.upper())
+    if _LOG_LINES not in package.handlers:
+        package.addHandler(_LOG_LINES)
 
 
 class Bar:

@@ -8,6 +8,8 @@ requests that must each be answered apart), so equal requests are sent once.
 
 A request that fails in a batch (an error line, no line at all, an unusable answer, a failed or expired batch)
 goes into a follow-up batch, counted against the same attempt bound as live retries; past it, `RequestFailed`.
+An endpoint that cannot take batches (it cannot be reached, refuses the key, has no Batch API, or none of its
+first answers can be read) fails every request waiting with one `EndpointUnusable`, as a live one does.
 The ledger (the run's store) records each uploaded file, and each batch id as soon as it exists, so a process
 killed while waiting, run again, re-attaches to its batches instead of paying for them twice. With
 `wait=False` the requests still out are handed back as `Deferred` once everything needed is submitted. A
@@ -31,15 +33,17 @@ from healthbench.api.batch.files import (
     Outcome,
     find_batch,
     input_line,
+    json_object,
     line_tokens,
     read_outcomes,
     split_lines,
     status_line,
+    with_id,
 )
 from healthbench.api.batch.records import TERMINAL, BatchLedger, BatchSettings, OpenBatch, QueuedRequest
 from healthbench.api.client import ApiClient
 from healthbench.api.wire import Usage, request_key
-from healthbench.errors import Deferred, InvalidResponse, RequestFailed
+from healthbench.errors import Deferred, EndpointUnusable, InvalidResponse, QuotaExhausted, RequestFailed
 
 T = TypeVar("T")
 
@@ -106,6 +110,7 @@ class BatchClient:
             self._apply(request, outcome)
         if self._pump_task is None or self._pump_task.done():
             self._pump_task = asyncio.ensure_future(self._pump())
+            self._pump_task.add_done_callback(self._pump_ended)
         try:
             value, usage = await waiter
         finally:
@@ -168,7 +173,7 @@ class BatchClient:
             return
         self._finish(request, RequestFailed(cause, request.attempts))
 
-    def _finish(self, request: QueuedRequest, result: tuple[Any, Usage] | RequestFailed | Deferred) -> None:
+    def _finish(self, request: QueuedRequest, result: tuple[Any, Usage] | Exception) -> None:
         self._requests.pop(request.custom_id, None)
         for waiter in request.waiters:
             if waiter.done():
@@ -220,12 +225,21 @@ class BatchClient:
                 if self._queue and self._room():
                     waits.append(self._last_queued + self.settings.settle - now)
                 await asyncio.sleep(max(0.01, min(waits)))
-        except Exception as exc:
-            failure = exc if isinstance(exc, RequestFailed) else RequestFailed(f"{type(exc).__name__}: {exc}", 1)
-            for request in list(self._requests.values()):
-                self._finish(request, failure)
-            self._queue.clear()
-            self._queued_bytes = 0
+        except (RequestFailed, EndpointUnusable, QuotaExhausted) as exc:
+            self._fail_all(exc)
+
+    def _fail_all(self, failure: Exception) -> None:
+        """Every request still waiting fails with `failure`; nothing queued is sent."""
+        for request in list(self._requests.values()):
+            self._finish(request, failure)
+        self._queue.clear()
+        self._queued_bytes = 0
+
+    def _pump_ended(self, task: asyncio.Task[None]) -> None:
+        """A pump that stopped on anything else (a bug, a store that cannot be written) hands its error to the
+        requests waiting, rather than leaving them to wait for ever."""
+        if not task.cancelled() and isinstance(error := task.exception(), Exception):
+            self._fail_all(error)
 
     def _leave(self) -> None:
         """Give every request still out back to its caller as deferred; the ledger keeps its batch."""
@@ -260,6 +274,9 @@ class BatchClient:
             try:
                 await self._submit(chunk)
             except RequestFailed as exc:
+                if exc.status is not None:  # refused outright (too large, say): so would every batch be
+                    said = exc.error.message if exc.error is not None and exc.error.message else exc.cause
+                    raise self.chat.unusable(f"refused a batch (HTTP {exc.status}: {said})", refused=True) from None
                 error = RequestFailed(f"could not submit a batch to {self.chat.base_url}: {exc.cause}", exc.attempts)
                 for request in chunk:
                     self._finish(request, error)
@@ -273,7 +290,7 @@ class BatchClient:
             form.add_field("file", data, filename=f"healthbench-{self.purpose}.jsonl", content_type="application/jsonl")
             return form
 
-        uploaded = json.loads(await self.chat.api("POST", "/files", form=upload))
+        uploaded = await self.chat.api("POST", "/files", form=upload, read=with_id)
         for request in chunk:
             request.attempts += 1
         self.ledger.record_upload(uploaded["id"], self.purpose, [(r.custom_id, r.attempts) for r in chunk])
@@ -297,7 +314,7 @@ class BatchClient:
             "completion_window": self.settings.completion_window,
             "metadata": {"healthbench": self.purpose},
         }
-        created = json.loads(await self.chat.api("POST", "/batches", json_body=body))
+        created = await self.chat.api("POST", "/batches", json_body=body, read=with_id)
         batch.batch_id = created["id"]
         self.ledger.record_batch_id(batch.input_file_id, created["id"])
 
@@ -317,7 +334,7 @@ class BatchClient:
                 continue
             if batch.batch_id is None:
                 await self._find(batch)
-            state = json.loads(await self.chat.api("GET", f"/batches/{batch.batch_id}"))
+            state = await self.chat.api("GET", f"/batches/{batch.batch_id}", read=json_object)
             status = str(state.get("status"))
             # A new status at once, otherwise the counts every few minutes: a day's wait would flood the screen.
             if status != batch.shown_status or time.monotonic() - batch.shown_at >= _SHOW_COUNTS_EVERY:
@@ -333,7 +350,9 @@ class BatchClient:
         status = state.get("status")
         missing = f"no result in batch {batch.batch_id} ({status})"
         if status == "failed":
-            errors = (state.get("errors") or {}).get("data") or []
+            listed = state.get("errors")
+            found = listed.get("data") if isinstance(listed, dict) else None
+            errors = [e for e in found if isinstance(e, dict)] if isinstance(found, list) else []
             missing = f"batch {batch.batch_id} failed: " + "; ".join(str(e.get("message")) for e in errors[:3])
             if errors and all(e.get("code") == _REFUSED for e in errors):
                 self._refused(batch, missing)

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from healthbench.api.batch.records import TERMINAL, BatchRecord, BatchSettings
-from healthbench.api.client import ApiClient, is_retryable
+from healthbench.api.client import ApiClient
+from healthbench.api.retrying import is_retryable
 from healthbench.api.wire import Api, Usage
-from healthbench.errors import InvalidResponse
+from healthbench.errors import InvalidResponse, UnreadableAnswer
 
 # How many pages of the batch list to search for a batch whose id was lost in a crash.
 _LIST_PAGES = 20
@@ -31,6 +32,30 @@ class Outcome:
     usage: Usage
     cause: str = ""
     retryable: bool = True
+
+
+def json_object(body: bytes) -> dict[str, Any]:
+    """A Batch API answer (a file, a batch, a page of batches) as the JSON object it must be; `UnreadableAnswer`
+    otherwise, which the client retries like any answer that cannot be read."""
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        raise UnreadableAnswer("not JSON") from None
+    if not isinstance(parsed, dict):
+        raise UnreadableAnswer("not a JSON object")
+    return parsed
+
+
+def with_id(body: bytes) -> dict[str, Any]:
+    """A Batch API object that must have an id (a file uploaded, a batch created)."""
+    parsed = json_object(body)
+    if not isinstance(parsed.get("id"), str) or not parsed["id"]:
+        raise UnreadableAnswer("no id")
+    return parsed
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
 
 
 def input_line(api: Api, custom_id: str, payload: bytes) -> bytes:
@@ -54,7 +79,7 @@ def _elapsed(seconds: float) -> str:
 
 def status_line(batch_id: str | None, state: Mapping[str, Any], created: float) -> str:
     """A batch's status, request counts and age, as shown while waiting and by `healthbench batches`."""
-    counts = state.get("request_counts") or {}
+    counts = _mapping(state.get("request_counts"))
     return (
         f"batch {batch_id}: {state.get('status')}, {counts.get('completed', 0)}/{counts.get('total', 0)} done, "
         f"{counts.get('failed', 0)} failed; {_elapsed(time.time() - created)} since submitted"
@@ -71,9 +96,9 @@ async def batch_report(chats: Mapping[str, ApiClient], records: Iterable[BatchRe
             lines.append(f"{record.purpose}: file {record.input_file_id} uploaded, its batch not recorded yet")
             continue
         path = f"/batches/{record.batch_id}"
-        state = json.loads(await chat.api("GET", path))
+        state = await chat.api("GET", path, read=json_object)
         if cancel and state.get("status") not in TERMINAL | {"cancelling"}:
-            state = json.loads(await chat.api("POST", path + "/cancel"))
+            state = await chat.api("POST", path + "/cancel", read=json_object)
         lines.append(f"{record.purpose}: {status_line(record.batch_id, state, record.created)}")
     return lines
 
@@ -122,13 +147,16 @@ async def find_batch(chat: ApiClient, input_file_id: str) -> str | None:
     after: str | None = None
     for _ in range(_LIST_PAGES):
         query = "/batches?limit=100" + (f"&after={after}" if after else "")
-        page = json.loads(await chat.api("GET", query))
-        for found in page.get("data", []):
-            if found.get("input_file_id") == input_file_id:
+        page = await chat.api("GET", query, read=json_object)
+        listed = page.get("data")
+        batches = [found for found in listed if isinstance(found, dict)] if isinstance(listed, list) else []
+        for found in batches:
+            if found.get("input_file_id") == input_file_id and found.get("id"):
                 return str(found["id"])
-        if not page.get("has_more") or not page.get("data"):
+        last = batches[-1].get("id") if batches else None
+        if not page.get("has_more") or not isinstance(last, str):
             return None
-        after = page["data"][-1]["id"]
+        after = last
     return None
 
 
@@ -141,7 +169,10 @@ async def read_outcomes(chat: ApiClient, state: Mapping[str, Any]) -> dict[str, 
             continue
         content = await chat.api("GET", f"/files/{file_id}/content")
         for text in content.splitlines():
-            if text.strip():
+            try:
                 record = json.loads(text)
+            except ValueError:
+                continue  # a line that cannot be read names no request: its request is missing, and goes again
+            if isinstance(record, dict):
                 outcomes[str(record.get("custom_id"))] = read_output_line(chat.wire, record)
     return outcomes
