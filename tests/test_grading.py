@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from importlib import resources
+from typing import Any
 
 import pytest
 
 from healthbench.api.client import ApiClient
 from healthbench.data.schema import Message, RubricItem
-from healthbench.errors import InvalidResponse
+from healthbench.errors import GradingError, InvalidResponse, RequestFailed
 from healthbench.grading.grader import Grader, parse_verdict
 from healthbench.grading.prompt import (
     TEMPLATE,
@@ -94,3 +96,38 @@ def test_valid_verdicts(text: str, met: bool, explanation: str) -> None:
 def test_invalid_verdicts(text: str) -> None:
     with pytest.raises(InvalidResponse):
         parse_verdict(text)
+
+
+class _OneFailsOneWaits:
+    """A completer whose first item's call fails at once and whose second waits until it is cancelled."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.waiting_ended = False
+
+    async def complete(self, body: Any, parse: Any, *, ident: str | None = None) -> Any:
+        self.calls += 1
+        if self.calls == 1:
+            await asyncio.sleep(0)  # the other call is out by now
+            raise RequestFailed("HTTP 500: down", 12)
+        try:
+            await asyncio.get_running_loop().create_future()
+        finally:
+            self.waiting_ended = True
+
+    async def aclose(self) -> None:
+        """Nothing to close."""
+
+
+def test_an_item_that_cannot_be_graded_stops_its_siblings_before_the_reply_fails() -> None:
+    client = _OneFailsOneWaits()
+    rubrics = [RubricItem(criterion=f"Item {i}", points=1, tags=[]) for i in range(2)]
+
+    async def grade() -> None:
+        with pytest.raises(GradingError, match="rubric item 'Item 0' could not be graded: HTTP 500: down"):
+            await Grader(client).grade("p1", transcript_with_reply([Message(role="user", content="a")], "b"), rubrics)
+        # Cancelled and awaited: nothing of the failed reply is still running when its error arrives.
+        assert client.calls == 2 and client.waiting_ended
+        assert asyncio.all_tasks() == {asyncio.current_task()}
+
+    asyncio.run(grade())

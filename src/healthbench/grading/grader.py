@@ -303,8 +303,10 @@ class Grader:
         try:
             return list(await asyncio.gather(*tasks))
         except BaseException:
+            # The siblings are stopped and awaited, so none outlives the reply it grades (nor sends after it).
             for task in tasks:
                 task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
             raise
 
     async def _per_reply(
