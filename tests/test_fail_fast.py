@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
+from healthbench.api.retrying import FIRST_FAILURES
 from healthbench.cli import main
 from healthbench.data.loading import load_rows
 from healthbench.errors import EndpointUnusable
@@ -23,7 +24,7 @@ from healthbench.grading.settings import GraderConfig
 from healthbench.integrations.openreward.deployment import Deployment
 from healthbench.integrations.openreward.environment import HealthBench
 from healthbench.runs.folder import STORE
-from healthbench.testing import FakeOpenAI
+from healthbench.testing import Canned, FakeOpenAI
 from tests.conftest import make_row, write_jsonl
 from tests.reference import KEY
 from tests.test_metaeval import made_up_meta_rows
@@ -111,6 +112,65 @@ def test_a_grader_400_that_cannot_succeed_stops_at_once(tmp_path: Path, fake: Fa
     assert "the grader's endpoint" in line and "refused a request (HTTP 400 unsupported_value" in line
     assert "no score is written" in line and "run the same command again" not in line
     assert fake.responses_by_kind["bad_request"] <= 64  # what was in flight when the first came back
+
+
+PAGE = "<html><body><h1>502 Bad Gateway</h1></body></html>"
+
+
+def grade_args(tmp: Path, n: int, grader: str, *extra: str) -> list[str]:
+    task_rows = rows(n)
+    data = write_jsonl(tmp / "rows.jsonl", task_rows)
+    given = [{"prompt_id": row["prompt_id"], "response": "Rest."} for row in task_rows]
+    replies = write_jsonl(tmp / "replies.jsonl", given)
+    return [
+        "grade", "--data", str(data), "--responses", str(replies), "--out", str(tmp / "out"), "--grader-base-url",
+        grader, "--no-progress", *extra,
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("canned", "said"),
+    [
+        (Canned(200, PAGE, "text/html"), f"HTTP 200, not JSON: {PAGE}"),
+        (Canned(200, "{}"), "HTTP 200, no choices[0].message: {}"),
+        (Canned(500, '{"error": {"message": "upstream down"}}'), 'HTTP 500: {"error": {"message": "upstream down"}}'),
+    ],
+)
+def test_a_grader_that_answers_what_cannot_be_used_stops_grade_with_one_line(
+    tmp_path: Path, canned: Canned, said: str
+) -> None:
+    with FakeOpenAI(canned=canned) as server:
+        url = server.base_url or ""
+        result = invoke(grade_args(tmp_path, 200, url, "--concurrency", "8"))
+        # Not 12 attempts for each of the 400 calls: a few, and what was in flight when the verdict came.
+        assert server.requests_total <= FIRST_FAILURES + 8
+    assert result.exit_code == 1
+    line = one_line(result)
+    assert f"stopped, the grader's endpoint {url} gave no usable answer to its first " in line
+    assert f"(the last: {said})" in line and "the same command goes on from there once the endpoint answers" in line
+
+
+def test_a_grader_that_never_answers_stops_grade_with_the_timeout_named(tmp_path: Path) -> None:
+    with FakeOpenAI(canned=Canned(status=None)) as server:
+        url = server.base_url or ""
+        result = invoke(grade_args(tmp_path, 20, url, "--grader-timeout", "0.5", "--concurrency", "8"))
+        assert server.requests_total <= FIRST_FAILURES + 8
+    assert result.exit_code == 1
+    line = one_line(result)
+    assert f"stopped, the grader's endpoint {url} gave no usable answer to its first " in line
+    assert "(the last: no answer within 0.5 s)" in line
+
+
+def test_a_model_that_never_answers_stops_eval_with_the_timeout_named(tmp_path: Path, fake: FakeOpenAI) -> None:
+    data = write_jsonl(tmp_path / "rows.jsonl", rows(20))
+    with FakeOpenAI(canned=Canned(status=None)) as server:
+        url = server.base_url or ""
+        result = invoke(eval_args(data, tmp_path / "out", url, fake.base_url or "", "--timeout", "0.5"))
+    assert result.exit_code == 1
+    line = one_line(result)
+    assert f"stopped, the model's endpoint {url} gave no usable answer to its first " in line
+    assert "(the last: no answer within 0.5 s)" in line
+    assert fake.requests_total == 0  # nothing to grade
 
 
 def test_a_dead_grader_keeps_the_models_replies_for_the_next_session(tmp_path: Path, fake: FakeOpenAI) -> None:

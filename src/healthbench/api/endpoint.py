@@ -5,17 +5,22 @@ bound, a rate limit and the reasoning-model rule mean the same on both sides."""
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-from healthbench.api.client import OPENAI_BASE_URL, ApiClient, Budget, RetryPolicy, key_slot
+from healthbench.api.client import OPENAI_BASE_URL, TIMEOUT, ApiClient, Budget, RetryPolicy, key_slot
 from healthbench.api.pacing.store import PACE_STORE_VARIABLE, shared_store, validated
 from healthbench.api.wire import CHAT, Api, Effort, is_reasoning_model
 
 # In flight at most when the budget follows the limit: tier 5's 10,000 RPM at a few seconds a request, with room.
 MAX_IN_FLIGHT = 1024
+REASONING_TIMEOUT = 600.0
+"""Seconds an attempt of a reasoning model may take by default, as openai-python allows any request: at high
+effort it may think for tens of thousands of tokens before it answers, which takes minutes."""
+LONGEST_TIMEOUT = 86_400.0
+"""The longest timeout an attempt may be given (a day): a bound that is one."""
 
 
 def pace_store_from_env() -> str | None:
@@ -40,7 +45,8 @@ class EndpointSettings(BaseModel):
     budget stays at. `pace_store` (a Redis URL) shares each key's pace with every process naming it.
 
     `reasoning` says whether the model is a reasoning model (no temperature, no `max_tokens`, a reasoning
-    effort); None decides by name (o-series, gpt-5 and later).
+    effort); None decides by name (o-series, gpt-5 and later). `timeout` bounds each attempt, in seconds; None
+    gives `REASONING_TIMEOUT` to a reasoning model and `chat_timeout` to another (see `attempt_timeout`).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -52,11 +58,13 @@ class EndpointSettings(BaseModel):
     max_concurrency: int | None = Field(default=MAX_IN_FLIGHT, ge=1)
     pace_store: str | None = None
     max_attempts: int = Field(default=12, ge=1)
-    timeout: float = Field(default=120.0, gt=0)
+    timeout: float | None = Field(default=None, gt=0, le=LONGEST_TIMEOUT, allow_inf_nan=False)
     rpm: float | None = Field(default=None, gt=0)
     tpm: float | None = Field(default=None, gt=0)
     reasoning: bool | None = None
     reasoning_effort: Effort | None = None
+    # The default timeout of a model that is not a reasoning model: a short answer, such as a grader's verdict.
+    chat_timeout: ClassVar[float] = TIMEOUT
 
     @model_validator(mode="before")
     @classmethod
@@ -76,6 +84,13 @@ class EndpointSettings(BaseModel):
         return self.reasoning if self.reasoning is not None else is_reasoning_model(self.model)
 
     @property
+    def attempt_timeout(self) -> float:
+        """Seconds one attempt may take: `timeout` if given, else by the model's kind."""
+        if self.timeout is not None:
+            return self.timeout
+        return REASONING_TIMEOUT if self.is_reasoning else self.chat_timeout
+
+    @property
     def key_slot(self) -> str:
         """This key at this endpoint, as a digest (what one pace and one rate limit belong to)."""
         return key_slot(self.base_url, self.api_key.get_secret_value() if self.api_key else None)
@@ -88,7 +103,7 @@ class EndpointSettings(BaseModel):
             self.api_key.get_secret_value() if self.api_key else None,
             concurrency=self.concurrency,
             max_concurrency=self.max_concurrency,
-            timeout=self.timeout,
+            timeout=self.attempt_timeout,
             retry=RetryPolicy(max_attempts=self.max_attempts),
             budget=budget,
             api=api,

@@ -117,6 +117,7 @@ def evaluate(
     policy_concurrency: int | None,
     rpm: float | None,
     tpm: float | None,
+    timeout: float | None,
     policy_batch: bool,
     policy_errors: str,
     out: Path,
@@ -147,6 +148,7 @@ def evaluate(
         policy_concurrency=policy_concurrency,
         rpm=rpm,
         tpm=tpm,
+        timeout=timeout,
         policy_errors=policy_errors,
     )
     jobs = [Job(row, repeat) for repeat in range(n_repeats) for row in rows]

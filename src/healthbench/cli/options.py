@@ -15,7 +15,7 @@ import click
 from pydantic import ValidationError
 
 from healthbench.api.batch.records import BatchSettings
-from healthbench.api.endpoint import MAX_IN_FLIGHT
+from healthbench.api.endpoint import LONGEST_TIMEOUT, MAX_IN_FLIGHT, REASONING_TIMEOUT
 from healthbench.api.pacing.store import PACE_STORE_VARIABLE
 from healthbench.api.wire import EFFORTS
 from healthbench.cli.render import download_bar, in_flags
@@ -133,6 +133,12 @@ _grader_flags = (
         help="Attempts per call before the sample fails.",
     ),
     click.option(
+        "--grader-timeout",
+        type=click.FloatRange(min=0, min_open=True, max=LONGEST_TIMEOUT),
+        help="Seconds a grader call's attempt may take before it counts as lost and is asked again [default: 120; "
+        f"{REASONING_TIMEOUT:g} for a reasoning grader].",
+    ),
+    click.option(
         "--grader-rpm",
         type=click.FloatRange(min=0, min_open=True),
         help="The grader key's requests-per-minute limit [default: learned from the server's answers].",
@@ -211,6 +217,12 @@ sampling_options = options(
         "--tpm",
         type=click.FloatRange(min=0, min_open=True),
         help="The model key's tokens-per-minute limit [default: learned].",
+    ),
+    click.option(
+        "--timeout",
+        type=click.FloatRange(min=0, min_open=True, max=LONGEST_TIMEOUT),
+        help="Seconds a model call's attempt may take before it counts as lost and is asked again [default: "
+        f"{REASONING_TIMEOUT:g}].",
     ),
     click.option("--policy-batch", is_flag=True, help="With --batch, sample the model's replies in batches too."),
     click.option(

@@ -68,6 +68,7 @@ _MODEL_ONLY = (
     "policy_concurrency",
     "rpm",
     "tpm",
+    "timeout",
 )
 
 

@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from healthbench.api.client import OPENAI_BASE_URL, ApiClient, Budget, Completer
-from healthbench.api.endpoint import EndpointSettings, pace_store_from_env
+from healthbench.api.endpoint import LONGEST_TIMEOUT, EndpointSettings, pace_store_from_env
 from healthbench.api.wire import APIS, Api, ApiName, Effort, Shape, is_reasoning_model
 from healthbench.data.subsets import PROFESSIONAL
 from healthbench.errors import SettingsError
@@ -234,6 +234,8 @@ class GradingOptions(BaseModel):
     grader_prompt_cache_key: bool | None = None
     grader_concurrency: int | None = Field(default=None, ge=1)
     grader_max_attempts: int | None = Field(default=None, ge=1)
+    # Seconds per attempt (None: 120, or 600 for a reasoning grader; see `EndpointSettings.attempt_timeout`).
+    grader_timeout: float | None = Field(default=None, gt=0, le=LONGEST_TIMEOUT, allow_inf_nan=False)
     grader_rpm: float | None = Field(default=None, gt=0)
     grader_tpm: float | None = Field(default=None, gt=0)
     # A Redis URL: each key's pace shared with every process naming it (the model's too, for `eval`).

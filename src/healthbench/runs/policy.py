@@ -15,12 +15,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, SecretStr, model_validator
 
 from healthbench.api.client import OPENAI_BASE_URL, ApiClient, Completer
-from healthbench.api.endpoint import EndpointSettings, pace_store_from_env
+from healthbench.api.endpoint import REASONING_TIMEOUT, EndpointSettings, pace_store_from_env
 from healthbench.api.wire import Shape, Usage
 from healthbench.data.schema import Message
 from healthbench.errors import PolicyMisuse, RequestFailed
@@ -32,7 +32,8 @@ class PolicyConfig(EndpointSettings):
     `policy_errors`: `grade` grades a prompt the provider refuses with `REFUSED_REPLY`; `fail` makes it a sample
     that cannot be graded."""
 
-    timeout: float = Field(default=600.0, gt=0)
+    # A reply may be long (no cap unless given), from a slow local server: the reasoning model's bound for any.
+    chat_timeout: ClassVar[float] = REASONING_TIMEOUT
     system_message: str | None = None
     temperature: float | None = None
     max_tokens: int | None = Field(default=None, ge=1)
