@@ -13,6 +13,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from healthbench.api.client import ApiClient
 from healthbench.api.wire import Usage
 from healthbench.data.schema import Row
 from healthbench.errors import Deferred, EndpointUnusable, GradingError, PolicyMisuse, RequestFailed, SampleError
@@ -155,7 +156,7 @@ class _Sampler:
         except EndpointUnusable as exc:
             raise exc.of(MODEL) from None
         self.store.put_sample(job.row.prompt_id, job.repeat, reply, usage)
-        self.guard.answer()
+        self._guarded(self.guard.answer)
         return reply, usage, None
 
     def _refused(self, job: Job, failure: RequestFailed) -> Reply:
@@ -163,14 +164,27 @@ class _Sampler:
         if self.policy.config.policy_errors == "fail":
             raise SampleError(job.row.prompt_id, str(failure)) from None
         if (stop := misuse(failure, self.policy.config.base_url)) is not None:
-            raise stop from None
+            raise self._stopped(stop) from None
         refusal = prompt_refusal(failure)
         if refusal is None:
             raise SampleError(job.row.prompt_id, str(failure)) from None
         # Not stored: a later session asks again (a refused request costs nothing), and the record keeps the
         # provider's error only if it is seen again.
-        self.guard.refuse(refusal)
+        self._guarded(lambda: self.guard.refuse(refusal))
         return REFUSED_REPLY, Usage(), refusal
+
+    def _guarded(self, count: Callable[[], None]) -> None:
+        try:
+            count()
+        except PolicyMisuse as stop:
+            raise self._stopped(stop) from None
+
+    def _stopped(self, stop: PolicyMisuse) -> PolicyMisuse:
+        """The run stops: the model is sent nothing more from now on (what is on the wire lands), though its
+        other calls are cancelled only once this one's error reaches the run."""
+        if self.policy is not None and isinstance(self.policy.client, ApiClient):
+            self.policy.client.halt()
+        return stop
 
 
 async def run_jobs(
