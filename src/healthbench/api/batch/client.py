@@ -31,11 +31,13 @@ import aiohttp
 
 from healthbench.api.batch.files import (
     Outcome,
+    batch_errors,
     find_batch,
     input_line,
     json_object,
     line_tokens,
     read_outcomes,
+    refused_batch,
     split_lines,
     status_line,
     with_id,
@@ -229,7 +231,7 @@ class BatchClient:
             self._fail_all(exc)
 
     def _fail_all(self, failure: Exception) -> None:
-        """Every request still waiting fails with `failure`; nothing queued is sent."""
+        """Every request still waiting ends with `failure` (or is deferred); nothing queued is sent."""
         for request in list(self._requests.values()):
             self._finish(request, failure)
         self._queue.clear()
@@ -243,11 +245,7 @@ class BatchClient:
 
     def _leave(self) -> None:
         """Give every request still out back to its caller as deferred; the ledger keeps its batch."""
-        deferred = Deferred(f"waiting in a {self.purpose} batch")
-        for request in list(self._requests.values()):
-            self._finish(request, deferred)
-        self._queue.clear()
-        self._queued_bytes = 0
+        self._fail_all(Deferred(f"waiting in a {self.purpose} batch"))
 
     def _queued_tokens(self) -> int:
         """Estimated tokens of this client's batches still in the provider's queue."""
@@ -275,8 +273,7 @@ class BatchClient:
                 await self._submit(chunk)
             except RequestFailed as exc:
                 if exc.status is not None:  # refused outright (too large, say): so would every batch be
-                    said = exc.error.message if exc.error is not None and exc.error.message else exc.cause
-                    raise self.chat.unusable(f"refused a batch (HTTP {exc.status}: {said})", refused=True) from None
+                    raise self.chat.unusable(f"refused a batch ({refused_batch(exc)})", refused=True) from None
                 error = RequestFailed(f"could not submit a batch to {self.chat.base_url}: {exc.cause}", exc.attempts)
                 for request in chunk:
                     self._finish(request, error)
@@ -350,9 +347,7 @@ class BatchClient:
         status = state.get("status")
         missing = f"no result in batch {batch.batch_id} ({status})"
         if status == "failed":
-            listed = state.get("errors")
-            found = listed.get("data") if isinstance(listed, dict) else None
-            errors = [e for e in found if isinstance(e, dict)] if isinstance(found, list) else []
+            errors = batch_errors(state)
             missing = f"batch {batch.batch_id} failed: " + "; ".join(str(e.get("message")) for e in errors[:3])
             if errors and all(e.get("code") == _REFUSED for e in errors):
                 self._refused(batch, missing)

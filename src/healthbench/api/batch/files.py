@@ -18,7 +18,7 @@ from healthbench.api.batch.records import TERMINAL, BatchRecord, BatchSettings
 from healthbench.api.client import ApiClient
 from healthbench.api.retrying import is_retryable
 from healthbench.api.wire import Api, Usage
-from healthbench.errors import InvalidResponse, UnreadableAnswer
+from healthbench.errors import InvalidResponse, RequestFailed, UnreadableAnswer
 
 # How many pages of the batch list to search for a batch whose id was lost in a crash.
 _LIST_PAGES = 20
@@ -52,6 +52,19 @@ def with_id(body: bytes) -> dict[str, Any]:
     if not isinstance(parsed.get("id"), str) or not parsed["id"]:
         raise UnreadableAnswer("no id")
     return parsed
+
+
+def batch_errors(state: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The errors a failed batch lists (`errors.data`), those that are objects."""
+    listed = state.get("errors")
+    found = listed.get("data") if isinstance(listed, dict) else None
+    return [error for error in found if isinstance(error, dict)] if isinstance(found, list) else []
+
+
+def refused_batch(failure: RequestFailed) -> str:
+    """A batch upload or creation refused outright, in words: the status and the provider's message."""
+    message = failure.error.message if failure.error is not None and failure.error.message else failure.cause
+    return f"HTTP {failure.status}: {message}"
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
