@@ -200,10 +200,11 @@ def test_every_prompt_refused_stops_at_once_with_the_providers_message(tmp_path:
     with FakeOpenAI(refuse=lambda body: INVALID_PROMPT if body.get("model") == "fake-model" else None) as fake:
         assert fake.base_url
         result = run_eval(data, out, fake.base_url, "--n-repeats", "3")
-        # Stopped after the first REFUSAL_PROBE answers: what was in flight then (at most the policy's
-        # concurrency of 32) was sent, nothing after it, and no reply was graded.
-        assert REFUSAL_PROBE <= fake.responses_by_kind["refused"] <= REFUSAL_PROBE + 32
-        assert fake.requests_total == fake.responses_by_kind["refused"]
+    # Read once the fake has stopped, so every request it took is counted. Stopped after the first REFUSAL_PROBE
+    # answers: what was in flight then (at most the policy's concurrency of 32) was sent, nothing after it, and no
+    # reply was graded (a refused prompt's placeholder waits for the guard's decision, which stopped the run).
+    assert REFUSAL_PROBE <= fake.responses_by_kind["refused"] <= REFUSAL_PROBE + 32
+    assert fake.requests_total == fake.responses_by_kind["refused"]
     assert result.exit_code == 1
     assert f"refused {REFUSAL_PROBE} of the {REFUSAL_PROBE} prompts answered so far" in result.output
     assert FLAGGED in result.output and "no score" in result.output

@@ -130,6 +130,11 @@ class RefusalGuard:
         self.refused = 0
         self.last: PromptRefusal | None = None
 
+    @property
+    def decided(self) -> bool:
+        """Whether enough answers are in for the refusals to be judged (and they did not stop the run)."""
+        return self.answered + self.refused >= min(REFUSAL_PROBE, self.expected)
+
     def answer(self) -> None:
         """Count a reply; `PolicyMisuse` when refusals are still most of the answers once enough are in."""
         self.answered += 1
@@ -143,7 +148,7 @@ class RefusalGuard:
 
     def _check(self) -> None:
         seen = self.answered + self.refused
-        if seen >= min(REFUSAL_PROBE, self.expected) and 2 * self.refused > seen and self.last is not None:
+        if self.decided and 2 * self.refused > seen and self.last is not None:
             shown = f" The last refusal: {self.last.describe()}"
             raise PolicyMisuse(
                 f"the model refused {self.refused} of the {seen} prompts answered so far; refusals this "

@@ -123,7 +123,8 @@ MODEL, GRADER = "the model's", "the grader's"
 
 class _Sampler:
     """Where each job's reply comes from: fixed, recorded by an earlier session, or asked of the policy (a
-    prompt its provider refuses gets the reference's placeholder reply)."""
+    prompt its provider refuses gets the reference's placeholder reply, graded once the refusals are known to be
+    the exception: the guard has seen enough answers, or no call to the model is out that could add one)."""
 
     def __init__(self, jobs: Sequence[Job], store: Store, policy: Policy | None) -> None:
         self.store = store
@@ -132,6 +133,11 @@ class _Sampler:
         stored = sum(1 for prompt_id, repeat in asked if store.sample(prompt_id, repeat) is not None)
         self.guard = RefusalGuard(len(asked), answered=stored)
         self._asking: dict[tuple[str, int], asyncio.Future[Reply]] = {}
+        self._out = 0  # calls to the model out now
+        self._stopped_run = False
+        self._decided = asyncio.Event()
+        if self.guard.decided:  # enough answers kept by an earlier session
+            self._decided.set()
 
     async def reply(self, job: Job) -> Reply:
         if job.reply is not None:
@@ -149,15 +155,29 @@ class _Sampler:
             return recorded[0], Usage(), None
         if self.policy is None:
             raise SampleError(job.row.prompt_id, "no reply given and no model to ask")
+        self._out += 1
         try:
             reply, usage = await self.policy.sample(job.row.prompt, ident=f"{job.row.prompt_id}#{job.repeat}")
         except RequestFailed as exc:
-            return self._refused(job, exc)
+            failure = exc
         except EndpointUnusable as exc:
             raise exc.of(MODEL) from None
-        self.store.put_sample(job.row.prompt_id, job.repeat, reply, usage)
-        self._guarded(self.guard.answer)
-        return reply, usage, None
+        else:
+            self.store.put_sample(job.row.prompt_id, job.repeat, reply, usage)
+            self._guarded(self.guard.answer)
+            return reply, usage, None
+        finally:
+            self._out -= 1
+            self._settle()
+        refused = self._refused(job, failure)
+        self._settle()
+        # A placeholder is graded only once the guard has decided, so a run its refusals stop grades none of them.
+        await self._decided.wait()
+        return refused
+
+    def _settle(self) -> None:
+        if not self._stopped_run and (self.guard.decided or not self._out):
+            self._decided.set()
 
     def _refused(self, job: Job, failure: RequestFailed) -> Reply:
         assert self.policy is not None
@@ -182,6 +202,7 @@ class _Sampler:
     def _stopped(self, stop: PolicyMisuse) -> PolicyMisuse:
         """The run stops: the model is sent nothing more from now on (what is on the wire lands), though its
         other calls are cancelled only once this one's error reaches the run."""
+        self._stopped_run = True
         if self.policy is not None and isinstance(self.policy.client, ApiClient):
             self.policy.client.halt()
         return stop
