@@ -143,7 +143,6 @@ class ApiClient:
         self.budget = budget or Budget(concurrency, max_concurrency)
         self.concurrency = self.budget.floor
         self.retry = retry or RetryPolicy()
-        self.timeout = timeout
         # Content-Type is set per request: a multipart upload (`api`) needs its own.
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=min(timeout, CONNECT_TIMEOUT))

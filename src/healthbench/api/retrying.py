@@ -40,7 +40,7 @@ attempts, or its calls have failed `FIRST_FAILURES` attempts in all, in a way th
 it cannot be connected to, does not answer in time, closes the connection, answers 5xx, or answers what cannot be
 read. A wrong URL, a server not started or not an API at all is far likelier than an outage that began with the
 run, and the run stops in seconds (a minute or two for a hang: one timeout, then the others already out) instead of
-spending every call's whole table; once anything has answered, only the whole table makes it unusable."""
+spending every call's whole table; once an answer has been usable, every call gets the whole table."""
 VERDICT_HOLDS = 10.0
 """Seconds an endpoint found unusable fails every call at once, without sending: what was queued behind the call
 that found it sends nothing more while its run stops. After that (a server's long life), it is tried afresh."""
