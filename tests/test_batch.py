@@ -19,7 +19,7 @@ from click.testing import CliRunner, Result
 
 from healthbench.api.batch.client import BatchClient
 from healthbench.api.batch.records import BatchSettings
-from healthbench.api.client import ApiClient, RetryPolicy
+from healthbench.api.client import ApiClient, Retries
 from healthbench.api.retrying import FIRST_CALL_ATTEMPTS
 from healthbench.cli import main
 from healthbench.data.schema import Row
@@ -400,7 +400,7 @@ def test_a_provider_outage_while_waiting_is_outlasted_within_a_bound(
     assert fake.base_url
     fake.batch_delay = 0.05
     fake.batch_api.outage = outage  # status checks and downloads answer 503 this many times
-    quick = RetryPolicy(max_attempts=2, initial_backoff=0.001, max_backoff=0.001)
+    quick = Retries(max_attempts=2, initial_backoff=0.001, max_backoff=0.001)
     said: list[str] = []
 
     async def grade(ledger: Store) -> int:
@@ -461,7 +461,7 @@ def test_a_request_nobody_waits_for_gets_no_follow_up(tmp_path: Path, fake: Fake
     async def scenario() -> None:
         submitted = asyncio.Event()
         ledger = Store(tmp_path / STORE)
-        chat = ApiClient(fake.base_url or "", KEY, retry=RetryPolicy(max_attempts=2))
+        chat = ApiClient(fake.base_url or "", KEY, retry=Retries(max_attempts=2))
         batcher = BatchClient(
             chat, ledger, "grader", BatchSettings(poll_interval=0.01, settle=0.01), lambda _line: submitted.set()
         )

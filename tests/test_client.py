@@ -8,14 +8,14 @@ from typing import Any, TypeVar
 
 import pytest
 
-from healthbench.api.client import ApiClient, RetryPolicy
+from healthbench.api.client import ApiClient, Retries
 from healthbench.api.ratesignals import duration_seconds, retry_after_seconds
 from healthbench.errors import EndpointUnusable, InvalidResponse, RequestFailed
 from healthbench.grading.grader import Grader, parse_verdict
 from healthbench.testing import FakeOpenAI, prompt_verdict
 
 T = TypeVar("T")
-FAST = RetryPolicy(max_attempts=12, initial_backoff=0.001, max_backoff=0.01)
+FAST = Retries(max_attempts=12, initial_backoff=0.001, max_backoff=0.01)
 
 
 def run(client: ApiClient, work: Callable[[], Awaitable[T]]) -> T:
@@ -54,7 +54,7 @@ def test_every_fault_kind_is_retried_to_the_same_verdicts() -> None:
 def test_the_bound_raises_with_the_last_cause() -> None:
     with FakeOpenAI(fail_always=lambda body: True) as server:
         assert server.base_url
-        client = ApiClient(server.base_url, concurrency=2, retry=RetryPolicy(max_attempts=3, initial_backoff=0.001))
+        client = ApiClient(server.base_url, concurrency=2, retry=Retries(max_attempts=3, initial_backoff=0.001))
         with pytest.raises(RequestFailed) as caught:
             run(client, lambda: client.complete(grader_prompt_body(0), parse_verdict))
         assert server.requests_total == 3
@@ -74,7 +74,7 @@ def test_client_errors_are_not_retried() -> None:
 
 def test_connection_refused_is_retried_then_the_endpoint_is_unusable() -> None:
     # More in test_unusable_endpoints: an endpoint that never answered gets a few quick attempts, not the table.
-    client = ApiClient("http://127.0.0.1:9/v1", retry=RetryPolicy(max_attempts=2, initial_backoff=0.001))
+    client = ApiClient("http://127.0.0.1:9/v1", retry=Retries(max_attempts=2, initial_backoff=0.001))
     with pytest.raises(EndpointUnusable, match="cannot be reached"):
         run(client, lambda: client.complete(grader_prompt_body(0), parse_verdict))
 
@@ -111,7 +111,7 @@ def test_retry_after_forms() -> None:
     assert retry_after_seconds({}) is None
     http_date = retry_after_seconds({"retry-after": "Wed, 21 Oct 2099 07:28:00 GMT"})
     assert http_date is not None and http_date > 0
-    policy = RetryPolicy(initial_backoff=1.0, max_backoff=8.0)
+    policy = Retries(initial_backoff=1.0, max_backoff=8.0)
     assert policy.backoff(1, 3.0) == 3.0
     assert 0.75 <= policy.backoff(1, None) <= 1.0
     assert 6.0 <= policy.backoff(10, None) <= 8.0

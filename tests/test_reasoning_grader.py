@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from healthbench.api.client import ApiClient, RetryPolicy
+from healthbench.api.client import ApiClient, Retries
 from healthbench.api.wire import RESPONSES, Shape, chat_content, responses_content
 from healthbench.cli import main
 from healthbench.data.schema import Message, RubricItem
@@ -29,7 +29,7 @@ from tests.reference import KEY, check_against_reference, made_up_rows
 from tests.test_metaeval import made_up_meta_rows, meta_eval, reference_meta_eval
 
 MODEL = "gpt-5.4-2026-03-05"
-FAST = RetryPolicy(max_attempts=12, initial_backoff=0.001, max_backoff=0.01)
+FAST = Retries(max_attempts=12, initial_backoff=0.001, max_backoff=0.01)
 WAYS = {
     "chat": ["--grader-reasoning-effort", "low"],
     "responses": ["--grader-reasoning-effort", "low", "--grader-api", "responses"],
@@ -275,9 +275,7 @@ def test_every_fault_kind_through_the_responses_api_is_retried_to_the_same_verdi
 def test_an_ungradable_item_through_the_responses_api_fails_its_task_by_name() -> None:
     with FakeOpenAI(fail_always=lambda body: "never" in json.dumps(body)) as server:
         assert server.base_url
-        client = ApiClient(
-            server.base_url, None, retry=RetryPolicy(max_attempts=3, initial_backoff=0.001), api=RESPONSES
-        )
+        client = ApiClient(server.base_url, None, retry=Retries(max_attempts=3, initial_backoff=0.001), api=RESPONSES)
         grader = Grader(client, MODEL, shape=GraderConfig(model=MODEL, api="responses").shape, system_message=False)
         rubric = [
             RubricItem(criterion="Is graded", points=5, tags=[]),

@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 from click.testing import CliRunner
 
-from healthbench.api.client import ApiClient, RetryPolicy
+from healthbench.api.client import ApiClient, Retries
 from healthbench.api.retrying import TABLE, Kind, status_failure
 from healthbench.cli import main
 from healthbench.errors import RequestFailed
@@ -22,7 +22,7 @@ from healthbench.testing import Canned, FakeOpenAI
 from tests.conftest import make_row, write_jsonl
 from tests.reference import KEY
 
-FAST = RetryPolicy(max_attempts=12, initial_backoff=0.001, max_backoff=0.001)
+FAST = Retries(max_attempts=12, initial_backoff=0.001, max_backoff=0.001)
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
 ANSWER = json.dumps({"choices": [{"message": {"role": "assistant", "content": "hi"}}]})
 Scripted = tuple[int, dict[str, str], str]  # status, headers, body
@@ -51,7 +51,7 @@ async def scripted(answers: Sequence[Scripted]) -> AsyncIterator[tuple[str, list
         await runner.cleanup()
 
 
-def complete(answers: Sequence[Scripted], retry: RetryPolicy = FAST) -> tuple[str | BaseException, int, str]:
+def complete(answers: Sequence[Scripted], retry: Retries = FAST) -> tuple[str | BaseException, int, str]:
     """One call against `answers`: its content (or the error it raised), the requests made, and the URL."""
 
     async def one() -> tuple[str | BaseException, int, str]:

@@ -17,7 +17,7 @@ import pytest
 from aiohttp import web
 from aiohttp.client_reqrep import ConnectionKey
 
-from healthbench.api.client import ApiClient, RetryPolicy
+from healthbench.api.client import ApiClient, Retries
 from healthbench.api.failures import transport_failure, unreachable
 from healthbench.api.retrying import FIRST_FAILURES, Health, Kind
 from healthbench.errors import EndpointUnusable, ProviderError, RequestFailed
@@ -27,7 +27,7 @@ from tests.reference import KEY
 from tests.test_client import run
 
 T = TypeVar("T")
-FAST = RetryPolicy(max_attempts=12, initial_backoff=0.001, max_backoff=0.01)
+FAST = Retries(max_attempts=12, initial_backoff=0.001, max_backoff=0.01)
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
 
 
@@ -67,7 +67,7 @@ def test_a_dead_endpoint_is_unusable_after_three_quick_attempts() -> None:
 def test_an_endpoint_that_answered_gets_the_whole_table_before_it_is_unusable() -> None:
     with FakeOpenAI() as server:
         assert server.base_url
-        client = ApiClient(server.base_url, retry=RetryPolicy(max_attempts=5, initial_backoff=0.001))
+        client = ApiClient(server.base_url, retry=Retries(max_attempts=5, initial_backoff=0.001))
 
         async def answered_then_dead() -> None:
             await client.complete(BODY, lambda text: text)
@@ -284,7 +284,7 @@ def test_an_endpoint_that_never_answers_is_unusable_after_three_timeouts_and_say
 def test_a_hang_once_the_endpoint_has_answered_fails_the_call_with_the_timeout_and_the_url() -> None:
     with FakeOpenAI() as server:
         url = server.base_url or ""
-        client = ApiClient(url, KEY, timeout=1.0, retry=RetryPolicy(max_attempts=3, initial_backoff=0.001))
+        client = ApiClient(url, KEY, timeout=1.0, retry=Retries(max_attempts=3, initial_backoff=0.001))
 
         async def answered_then_hung() -> None:
             await client.complete(BODY, lambda text: text)
@@ -298,7 +298,7 @@ def test_a_hang_once_the_endpoint_has_answered_fails_the_call_with_the_timeout_a
 
 def test_garbage_once_the_endpoint_has_answered_gets_the_whole_table() -> None:
     with FakeOpenAI() as server:
-        client = ApiClient(server.base_url or "", KEY, retry=RetryPolicy(max_attempts=5, initial_backoff=0.001))
+        client = ApiClient(server.base_url or "", KEY, retry=Retries(max_attempts=5, initial_backoff=0.001))
 
         async def answered_then_garbage() -> None:
             await client.complete(BODY, lambda text: text)
@@ -313,7 +313,7 @@ def test_garbage_once_the_endpoint_has_answered_gets_the_whole_table() -> None:
 
 def test_an_answer_with_no_content_is_the_models_doing_and_not_an_unusable_endpoint() -> None:
     with FakeOpenAI(canned=Canned(200, '{"choices": [{"message": {"content": null}}]}')) as server:
-        client = ApiClient(server.base_url or "", KEY, retry=RetryPolicy(max_attempts=4, initial_backoff=0.001))
+        client = ApiClient(server.base_url or "", KEY, retry=Retries(max_attempts=4, initial_backoff=0.001))
         with pytest.raises(RequestFailed, match="no content in the message"):
             run(client, lambda: client.complete(BODY, parse_verdict))
         assert server.requests_total == 4

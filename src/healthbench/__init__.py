@@ -8,7 +8,7 @@ from typing import Any
 
 from healthbench.api.batch.client import BatchClient
 from healthbench.api.batch.records import BatchSettings
-from healthbench.api.client import ApiClient, Completer, RetryPolicy
+from healthbench.api.client import ApiClient, Completer, Retries
 from healthbench.api.wire import CHAT, RESPONSES, Api, Shape, Usage, is_reasoning_model
 from healthbench.data.loading import load_meta_rows, load_professional_rows, load_rows
 from healthbench.data.schema import IdealCompletions, Message, MetaRow, Row, RubricItem
@@ -74,7 +74,7 @@ __all__ = [
     "MetaRecord",
     "MetaRow",
     "RequestFailed",
-    "RetryPolicy",
+    "Retries",
     "Row",
     "RubricItem",
     "RunFolder",

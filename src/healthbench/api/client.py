@@ -43,7 +43,7 @@ from healthbench.api.retrying import (
     log_retry,
     status_failure,
 )
-from healthbench.api.retrying import RetryPolicy as RetryPolicy  # re-exported: made with clients
+from healthbench.api.retrying import Retries as Retries  # re-exported: made with clients
 from healthbench.api.wire import CHAT, Api, Usage
 from healthbench.errors import (
     EndpointUnusable,
@@ -122,7 +122,7 @@ class ApiClient:
         *,
         concurrency: int = 64,
         timeout: float = TIMEOUT,
-        retry: RetryPolicy | None = None,
+        retry: Retries | None = None,
         budget: Budget | None = None,
         api: Api = CHAT,
         rpm: float | None = None,
@@ -142,7 +142,7 @@ class ApiClient:
         # A budget shared with other clients (one per API key on a server) keeps one limit per process.
         self.budget = budget or Budget(concurrency, max_concurrency)
         self.concurrency = self.budget.floor
-        self.retry = retry or RetryPolicy()
+        self.retry = retry or Retries()
         # Content-Type is set per request: a multipart upload (`api`) needs its own.
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=min(timeout, CONNECT_TIMEOUT))

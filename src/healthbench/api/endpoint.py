@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-from healthbench.api.client import OPENAI_BASE_URL, TIMEOUT, ApiClient, Budget, RetryPolicy, key_slot
+from healthbench.api.client import OPENAI_BASE_URL, TIMEOUT, ApiClient, Budget, Retries, key_slot
 from healthbench.api.pacing.store import PACE_STORE_VARIABLE, shared_store, validated
 from healthbench.api.wire import CHAT, Api, Effort, is_reasoning_model
 
@@ -104,7 +104,7 @@ class EndpointSettings(BaseModel):
             concurrency=self.concurrency,
             max_concurrency=self.max_concurrency,
             timeout=self.attempt_timeout,
-            retry=RetryPolicy(max_attempts=self.max_attempts),
+            retry=Retries(max_attempts=self.max_attempts),
             budget=budget,
             api=api,
             rpm=self.rpm,

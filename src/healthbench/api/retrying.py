@@ -168,7 +168,7 @@ def status_failure(status: int, body: bytes, headers: Mapping[str, str]) -> Fail
 
 
 @dataclass(frozen=True)
-class RetryPolicy:
+class Retries:
     """How often and how patiently to retry: `max_attempts` counts the first try."""
 
     max_attempts: int = MAX_ATTEMPTS
