@@ -27,7 +27,8 @@ def leaderboard(runs: tuple[Path, ...], out: Path, as_json: bool) -> None:
     """Rank finished runs by headline score (equal scores share a rank), with 95% intervals, per theme and axis
     (per slice for Professional), marking runs graded or configured unlike the others; meta-eval runs are
     refused. The subset column names the official subset, or the data file and the start of its sha256."""
-    from healthbench.reporting.leaderboard import build, format_markdown, write_page
+    from healthbench.reporting.leaderboard import build
+    from healthbench.reporting.leaderboard_page import format_markdown, write_page
 
     board = build(runs)
     page = write_page(board, out)
