@@ -22,7 +22,7 @@ from healthbench.data.source import TaskSource
 from healthbench.data.subsets import PROFESSIONAL
 from healthbench.data.tags import breakdown
 from healthbench.errors import DataError, DownloadFailed
-from healthbench.grading.settings import GraderPool
+from healthbench.grading.pool import GraderPool
 
 logger = logging.getLogger(__name__)
 

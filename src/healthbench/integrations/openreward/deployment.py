@@ -18,10 +18,11 @@ from healthbench.data.loading import load_rows
 from healthbench.data.schema import Message, Row
 from healthbench.data.subsets import load_subset
 from healthbench.errors import CandidateError, GradingError
+from healthbench.grading.pool import GraderPool
 from healthbench.grading.prompt import TEMPLATE_SHA256, render_conversation
 from healthbench.grading.sample import GradedSample, grade_sample
 from healthbench.grading.scoring import LengthAdjustment
-from healthbench.grading.settings import GraderConfig, GraderPool
+from healthbench.grading.settings import GraderConfig
 from healthbench.integrations.openreward.usagelog import UsageLog
 
 EXPLANATION_CHARS = 200
