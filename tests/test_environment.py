@@ -135,8 +135,11 @@ def test_splits_and_small_listing_in_file_order(rows: list[Row]) -> None:
     assert asyncio.run(env_cls.list_tasks("hard")) == [{"split": "hard", "prompt_id": r.prompt_id} for r in hard]
     # A key, since this grader is OpenAI's: a session without one is refused (tests/test_serve_keys.py).
     assert env_cls({"split": "hard", "prompt_id": hard[0].prompt_id}, {"OPENAI_API_KEY": KEY}).row is hard[0]
-    with pytest.raises(ValueError, match="no task"):
+    # A task spec the client made up is refused as a bad request, naming the splits when its split is none.
+    with pytest.raises(HTTPException, match="no task with split 'hard' and prompt_id 'task-0000'"):
         env_cls({"split": "hard", "prompt_id": rows[0].prompt_id}, {})
+    with pytest.raises(HTTPException, match="no task with split 'train': the splits are 'test', 'hard'"):
+        env_cls({"split": "train", "prompt_id": rows[0].prompt_id}, {})
     with pytest.raises(RuntimeError, match="no rows bound"):
         HealthBench.list_splits()
 
@@ -227,7 +230,7 @@ def test_sessions_share_one_budget_across_keys(rows: list[Row]) -> None:
         assert slow.requests_total == 40
         assert slow.max_in_flight == 3  # many sessions grade at once, never beyond the one budget
         assert set(slow.auth_headers) == {f"Bearer sk-session-{i}" for i in range(4)}
-        assert env_cls.deployment is not None and not env_cls.deployment._graders._leases  # every client closed
+        assert env_cls.deployment is not None and env_cls.deployment._graders.live() == 0  # closed with its loop
 
 
 def test_ungradable_reply_raises_and_gives_no_reward(rows: list[Row], fake: FakeOpenAI) -> None:
