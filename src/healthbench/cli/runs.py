@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import click
 
+from healthbench.api.endpoint import MAX_IN_FLIGHT
 from healthbench.cli.options import (
     data_flag_offered,
     grader_options,
@@ -25,13 +27,15 @@ from healthbench.data.source import TaskSource
 from healthbench.data.subsets import DOWNLOADABLE, TASK_SUBSETS
 from healthbench.errors import DataError, RequestFailed
 from healthbench.grading.settings import GraderConfig, GradingOptions
-from healthbench.integrations.openreward.deployment import ENVIRONMENT, ENVIRONMENTS
+from healthbench.integrations.openreward.deployment import ENVIRONMENT, ENVIRONMENTS, SERVED_CONCURRENCY
 from healthbench.reporting.report import rebuild, unfinished, write_meta_report, write_report
 from healthbench.runs.folder import PROBE, PROBE_PAGE, RESULTS, STORE, RunFolder
 from healthbench.runs.metaeval import write_meta_metrics
 from healthbench.runs.policy import PolicyConfig
 from healthbench.runs.records import MetaRecord, SampleRecord
 from healthbench.runs.store import Store
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 @click.command()
@@ -199,10 +203,25 @@ def compare(run_a: Path, run_b: Path, seed: int, n_bootstrap: int, as_json: bool
     help="The environment of the bare paths, for clients that name none: healthbench_answer for harnesses "
     "that only call listed tools [env: HEALTHBENCH_DEFAULT_ENVIRONMENT].",
 )
+@click.option(
+    "--log-level",
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    default="info",
+    show_default=True,
+    envvar="OPENREWARD_LOG_LEVEL",
+    help="The environment's log: requests, tool calls, refusals; a reply that cannot be graded is one line, "
+    "with its traceback at debug [env: OPENREWARD_LOG_LEVEL].",
+)
 @grader_options
 @user_errors
 def serve(
-    data: Path | None, subsets: tuple[str, ...], host: str, port: int, default_environment: str, **flags: Any
+    data: Path | None,
+    subsets: tuple[str, ...],
+    host: str,
+    port: int,
+    default_environment: str,
+    log_level: str,
+    **flags: Any,
 ) -> None:
     """Serve HealthBench as OpenReward environments: healthbench (a hidden terminal tool) and
     healthbench_answer (a listed answer tool). Sessions send the grader key as secret chat_api_key or
@@ -211,7 +230,11 @@ def serve(
     OPENAI_BASE_URL.
 
     Grader flags apply to every split; what they leave unset is, for the professional split, its official
-    setting (gpt-5.4 at low effort through the Responses API), whose reward is also length-adjusted."""
+    setting (gpt-5.4 at low effort through the Responses API), whose reward is also length-adjusted. A grader,
+    its connections and its pace are shared by every session of its settings and key, and stay open until the
+    server stops or the key has not been used for 5 minutes."""
+    # The SDK's loggers read their level as they are made, when the environment is first imported.
+    os.environ["OPENREWARD_LOG_LEVEL"] = log_level.upper()
     from healthbench.integrations.openreward.deployment import load_splits
     from healthbench.integrations.openreward.environment import serve as serve_environment
 
@@ -236,5 +259,22 @@ def serve(
         config.check_pace_store()  # a shared pace out of reach: no server, rather than one that overruns the key
     adjustments = {split: plan.length_adjustment for split, plan in plans.items()}
     serve_environment(
-        splits, host=host, port=port, grader=graders, adjustments=adjustments, default=default_environment
+        splits,
+        host=host,
+        port=port,
+        grader=graders,
+        adjustments=adjustments,
+        default=default_environment,
+        tracebacks=log_level.lower() == "debug",
     )
+
+
+# serve's grader budget starts higher than the grading commands' (see deployment.SERVED_CONCURRENCY), which the
+# shared --concurrency help cannot say.
+for _option in serve.params:
+    if _option.name == "grader_concurrency" and isinstance(_option, click.Option):
+        _option.help = (
+            f"Grader calls in flight at once, one budget for all sessions [default: {SERVED_CONCURRENCY}, growing "
+            f"once the limits are known to what they and the latency need, up to {MAX_IN_FLIGHT:,}; a value given "
+            "is a ceiling the budget stays at]."
+        )

@@ -26,6 +26,11 @@ from healthbench.grading.settings import GraderConfig
 from healthbench.integrations.openreward.usagelog import UsageLog
 
 EXPLANATION_CHARS = 200
+# A server's grader budget, unless --concurrency says otherwise: every session's calls share it, and a GRPO group
+# of 8 replies with a dozen rubric items each is about 100 calls at once (the grading commands start at 64). It
+# grows past this as the keys' limits and the latency need (up to `max_concurrency`), and never holds back more
+# than the pace does: the pace, not the budget, keeps the calls under a key's limits.
+SERVED_CONCURRENCY = 256
 MULTI_TURN_INSTRUCTION = "Write the assistant's reply to the final user turn of this conversation."
 # The environments one server serves: the SDK's terminal-tool design, and the variant for harnesses that only
 # call listed tools (inspect-openreward, firehorse, TRL, OpenReward's cookbook loops).
@@ -104,16 +109,35 @@ class Deployment:
             self._specs[name] = [{"split": name, "prompt_id": row.prompt_id} for row in rows]
         configs = self.graders.values()
         ceilings = [config.max_concurrency for config in configs if config.max_concurrency is not None]
-        self._graders = GraderPool(max(config.concurrency for config in configs), max(ceilings, default=None))
+        # A concurrency given is a ceiling the budget stays at; left to its default, a server's starts higher.
+        floors = [
+            config.concurrency if config.max_concurrency is None else max(config.concurrency, SERVED_CONCURRENCY)
+            for config in configs
+        ]
+        self.concurrency, self.ceiling = max(floors), max([*ceilings, *floors])
+        self._graders = GraderPool(self.concurrency, self.ceiling)
+
+    def budget_description(self) -> dict[str, Any]:
+        """The grader budget and how long graders stay warm, for the server's start-up line."""
+        return {
+            "in_flight": self.concurrency,
+            "growing_to": self.ceiling,
+            "idle_grader_closes_after_s": self._graders.idle,
+            "most_idle_graders": self._graders.most_idle,
+        }
 
     def specs(self, split: str) -> list[dict[str, str]]:
         """The task specs of a split, in file order: small, the row stays on the server."""
         return self._specs[split]
 
     def row(self, task_spec: Mapping[str, Any]) -> Row:
-        """The row a task spec names; `ValueError` for a spec that names none."""
+        """The row a task spec names; `ValueError` for a spec that names none (naming the splits, for a split
+        that is not one)."""
         split, prompt_id = task_spec.get("split"), task_spec.get("prompt_id")
-        row = self._rows.get((split, prompt_id)) if isinstance(split, str) and isinstance(prompt_id, str) else None
+        if not isinstance(split, str) or split not in self.splits:
+            splits = ", ".join(repr(name) for name in self.splits)
+            raise ValueError(f"no task with split {split!r}: the splits are {splits}")
+        row = self._rows.get((split, prompt_id)) if isinstance(prompt_id, str) else None
         if row is None:
             raise ValueError(f"no task with split {split!r} and prompt_id {prompt_id!r}")
         return row

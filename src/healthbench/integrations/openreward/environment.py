@@ -30,6 +30,7 @@ from pydantic import BaseModel, Field, SecretStr
 
 from healthbench.data.loading import collection_paused
 from healthbench.data.schema import Row
+from healthbench.errors import HealthBenchError
 from healthbench.grading.scoring import LengthAdjustment
 from healthbench.grading.settings import GraderConfig, session_grader_key
 
@@ -75,7 +76,7 @@ from openreward.environments import (  # noqa: E402
     tool,
 )
 from openreward.environments import Message as SDKMessage  # noqa: E402
-from openreward.log_utils import get_logger  # noqa: E402
+from openreward.environments.types import RunToolError, RunToolOutput  # noqa: E402
 
 from healthbench.integrations.openreward.deployment import (  # noqa: E402
     ANSWER_ENVIRONMENT,
@@ -87,14 +88,13 @@ from healthbench.integrations.openreward.deployment import (  # noqa: E402
     prompt_text,
     summary,
 )
+from healthbench.integrations.openreward.logs import logger, one_line_failures  # noqa: E402
 from healthbench.integrations.openreward.routing import DeploymentRouter  # noqa: E402
 from healthbench.integrations.openreward.usagelog import UsageLog  # noqa: E402
 from healthbench.runs.spec import GraderSpec  # noqa: E402
 
 # The tools a candidate of a group may have submitted its reply with.
 SUBMIT_TOOLS = ("answer", "respond")
-
-logger = get_logger("healthbench.environment")
 
 
 class FinalResponse(BaseModel):
@@ -177,7 +177,10 @@ class HealthBench(Environment):  # type: ignore[misc]
     def __init__(self, task_spec: Mapping[str, Any], secrets: Mapping[str, Any]) -> None:
         super().__init__(task_spec, secrets)
         deployment = type(self)._served()
-        self.row = deployment.row(task_spec)
+        try:
+            self.row = deployment.row(task_spec)
+        except ValueError as exc:  # a task spec made up by the client (the SDK's `task=`): say what there is
+            raise HTTPException(status_code=400, detail=str(exc)) from None
         self.split: str = task_spec["split"]
         # Kept as it came: on the hosted platform it is a placeholder the egress proxy substitutes.
         key = session_grader_key(secrets)
@@ -222,8 +225,27 @@ class HealthBench(Environment):  # type: ignore[misc]
         candidate with no reply, or one that cannot be graded, fails the whole call naming its index."""
         deployment = type(self)._served()
         replies = [candidate_reply(candidate) for candidate in candidates]
-        samples = await deployment.grade_group(self.split, self.row, replies, self._key())
+        try:
+            samples = await deployment.grade_group(self.split, self.row, replies, self._key())
+        except HealthBenchError:
+            # The SDK logs nothing for a failed group: one line here, as for a failed tool call.
+            logger.exception("score_group_failed", environment=type(self).name(), candidates=len(replies))
+            raise
         return [GroupScore(reward=s.reward, metadata=deployment.metadata(self.split, s)) for s in samples]
+
+    async def _call_tool(self, name: str, input: Any) -> Any:
+        """The SDK's tool dispatch (it offers no public hook), with a call to a tool there is not answered by an
+        error that names the tools there are."""
+        output = await super()._call_tool(name, input)
+        failure = output.root
+        if isinstance(failure, RunToolError) and failure.reason == "not_found":
+            listed = type(self).list_tools()
+            tools = [f"'{spec.name}'" for spec in listed.tools]
+            if listed.terminal_tool is not None:
+                tools.append(f"'{listed.terminal_tool.name}' (the terminal tool)")
+            error = f"{name!r} is not a tool of {type(self).name()}: its tools are {', '.join(tools)}"
+            return RunToolOutput(RunToolError(reason="not_found", error=error))
+        return output
 
 
 class HealthBenchAnswer(HealthBench):
@@ -255,25 +277,38 @@ def build_server(
     grader: GraderConfig | Mapping[str, GraderConfig],
     adjustments: Mapping[str, LengthAdjustment | None] | None = None,
     default: str = ENVIRONMENT,
+    *,
+    tracebacks: bool = False,
 ) -> Any:
     """An OpenReward `Server` for these rows serving `healthbench` and `healthbench_answer` (the variant), with
-    `default` the environment bare paths reach; `grader` and `adjustments` as `Deployment` takes them."""
-    return _server(Deployment(splits, grader, adjustments), default)
+    `default` the environment bare paths reach; `grader` and `adjustments` as `Deployment` takes them. A reply
+    that cannot be graded is logged as one line, with its traceback only if `tracebacks`."""
+    return _server(Deployment(splits, grader, adjustments), default, tracebacks)
 
 
-def _server(deployment: Deployment, default: str) -> Any:
+def _server(deployment: Deployment, default: str, tracebacks: bool) -> Any:
     if default not in ENVIRONMENTS:
         raise ValueError(f"no environment {default!r} to make the default: choose from {', '.join(ENVIRONMENTS)}")
+    one_line_failures(tracebacks)
     classes = {ENVIRONMENT: HealthBench.bound(deployment), ANSWER_ENVIRONMENT: HealthBenchAnswer.bound(deployment)}
     # The SDK serves its first environment at the bare paths.
     server = Server([classes[default], *(cls for name, cls in classes.items() if name != default)])
-    # The per-environment routes' first segments, read from the app so a later SDK's new routes are covered.
-    scoped = {
-        path.split("/")[2] for route in server.app.routes if (path := getattr(route, "path", "")).startswith("/{")
-    }
+    # The routes' first segments, read from the app so a later SDK's new routes are covered: those of the
+    # per-environment routes (`/{env_name}/tools`), which a bare path starts with, and the server's own.
+    paths = [getattr(route, "path", "") for route in server.app.routes]
+    scoped = {path.split("/")[2] for path in paths if path.startswith("/{")}
+    roots = {path.strip("/").split("/")[0].lower() for path in paths if not path.startswith("/{")}
     # `healthbench` is also the deployment's own name, which clients send for the server as a whole: only the
     # variant is chosen by the header, so a server whose default is the variant keeps it for them.
-    server.app.add_middleware(DeploymentRouter, variants={ANSWER_ENVIRONMENT}, scoped=scoped)
+    server.app.add_middleware(
+        DeploymentRouter,
+        served=[default, *(name for name in ENVIRONMENTS if name != default)],
+        variants={ANSWER_ENVIRONMENT},
+        scoped=scoped,
+        roots=roots,
+        splits=list(deployment.splits),
+        log=logger.warning,
+    )
     return server
 
 
@@ -285,18 +320,20 @@ def serve(
     grader: GraderConfig | Mapping[str, GraderConfig] | None = None,
     adjustments: Mapping[str, LengthAdjustment | None] | None = None,
     default: str = ENVIRONMENT,
+    tracebacks: bool = False,
 ) -> None:
     """Serve both environments over HTTP until interrupted (the SDK's uvicorn server, one worker), `default`
-    at the bare paths.
+    at the bare paths; a reply that cannot be graded is logged as one line, with its traceback if `tracebacks`.
 
     `grader` (the settings of every split, or of each split) defaults to the server's environment (see
-    `GraderConfig.from_env` with `served`); sessions bring the key as a secret.
+    `GraderConfig.from_env` with `served`); sessions bring the key as a secret. Graders stay warm between
+    sessions (`grading.pool`) and close with the server.
     """
     with collection_paused():
         # A line a minute while replies are graded: calls, tokens, the prompt cache's hit rate and what it saved.
         usage_log = UsageLog(lambda **fields: logger.info("healthbench_grader_usage", **fields))
         deployment = Deployment(splits, grader or GraderConfig.from_env(served=True), adjustments, usage_log)
-        server = _server(deployment, default)
+        server = _server(deployment, default, tracebacks)
     # The rows live as long as the process: keep them out of every later collection's scan.
     gc.freeze()
     logger.info(
@@ -305,6 +342,7 @@ def serve(
         default_environment=default,
         splits={name: len(rows) for name, rows in splits.items()},
         graders={name: GraderSpec.of(config).model_dump() for name, config in deployment.graders.items()},
+        grader_budget=deployment.budget_description(),
         length_adjustments={name: a.as_dict() for name, a in deployment.adjustments.items() if a is not None},
     )
     server.run(host=host, port=port)
