@@ -135,8 +135,11 @@ class GraderPool:
                         await lease.grader.client.aclose()
                 due = [lease.idle_since + self.idle for lease in here.leases.values() if lease.users == 0]
                 here.changed.clear()
+                # asyncio.timeout, not wait_for: wait_for (3.11) drops a cancellation that comes as the event is
+                # set, and the loop's end would then wait out the whole idle time.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(here.changed.wait(), max(0.0, min(due) - now) if due else None)
+                    async with asyncio.timeout(max(0.0, min(due) - loop.time()) if due else None):
+                        await here.changed.wait()
         finally:
             here.keeper = None
             await _close_all(here)
