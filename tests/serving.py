@@ -35,22 +35,35 @@ POLICY_BASE_URL = "http://127.0.0.1:9/v1"
 @contextmanager
 def served(data: Path, grader_url: str | None, *flags: str, env: Mapping[str, str] | None = None) -> Iterator[str]:
     """`healthbench serve --data DATA FLAGS` with its grader at `grader_url` (None: as `env` says); yields the
-    server's URL.
+    server's URL (see `served_with_log`)."""
+    with served_with_log(data, grader_url, *flags, env=env) as (url, _):
+        yield url
+
+
+@contextmanager
+def served_with_log(
+    data: Path, grader_url: str | None, *flags: str, env: Mapping[str, str] | None = None
+) -> Iterator[tuple[str, list[str]]]:
+    """`healthbench serve --data DATA FLAGS` with its grader at `grader_url` (None: as `env` says); yields the
+    server's URL and the lines it has printed so far (the list grows as it prints).
 
     The server's environment has no grader key of its own unless `env` gives one, and points
     `OPENAI_BASE_URL` at nothing, as a trainer that sets it for its policy would. On exit the key must not
-    appear anywhere in the server's output.
+    appear anywhere in the server's output, and the server must have closed every grader client it opened.
     """
     names = ("OPENAI_API_KEY", "HEALTHBENCH_GRADER_API_KEY", "CHAT_API_KEY", "CHAT_BASE_URL")
     environ = {k: v for k, v in os.environ.items() if k not in names and k != "HEALTHBENCH_DEFAULT_ENVIRONMENT"}
-    environ.pop("HEALTHBENCH_GRADER_BASE_URL", None)
+    for name in ("HEALTHBENCH_GRADER_BASE_URL", "OPENREWARD_LOG_LEVEL", "LOG_LEVEL"):
+        environ.pop(name, None)
     environ.update(PYTHONUNBUFFERED="1", OPENAI_BASE_URL=POLICY_BASE_URL, **(env or {}))
     if grader_url is not None:
         environ["HEALTHBENCH_GRADER_BASE_URL"] = grader_url
     command = [sys.executable, "-m", "healthbench", "serve", "--data", str(data), "--host", "127.0.0.1", "--port", "0"]
     with server_process([*command, "--max-attempts", "2", *flags], environ) as (url, lines):
-        yield url
-    assert KEY not in "".join(lines)
+        yield url, lines
+    output = "".join(lines)
+    assert KEY not in output
+    assert "Unclosed client session" not in output, output
 
 
 @contextmanager

@@ -10,6 +10,7 @@ deterministically from a seed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import random
@@ -92,6 +93,10 @@ class FakeOpenAI:
 
     With ``canned``, every request on every path gets that one answer instead, counted in ``requests_total`` and
     ``responses_by_kind["canned"]``.
+
+    With ``gather`` (N), a request is held until N requests are in flight at once, then all of them go on, or
+    until it has waited ``gather_for`` seconds: a test can then tell requests sent together from requests sent
+    one after another by ``max_in_flight``, without timing anything. Both may be changed between requests.
     """
 
     def __init__(
@@ -123,6 +128,8 @@ class FakeOpenAI:
         list_fault: Callable[[Body, int], str | None] | None = None,
         prompt_cache: bool = True,
         canned: Canned | None = None,
+        gather: int | None = None,
+        gather_for: float = 2.0,
     ) -> None:
         unknown = sorted(set(faults) - set(FAULT_KINDS))
         if unknown:
@@ -174,6 +181,9 @@ class FakeOpenAI:
         self.list_fault = list_fault
         self.prompt_cache = PromptCache() if prompt_cache else None
         self.canned = canned
+        self.gather = gather
+        self.gather_for = gather_for
+        self._gathered: asyncio.Event | None = None
         # Files and batches live as long as the server, across reset(), like the real service's.
         self.batch_api: FakeBatchAPI = FakeBatchAPI(self)
         self.base_url: str | None = None
@@ -218,9 +228,23 @@ class FakeOpenAI:
         self._in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self._in_flight)
         try:
+            if self.gather is not None:
+                await self._held(self.gather)
             return await self._answer(request)
         finally:
             self._in_flight -= 1
+            if self._in_flight == 0 and self._gathered is not None:
+                self._gathered.clear()  # the next requests gather afresh
+
+    async def _held(self, gather: int) -> None:
+        """Wait until `gather` requests are in flight at once, or `gather_for` seconds."""
+        if self._gathered is None:
+            self._gathered = asyncio.Event()
+        if self._in_flight >= gather:
+            self._gathered.set()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.gather_for):
+                await self._gathered.wait()
 
     async def _answer(self, request: web.Request) -> web.Response:
         self.auth_headers.append(request.headers.get("Authorization"))
