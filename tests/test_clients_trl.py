@@ -1,9 +1,11 @@
 """TRL 1.16's OpenReward integration, unmodified, against `healthbench serve`: what `GRPOTrainer` does with an
 `OpenRewardSpec` in a rollout (the dataset, the environment factory, `reset`, the model's tool call, the reward
-function), with a model that calls `answer`. Every reward equals `healthbench grade`'s for the same reply.
+function), with a model that calls `answer`; and the recipe of docs/integrations.md as written, a real
+`GRPOTrainer` training on the CPU with a tiny local model. Every reward equals `healthbench grade`'s for the same
+reply.
 
-Runs where trl is installed (`.venv-clients`, made by `scripts/dev test`; trl without its dependencies, as
-its OpenReward integration needs neither torch nor transformers).
+Runs where trl is installed (`.venv-clients`, made by `scripts/dev test`; trl without its dependencies, as its
+OpenReward integration needs none, and torch (CPU), transformers and accelerate, pinned there, for the trainer).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from healthbench.testing import FakeOpenAI
 from healthbench.testing.agent import answer_reply
 from tests.conftest import write_jsonl
 from tests.reference import KEY, made_up_rows
-from tests.serving import graded_by_cli, served
+from tests.serving import DOC, doc_block, graded_by_cli, served
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # the integration warns that it is experimental
 trl_openreward = pytest.importorskip("trl.experimental.openreward")
@@ -133,3 +135,49 @@ def test_grpo_rollouts_naming_no_environment_reach_a_default_variant(
         monkeypatch.setenv("OPENREWARD_SESSION_URL", url)
         seen = rollouts(url, fake, num_tasks=len(ROWS))
     check(seen, data, fake, tmp_path)
+
+
+def test_a_mistyped_env_name_is_an_error_naming_the_variant(
+    data: Path, fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert fake.base_url
+    with served(data, fake.base_url) as url:
+        monkeypatch.setenv("OPENREWARD_SESSION_URL", url)
+        spec = trl_openreward.OpenRewardSpec(url, env_name="healthbench-answer", split="test", num_tasks=2)
+        with pytest.raises(Exception, match=r"'healthbench-answer'.*'healthbench_answer'"):
+            spec.train_dataset  # noqa: B018  # the first request: TRL's task listing
+
+
+def test_the_documented_recipe_trains_on_the_cpu_with_grades_rewards(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from healthbench.testing.policy import tiny_policy
+
+    policy = tiny_policy(tmp_path / "policy", REPLY)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the policy is a local folder: nothing is fetched
+    # The trainer's environment has no grader key (the recipe once stopped with a KeyError): the server's applies.
+    monkeypatch.delenv("HEALTHBENCH_GRADER_API_KEY", raising=False)
+    monkeypatch.setenv("POLICY_MODEL", str(policy))
+    monkeypatch.setenv("NUM_TASKS", "2")
+    monkeypatch.setenv("MAX_STEPS", "2")
+    monkeypatch.chdir(tmp_path)  # its output_dir
+    with FakeOpenAI() as grader:
+        assert grader.base_url
+        with served(data, grader.base_url, env={"HEALTHBENCH_GRADER_API_KEY": KEY}) as url:
+            monkeypatch.setenv("OPENREWARD_SESSION_URL", url)
+            recipe: dict[str, Any] = {"__name__": "__main__"}
+            exec(compile(doc_block("train_grpo.py"), str(DOC), "exec"), recipe)
+        assert set(grader.auth_headers) == {f"Bearer {KEY}"}
+        graded = graded_by_cli(tmp_path, data, {row["prompt_id"]: REPLY for row in ROWS[:2]}, grader.base_url)
+    steps = [entry for entry in recipe["trainer"].state.log_history if "reward" in entry]
+    assert len(steps) == 2 and all(entry["tools/call_frequency"] == 1 for entry in steps)
+    # Each step is one task's 8 rollouts, all with the same reply: its mean reward is that task's score, spread 0.
+    scores = sorted(record["score"] for record in graded.values())
+    assert sorted(entry["reward"] for entry in steps) == pytest.approx(scores, abs=1e-6)
+    assert [entry["reward_std"] for entry in steps] == pytest.approx([0, 0], abs=1e-6) and scores[0] != scores[1]
+    assert recipe["slots"] and all(slot._session is None for slot in recipe["slots"])  # every session closed
+
+
+REPLY = "Rest, drink plenty of fluids, and see a doctor if it is no better in three days."
