@@ -8,10 +8,11 @@ with the server's default settings, this prints per row: the first `answer` call
 directly, timed here); and whether every reply cost exactly its rubric items in grader requests. One row with each
 process pacing alone, one sharing its pace through a throwaway redis-server (`--pace-store`).
 
-The rows are made up (bench_serve's, about 13 rubric items each); the fake grader runs on a thread of this process,
-the server in a process of its own.
+The rows are made up (bench_serve's, about 12 rubric items each); the fake grader runs on a thread of this process,
+the server in a process of its own. `--src DIR` runs the server from another source tree, for instance a checkout
+of an earlier commit, to compare.
 
-    .venv/bin/python benchmarks/bench_rewards.py [--latency 1] [--calls 8] [--groups 3] [--group 8]
+    .venv/bin/python benchmarks/bench_rewards.py [--latency 1] [--calls 8] [--groups 3] [--group 8] [--src DIR]
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import json
 import os
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -40,12 +42,13 @@ KEY = "sk-bench-rewards"
 
 
 @contextmanager
-def server(data: Path, grader_url: str, store: str | None) -> Iterator[str]:
-    """`healthbench serve --data DATA` with default settings (and `--pace-store STORE`); its URL."""
-    import subprocess
-
+def server(data: Path, grader_url: str, store: str | None, src: Path | None) -> Iterator[str]:
+    """`healthbench serve --data DATA` with default settings (and `--pace-store STORE`), from `src` if given; its
+    URL."""
     env = dict(os.environ, OPENREWARD_DISABLE_UPDATE_CHECK="1", HEALTHBENCH_GRADER_BASE_URL=grader_url)
     env.pop("HEALTHBENCH_PACE_STORE", None)
+    if src is not None:
+        env["PYTHONPATH"] = str(src.resolve())
     port = free_port()
     command = [sys.executable, "-m", "healthbench", "serve", "--data", str(data), "--host", "127.0.0.1"]
     command += [f"--port={port}", *(["--pace-store", store] if store else [])]
@@ -111,13 +114,14 @@ async def rewards(url: str, calls: int, groups: int, group: int) -> dict[str, An
 
 
 def main() -> None:
-    """Run both rows and print the table."""
+    """Run each row and print the table."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--latency", type=float, default=1.0, help="seconds the fake grader takes to answer")
     parser.add_argument("--calls", type=int, default=8, help="lone answer calls, one session at a time")
     parser.add_argument("--groups", type=int, default=3, help="score_group requests")
     parser.add_argument("--group", type=int, default=8, help="replies in each score_group request")
     parser.add_argument("--pace", default="alone,redis", help="alone, redis, or both (comma-separated)")
+    parser.add_argument("--src", type=Path, help="run the server from this source tree (an earlier checkout)")
     args = parser.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # each row as it is measured
     folder = Path(tempfile.mkdtemp(prefix="bench-rewards-"))
@@ -130,16 +134,16 @@ def main() -> None:
     print(
         f"fake grader at {args.latency:g} s; {args.calls} lone answer calls, then {args.groups} score_group "
         f"requests of {args.group} replies; {statistics.mean(items):.1f} rubric items a task "
-        f"({min(items)}-{max(items)}); the server's default settings\n"
+        f"({min(items)}-{max(items)}); the server's default settings, from {args.src or 'this tree'}\n"
     )
     print("| pace | one grader round | first answer | answer, median | score_group of 8, median | grader requests |")
     print("|---|---|---|---|---|---|")
     for pace in args.pace.split(","):
-        with FakeOpenAI(latency=args.latency, record=False) as fake, contextmanager_for(pace, folder) as store:
+        with FakeOpenAI(latency=args.latency, record=False) as fake, pace_store(pace, folder) as store:
             assert fake.base_url
             round_trip = asyncio.run(one_round(fake.base_url))
             fake.reset()
-            with server(data, fake.base_url, store) as url:
+            with server(data, fake.base_url, store, args.src) as url:
                 seen = asyncio.run(rewards(url, args.calls, args.groups, args.group))
             sent = fake.responses_by_kind["ok"]
         answers, groups = seen["answers"], seen["groups"]
@@ -151,7 +155,7 @@ def main() -> None:
 
 
 @contextmanager
-def contextmanager_for(pace: str, folder: Path) -> Iterator[str | None]:
+def pace_store(pace: str, folder: Path) -> Iterator[str | None]:
     """A throwaway Redis's URL for `redis`, None for `alone`."""
     if pace == "alone":
         yield None
