@@ -63,7 +63,7 @@ def slice_prefixes(subset: str | None) -> tuple[str, ...]:
     return tuple(f"{name}:" for name in breakdown(subset == PROFESSIONAL))
 
 
-# One grader per distinct settings for the whole process, so every sample draws on its one concurrency budget
-# and its client's rate pacing; its HTTP session closes whenever no sample is grading, so nothing outlives an
-# eval's event loop.
+# One grader per distinct settings in each event loop, so every sample draws on its one concurrency budget and its
+# client's rate pacing, kept warm between samples; Inspect and verifiers run evals in loops that come and go, and a
+# loop's graders close as it ends (nor is one ever used from another loop), so nothing outlives an eval's loop.
 GRADERS = GraderPool()

@@ -1,6 +1,7 @@
 """What one OpenReward server serves: its rows by split, the task prompt, and the grading every session of
-the server shares (one grader per key and settings, under one concurrency budget), for one reply or for a
-group of candidates. Nothing here imports the SDK, so it can be built and tested without it.
+the server shares (one grader per key and settings, kept warm between sessions by `grading.pool`, under one
+concurrency budget), for one reply or for a group of candidates. Nothing here imports the SDK, so it can be built
+and tested without it.
 """
 
 from __future__ import annotations
