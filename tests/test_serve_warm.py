@@ -4,9 +4,9 @@ group of 8 replies is one round too. Every reward equals `healthbench grade`'s f
 reply costs exactly its rubric items in grader requests.
 
 One grader round is told without timing anything: the fake holds each request until as many are in flight at once
-as a round should send (`FakeOpenAI(gather=N)`, giving up after a second), so `max_in_flight` says whether they
-were sent together. A grader built afresh for each session sends one request alone first (its pace knows nothing
-yet), and its call never reaches N.
+as a round should send (its `gathering`, giving up after a second), so `max_in_flight` says whether they were
+sent together. A grader built afresh for each session sends one request alone first (its pace knows nothing yet),
+and never has them all in flight at once.
 """
 
 from __future__ import annotations
@@ -89,11 +89,11 @@ async def group(url: str, fake: FakeOpenAI, task: int) -> dict[str, Any]:
 
 def check(url: str, fake: FakeOpenAI, data: Path, tmp: Path) -> None:
     """Lone answers on tasks 0-3, then a group on task 4: one round each once warm, rewards as `grade` gives."""
-    fake.gather = ITEMS
+    fake.gathering.size = ITEMS
     answers = asyncio.run(lone_answers(url, fake, range(4)))
-    fake.gather = ITEMS * GROUP
+    fake.gathering.size = ITEMS * GROUP
     scored = asyncio.run(group(url, fake, 4))
-    fake.gather = None
+    fake.gathering.size = None
     assert [call["sent"] for call in answers] == [ITEMS] * 4
     # The first call of a key meets a pace that knows nothing and sends one request alone; every later one finds
     # the grader warm and sends all of its items at once.
@@ -118,7 +118,8 @@ def data_with_group(data: Path, tmp: Path) -> Path:
 
 
 def test_sessions_one_after_another_each_cost_one_grader_round(data: Path, tmp_path: Path) -> None:
-    with FakeOpenAI(gather_for=1.0) as fake:
+    with FakeOpenAI() as fake:
+        fake.gathering.patience = 1.0
         assert fake.base_url
         with served(data, fake.base_url) as url:
             check(url, fake, data, tmp_path)
@@ -126,7 +127,8 @@ def test_sessions_one_after_another_each_cost_one_grader_round(data: Path, tmp_p
 
 @needs_redis
 def test_with_a_pace_store_too(data: Path, tmp_path: Path, redis: RedisServer) -> None:
-    with FakeOpenAI(gather_for=1.0) as fake:
+    with FakeOpenAI() as fake:
+        fake.gathering.patience = 1.0
         assert fake.base_url
         with served(data, fake.base_url, "--pace-store", redis.url) as url:
             check(url, fake, data, tmp_path)

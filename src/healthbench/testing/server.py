@@ -10,7 +10,6 @@ deterministically from a seed.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import random
@@ -27,6 +26,7 @@ from healthbench.testing.batch import FakeBatchAPI
 from healthbench.testing.caching import PromptCache
 from healthbench.testing.canned import Canned, CannedAnswers
 from healthbench.testing.endpoints import CHAT, ENDPOINTS, Endpoint, Prompt, endpoint_for
+from healthbench.testing.gather import Gathering
 from healthbench.testing.graders import GRADERS, fake_verdict, item_prompt
 from healthbench.testing.limits import Limiter, RateLimits
 from healthbench.testing.replies import (
@@ -92,11 +92,8 @@ class FakeOpenAI:
     ``batch_bodies`` and ``files_uploaded``. Batches never touch the live counters above.
 
     With ``canned``, every request on every path gets that one answer instead, counted in ``requests_total`` and
-    ``responses_by_kind["canned"]``.
-
-    With ``gather`` (N), a request is held until N requests are in flight at once, then all of them go on, or
-    until it has waited ``gather_for`` seconds: a test can then tell requests sent together from requests sent
-    one after another by ``max_in_flight``, without timing anything. Both may be changed between requests.
+    ``responses_by_kind["canned"]``. ``gathering`` can hold requests until so many are in flight at once
+    (``healthbench.testing.gather``).
     """
 
     def __init__(
@@ -128,8 +125,6 @@ class FakeOpenAI:
         list_fault: Callable[[Body, int], str | None] | None = None,
         prompt_cache: bool = True,
         canned: Canned | None = None,
-        gather: int | None = None,
-        gather_for: float = 2.0,
     ) -> None:
         unknown = sorted(set(faults) - set(FAULT_KINDS))
         if unknown:
@@ -181,9 +176,7 @@ class FakeOpenAI:
         self.list_fault = list_fault
         self.prompt_cache = PromptCache() if prompt_cache else None
         self.canned = canned
-        self.gather = gather
-        self.gather_for = gather_for
-        self._gathered: asyncio.Event | None = None
+        self.gathering = Gathering()
         # Files and batches live as long as the server, across reset(), like the real service's.
         self.batch_api: FakeBatchAPI = FakeBatchAPI(self)
         self.base_url: str | None = None
@@ -228,23 +221,11 @@ class FakeOpenAI:
         self._in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self._in_flight)
         try:
-            if self.gather is not None:
-                await self._held(self.gather)
+            await self.gathering.hold(self._in_flight)
             return await self._answer(request)
         finally:
             self._in_flight -= 1
-            if self._in_flight == 0 and self._gathered is not None:
-                self._gathered.clear()  # the next requests gather afresh
-
-    async def _held(self, gather: int) -> None:
-        """Wait until `gather` requests are in flight at once, or `gather_for` seconds."""
-        if self._gathered is None:
-            self._gathered = asyncio.Event()
-        if self._in_flight >= gather:
-            self._gathered.set()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(self.gather_for):
-                await self._gathered.wait()
+            self.gathering.settled(self._in_flight)
 
     async def _answer(self, request: web.Request) -> web.Response:
         self.auth_headers.append(request.headers.get("Authorization"))
