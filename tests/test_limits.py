@@ -89,6 +89,33 @@ def test_optimistic_hints_leave_out_the_refused_request_itself() -> None:
     assert (hint(optimistic=False), hint(optimistic=True)) == (200, 100)
 
 
+def test_the_hard_limiter_counts_every_refusal_into_a_debt_without_bound() -> None:
+    limiter = Limiter(RateLimits.hard(rpm=600), now=0.0)  # ten a second, ten at once
+    decisions = [limiter.decide(body(), 0.0) for _ in range(40)]  # thirty refused: thirty into debt
+    assert [d.refused for d in decisions] == [None] * 10 + ["requests"] * 30
+    last = decisions[-1].headers
+    # What remains reads 0 in debt; the wait until the bucket is full again counts the debt (4 s for 40).
+    assert last["x-ratelimit-remaining-requests"] == "0" and last["x-ratelimit-reset-requests"] == "4s"
+    # The hint was worked out before this refusal counted: 29 in debt and one to come is 3 s, not 3.1 s.
+    assert last["retry-after-ms"] == "3000" and "Please try again in 3s." in decisions[-1].message
+    assert limiter.decide(body(), 3.0).refused == "requests"  # waiting the hint exactly is refused again
+    assert limiter.decide(body(), 3.2).refused is None
+    # The default limiter forgives a debt past one window.
+    forgiving = Limiter(RateLimits(rpm=600), now=0.0)
+    for _ in range(40):
+        forgiving.decide(body(), 0.0)
+    assert forgiving.decide(body(), 2.05).refused is None
+
+
+def test_the_hard_limiter_hints_in_its_429s_without_the_rate_limit_headers_too() -> None:
+    limiter = Limiter(RateLimits.hard(rpm=600, headers=False, count_refused=False), now=0.0)
+    for _ in range(10):
+        assert limiter.decide(body(), 0.0).headers == {}
+    refused = limiter.decide(body(), 0.0)
+    assert refused.headers == {"retry-after-ms": "100", "Retry-After": "1"}
+    assert "Please try again in 100ms." in refused.message
+
+
 def test_an_injected_429_is_a_gateway_slow_down_with_a_retry_time_and_no_limit() -> None:
     with FakeOpenAI(fault_rate=1.0, faults=["429"], fault_retry_after=1.5) as server:
         assert server.base_url is not None

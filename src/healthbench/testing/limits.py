@@ -8,6 +8,13 @@ names the limit in OpenAI's words, or says only that there was one; its retry hi
 (computed before the refused request itself is counted). After ``quota`` answered requests the account has no
 credit left and every request is refused with ``insufficient_quota``.
 
+``RateLimits.hard`` is the limiter at its least forgiving, as OpenAI's behaves: every refused request takes its
+share of the bucket with no bound on the debt (a client that keeps sending into a 429 starves itself for as long
+as it does), each 429 carries ``retry-after-ms`` and "Please try again in Xs" worked out before the refusal is
+counted (so they run one request's worth short), ``x-ratelimit-remaining-*`` reads 0 while the bucket is in debt
+and ``x-ratelimit-reset-*`` counts the debt. The default limiter forgives debt past one window and, unless told
+otherwise, gives exact hints.
+
 ``Limiter.decide`` is pure (it takes the time), so a simulation can drive it; the server calls
 ``Limiter.admit`` once per model request, before any work on it.
 """
@@ -44,6 +51,10 @@ class RateLimits:
     # Retry hints computed before the refused request itself is counted, as some limiters do: a client that
     # waits exactly that long is refused again.
     optimistic_hints: bool = False
+    # How deep refused requests may drive a bucket into debt, in windows of its limit; None: without bound.
+    debt: float | None = 1.0
+    # Whether a 429 carries retry-after-ms and Retry-After; None: when it carries the x-ratelimit headers.
+    retry_headers: bool | None = None
 
     def __post_init__(self) -> None:
         if any(limit is not None and limit <= 0 for limit in (self.rpm, self.tpm)):
@@ -52,11 +63,24 @@ class RateLimits:
             raise ValueError("window must be positive")
         if self.quota is not None and self.quota < 0:
             raise ValueError("quota must be non-negative")
+        if self.debt is not None and self.debt < 0:
+            raise ValueError("debt must be non-negative")
 
     @classmethod
     def per_second(cls, rate: float) -> RateLimits:
         """The older ``rate_limit`` setting: ``rate`` requests a second, refused ones not counted, with headers."""
         return cls(rpm=rate * 60, count_refused=False)
+
+    @classmethod
+    def hard(
+        cls, rpm: float | None = None, tpm: float | None = None, *, headers: bool = True, count_refused: bool = True
+    ) -> RateLimits:
+        """The limiter at its least forgiving (see the module docstring): debt without bound, hints one request
+        short, retry-after-ms on every 429, with or without the x-ratelimit headers."""
+        return cls(
+            rpm=rpm, tpm=tpm, headers=headers, count_refused=count_refused, optimistic_hints=True, debt=None,
+            retry_headers=True,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -80,10 +104,11 @@ def _duration(seconds: float) -> str:
 class _Bucket:
     """One per-minute limit, enforced over ``window`` seconds: holds up to that window's share of it."""
 
-    def __init__(self, per_minute: float, window: float, now: float) -> None:
+    def __init__(self, per_minute: float, window: float, debt: float | None, now: float) -> None:
         self.per_minute = per_minute
         self.rate = per_minute / 60
         self.capacity = max(1.0, self.rate * window)
+        self.floor = -math.inf if debt is None else -debt * self.capacity
         self.level = self.capacity
         self.updated = now
 
@@ -96,8 +121,9 @@ class _Bucket:
         return self.level >= min(cost, self.capacity)
 
     def take(self, cost: float) -> None:
-        # Debt is bounded by one window: a storm of refused requests starves a client, but not for ever.
-        self.level = max(-self.capacity, self.level - cost)
+        # A bounded debt forgives a storm of refused requests past it; an unbounded one starves its client for as
+        # long as the storm lasts.
+        self.level = max(self.floor, self.level - cost)
 
     def wait(self, cost: float) -> float:
         """Seconds until a request of ``cost`` would fit."""
@@ -138,8 +164,8 @@ class Limiter:
         self.limits = limits
         self.answered = 0
         self.answered_tokens = 0  # as the token limit counts them: prompts plus output caps
-        self._requests = _Bucket(limits.rpm, limits.window, now) if limits and limits.rpm else None
-        self._tokens = _Bucket(limits.tpm, limits.window, now) if limits and limits.tpm else None
+        self._requests = _Bucket(limits.rpm, limits.window, limits.debt, now) if limits and limits.rpm else None
+        self._tokens = _Bucket(limits.tpm, limits.window, limits.debt, now) if limits and limits.tpm else None
 
     @property
     def quota_spent(self) -> bool:
@@ -175,7 +201,7 @@ class Limiter:
             return Decision(None, headers)
         name, bucket, spent = short
         wait = bucket.wait(spent) if early is None else early
-        if limits.headers:
+        if limits.headers if limits.retry_headers is None else limits.retry_headers:
             headers |= {"retry-after-ms": str(math.ceil(wait * 1000)), "Retry-After": str(math.ceil(wait))}
         message = f"Rate limit reached for {name}"
         if limits.numbers:
