@@ -64,11 +64,14 @@ def simulate(
     noise_retry: float = 1.0,
     user: tuple[float | None, float | None] = (None, None),
     kind: type[Limiter] = Limiter,
+    refusal_latency: float = 0.001,
+    arrival: float = 0.0,
 ) -> Run:
     """`calls` grader calls in each of `processes` processes, `concurrency` at once in each, 300 +/- 100 ms
-    latency; a limiter's 429s come back at once, and a share `noise` of requests is answered by a limitless 429
-    (`Retry-After: noise_retry`) before it. With `shared`, the processes pace through one state, as through a
-    store (starts reserved up to 0.1 s ahead, as `Gate` does then)."""
+    latency; a limiter's 429s come back after `refusal_latency` (at once, by default), requests reach it up to
+    `arrival` seconds after they start (a loaded client, a network), and a share `noise` of requests is answered
+    by a limitless 429 (`Retry-After: noise_retry`) before it. With `shared`, the processes pace through one
+    state, as through a store (starts reserved up to 0.1 s ahead, as `Gate` does then)."""
     limiter = kind(limits, now=0.0) if limits is not None else None
     rng = random.Random(7)
     common = LocalPace(shared=True) if shared else None
@@ -90,13 +93,18 @@ def simulate(
         ticket = proc.pacer.start(now, COST)
         if noise and rng.random() < noise:
             push(now + 0.001, "429", index, (ticket, SLOW_DOWN, {"retry-after": str(noise_retry)}, True))
-            return
+        elif arrival:
+            push(now + rng.uniform(0.0, arrival), "arrive", index, ticket)
+        else:
+            arrive(index, now, ticket)
+
+    def arrive(index: int, now: float, ticket: int) -> None:
         response, headers = limiter.admit(GRADER_BODY, now) if limiter else (None, {})
         if response is None:
             push(now + rng.uniform(0.2, 0.4), "ok", index, (ticket, headers))
         else:
             assert isinstance(response.body, bytes)
-            push(now + 0.001, "429", index, (ticket, response.body, dict(response.headers), False))
+            push(now + refusal_latency, "429", index, (ticket, response.body, dict(response.headers), False))
 
     def pump(index: int, now: float) -> None:
         proc = procs[index]
@@ -127,6 +135,8 @@ def simulate(
         proc = procs[index]
         if what == "send":
             send(index, now)
+        elif what == "arrive":
+            arrive(index, now, data)
         elif what == "ok":
             ticket, headers = data
             answered, proc.in_flight, end = answered + 1, proc.in_flight - 1, now

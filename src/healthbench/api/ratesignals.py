@@ -21,8 +21,15 @@ DEFAULT_OUTPUT_CAP = 4096
 """The output cap a request without one is counted at (a provider counts the model's own default)."""
 
 Dimension = Literal["requests", "tokens"]
-_LIMIT_MESSAGE = re.compile(r"on (requests|tokens) per min[^:]*: Limit (\d+), Used (\d+), Requested (\d+)")
-_TRY_AGAIN = re.compile(r"try again in ((?:\d+(?:\.\d+)?(?:ms|h|m|s))+)")
+# OpenAI's words, read leniently: limiters that imitate them write the numbers with decimals or separators, and
+# may leave out what was used or requested.
+_NUMBER = r"(\d+(?:,\d{3})*(?:\.\d+)?)"
+_LIMIT_MESSAGE = re.compile(
+    rf"on (requests|tokens) per min[^:]*:\s*Limit:?\s*{_NUMBER}"
+    rf"(?:,\s*Used:?\s*{_NUMBER})?(?:,\s*Requested:?\s*{_NUMBER})?",
+    re.IGNORECASE,
+)
+_TRY_AGAIN = re.compile(r"try again in ((?:\d+(?:\.\d+)?(?:ms|h|m|s))+)", re.IGNORECASE)
 
 
 def duration_seconds(text: str) -> float | None:
@@ -97,6 +104,9 @@ class RateLimited:
     dimension: Dimension | None = None
     limit: float | None = None
     requested: int | None = None
+    # A limiter's own hint on when its bucket has room (`retry-after-ms`, or "try again in" in its message), not
+    # a gateway's bare `Retry-After`: the refusal is a limit's even when it names neither the limit nor its size.
+    hinted: bool = False
 
 
 def read_refusal(body: bytes, headers: Mapping[str, str]) -> RateLimited:
@@ -106,13 +116,23 @@ def read_refusal(body: bytes, headers: Mapping[str, str]) -> RateLimited:
     if code == "insufficient_quota":
         return RateLimited(quota=True)
     retry_after = retry_after_seconds(headers)
-    if retry_after is None and (again := _TRY_AGAIN.search(message)):
+    again = _TRY_AGAIN.search(message)
+    if retry_after is None and again:
         retry_after = duration_seconds(again.group(1))
+    hinted = again is not None or headers.get("retry-after-ms") is not None
     numbers = _LIMIT_MESSAGE.search(message)
     if numbers is None:
-        return RateLimited(retry_after=retry_after)
-    dimension: Dimension = "requests" if numbers.group(1) == "requests" else "tokens"
-    return RateLimited(False, retry_after, dimension, float(numbers.group(2)), int(numbers.group(4)))
+        return RateLimited(retry_after=retry_after, hinted=hinted)
+    dimension: Dimension = "requests" if numbers.group(1).lower() == "requests" else "tokens"
+    requested = _number(numbers.group(4))
+    return RateLimited(
+        False, retry_after, dimension, _number(numbers.group(2)), None if requested is None else math.ceil(requested),
+        hinted,
+    )  # fmt: skip
+
+
+def _number(text: str | None) -> float | None:
+    return None if text is None else float(text.replace(",", ""))
 
 
 def header_number(value: str | None) -> float | None:

@@ -1,8 +1,8 @@
--- state.LocalPace.admit_at. ARGV: tokens, horizon, paced requests (1/0), paced tokens (1/0), the user's rpm and
--- tpm ('' for none), this process's id ('': not re-registered this time).
+-- state.LocalPace.admit_at. ARGV: tokens, horizon, the seconds a start may run ahead of the request pace and of
+-- the token pace, the user's rpm and tpm ('' for none), this process's id ('': not re-registered this time).
 -- Returns {wait, reason, reserved, rpm, tpm, request rate, token rate, processes seen lately}.
 local tokens, horizon = tonumber(ARGV[1]), tonumber(ARGV[2])
-local paced = {ARGV[3] == '1', ARGV[4] == '1'}
+local ahead = {tonumber(ARGV[3]), tonumber(ARGV[4])}
 
 for i, dim in ipairs({'rpm', 'tpm'}) do
   local value = tonumber(ARGV[4 + i])
@@ -35,12 +35,12 @@ if now < hold then return answer(hold - now, '429', 0) end
 
 local wait, reason = 0.0, ''
 local tat_r, tat_t = n('tat_r', nil), n('tat_t', nil)
-if requests and paced[1] and tat_r and tat_r - $BURST - now > wait then
-  wait = tat_r - $BURST - now
+if requests and tat_r and tat_r - ahead[1] - now > wait then
+  wait = tat_r - ahead[1] - now
   reason = rpm and 'RPM' or '429'
 end
-if token_rate and paced[2] and tat_t and tat_t - $BURST - now > wait then
-  wait, reason = tat_t - $BURST - now, 'TPM'
+if token_rate and tat_t and tat_t - ahead[2] - now > wait then
+  wait, reason = tat_t - ahead[2] - now, 'TPM'
 end
 if wait > math.max(horizon, $EPSILON) then return answer(wait, reason, 0) end
 
@@ -48,7 +48,9 @@ local at = now + math.max(wait, 0.0)
 if requests then set('tat_r', math.max(tat_r or at - $BURST, at - $BURST) + 1 / requests) end
 if token_rate then set('tat_t', math.max(tat_t or at - $BURST, at - $BURST) + tokens / token_rate) end
 if h['first'] == nil then set('first', at) end
-set('sr', n('sr', 0.0) * math.exp(-math.max(0.0, at - n('sr_at', at)) / $WINDOW) + 1 / $WINDOW)
+local since = math.max(0.0, at - n('sr_at', at))
+set('sr', n('sr', 0.0) * math.exp(-since / $WINDOW) + 1 / $WINDOW)
+set('lr', n('lr', 0.0) * math.exp(-since / $LASTING) + 1 / $LASTING)
 set('sr_at', at)
 if wait > $EPSILON then return answer(wait, reason, 1) end
 return answer(0.0, '', 0)

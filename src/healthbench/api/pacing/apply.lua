@@ -36,7 +36,8 @@ if share and now - last >= $WINDOW then
         set('free_top', n('free_top', 0) * eased)
       end
     else
-      local base = current or start_rate()
+      -- No more than the lasting start rate: a bucket hides a rate past its limit until it has drained.
+      local base = math.min(current or start_rate('sr', $WINDOW), start_rate('lr', $LASTING))
       local best = math.max(n('best', 0.0), base)
       local free = math.max($MIN_FREE, base * math.max(0.5, $CUT * (1 - share)), $FLOOR * best)
       local top_cut = $CUT

@@ -68,7 +68,7 @@ local function free_rate()
 end
 
 local function rates()
-  local rpm, tpm, f = limit('rpm'), limit('tpm'), factor()
+  local rpm, tpm, f = limit('rpm'), limit('tpm'), factor() * $HEADROOM
   local requests, tokens = nil, nil
   if rpm then requests = rpm / 60 * f end
   if tpm then tokens = tpm / 60 * f end
@@ -76,8 +76,9 @@ local function rates()
   return requests, tokens
 end
 
-local function start_rate()
-  local decayed = n('sr', 0.0) * math.exp(-math.max(0.0, now - n('sr_at', now)) / $WINDOW)
-  local seen = 1 - math.exp(-math.max(0.0, now - n('first', now)) / $WINDOW)
+-- state.LocalPace.start_rate_now: over a window ('sr'), or over LASTING seconds ('lr').
+local function start_rate(field, over)
+  local decayed = n(field, 0.0) * math.exp(-math.max(0.0, now - n('sr_at', now)) / over)
+  local seen = 1 - math.exp(-math.max(0.0, now - n('first', now)) / over)
   return decayed / math.max(seen, 0.05)
 end

@@ -77,9 +77,9 @@ class Gate:
         await self._apply()
         while True:
             now = self._clock()
-            wait, reason, paced = self.pacer.delay(now, cost)
+            wait, reason, ahead = self.pacer.delay(now, cost)
             if wait <= 0:
-                admission = await self.state.admit(self.pacer.scaled(cost), self._horizon, paced, self._user)
+                admission = await self.state.admit(self.pacer.scaled(cost), self._horizon, ahead, self._user)
                 self.pacer.adopt(self._clock(), admission)
                 if admission.reserved or admission.wait <= 0:
                     return admission.wait if admission.reserved else 0.0

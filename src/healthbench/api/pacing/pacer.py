@@ -2,19 +2,24 @@
 
 OpenAI limits requests and tokens per minute, perhaps over shorter windows; it counts a request's tokens on
 arrival as its prompt plus its output cap, and it counts refused requests too, so a client that sends into
-a spent limit spends the budget it is waiting for. Starts are therefore paced (`state`) before the server has
-to refuse anything, and, where the server reports what remains, kept under a mirror of its bucket. In a
-process of its own the mirror alone decides (so a run may use the bucket's burst allowance) until the server
-refuses a request it said would fit; from then on, and always when the pace is shared, both must agree.
+a spent limit spends the budget it is waiting for. Starts are therefore paced (`state`, below the limit)
+before the server has to refuse anything, and, where the server reports what remains, kept under a mirror of
+its bucket, which counts a debt the report shows (nothing remaining, and a longer wait until the bucket is full
+than its size takes). In a process of its own the mirror also lets starts run ahead of the pace while it shows
+room past half the bucket (so a run spends the bucket's burst allowance once, and keeps the rest to absorb
+jitter) until the server refuses a request it said would fit; from then on, and always when the pace is
+shared, starts keep to the pace.
 
 Limits come from the user, else from the `x-ratelimit-*` headers, else from the numbers in a 429's message.
-A 429 that names a limit (its message's numbers, or the headers) holds every start until its retry time and
-cuts the pace. Retry hints run short on some limiters (computed before the refused request itself is
-counted): a request that waited a whole hold and is refused again pads every later hint, up to threefold.
-A 429 that names nothing is judged by the share of the last window's starts refused: a few percent is
-noise (the refused request alone waits its hint, and a pace in force is cut gently); more is a limit.
-Until the first answer arrives only one request is out, unless a limit is known already.
-`insufficient_quota` is no limit to wait for: `QuotaExhausted`, at once.
+A 429 that names a limit (its message's numbers, the headers, or a limiter's own hint on when its bucket has
+room: `retry-after-ms`, "try again in") holds every start until its retry time and cuts the pace. Retry hints
+run short on some limiters (computed before the refused request itself is counted): a request that waited a
+whole hold and is refused again pads every later hint, up to threefold, and by the refused request's own share
+of the pace. A 429 that names nothing (a bare `Retry-After` at most) is judged by the share of the last
+window's starts refused: a few percent is noise (the refused request alone waits its hint, and a pace in force
+is cut gently); more is a limit. Until the first answer arrives only one request is out, unless a limit is
+known already; until a limit is known, two more for each answer (a slow start). `insufficient_quota` is no
+limit to wait for: `QuotaExhausted`, at once.
 
 The model is pure: every method takes the time `now` of a monotonic clock. `gate.Gate` runs it.
 """
@@ -33,6 +38,7 @@ from healthbench.api.pacing.state import (
     MESSAGE,
     WINDOW,
     Admission,
+    Ahead,
     Dimension,
     Effects,
     Learned,
@@ -41,7 +47,8 @@ from healthbench.api.pacing.state import (
 from healthbench.api.ratesignals import RateLimited, duration_seconds, header_number
 from healthbench.errors import QuotaExhausted
 
-_PROBE = 5.0  # a first request that takes longer than this does not hold the others back
+_PROBE = 5.0  # seconds without an answer after which the probe's window no longer holds starts back
+_GROW = 2  # requests the probe's window grows by with each answer: threefold each round trip
 _BOUND_FOR = 1.0  # a limit that delayed a start this recently still binds
 _SPAN = 5.0  # seconds of starts kept: the reported pace, and the share of them refused
 # A window's refused share up to this much over the usual share is noise, once the window has this many starts;
@@ -49,6 +56,8 @@ _SPAN = 5.0  # seconds of starts kept: the reported pace, and the share of them 
 _NOISE, _SAMPLE, _USUAL, _USUAL_MAX = 0.08, 20, 0.5, 0.1
 _PAD_UP, _PAD_MAX, _PAD_DECAY, _PAD_MARGIN = 1.5, 3.0, 0.9, 0.01  # learning that retry hints run short
 _MARGIN, _EWMA = 1.5, 0.05  # Little's law: in flight = rate x latency x margin; the averages' weight
+# A trusted report's room past this share of the bucket may be spent ahead of the pace, up to _AHEAD seconds of it.
+_CUSHION, _AHEAD = 0.5, 0.5
 
 
 @dataclass(frozen=True)
@@ -86,26 +95,27 @@ class _Mirror:
         self.level = None if level is None else level - cost
         self.level_at = now
 
-    def wait(self, now: float, cost: float, trusted: bool) -> tuple[float, bool]:
-        """Seconds until a start of `cost` fits the mirrored budget, and whether that alone decides (a trusted
-        mirror of a known limit: the server's own account, burst allowance and all)."""
+    def wait(self, now: float, cost: float, trusted: bool) -> tuple[float, float]:
+        """Seconds until a start of `cost` fits the mirrored budget, and how many seconds of the pace it may run
+        ahead of it: `BURST`, or more while a trusted mirror of a known limit shows room past `_CUSHION` of the
+        bucket (the server's burst allowance, spent once, never the cushion that absorbs the jitter)."""
         level = self.refilled(now)
         if level is None:
-            return 0.0, False
+            return 0.0, BURST
+        ahead = BURST
         if trusted and self.per_minute:
-            # A margin of BURST's refill, as the server counts a request a little after it starts here.
-            rate = self.per_minute / 60
-            return (min(cost + rate * BURST, self.ceiling) - level) / rate, True
+            spare = level - cost - _CUSHION * self.ceiling
+            ahead += min(_AHEAD, max(0.0, spare / (self.per_minute / 60)))
         need = min(cost, self.ceiling)
         if level >= need:
-            return 0.0, False
-        return ((need - level) / (self.per_minute / 60) if self.per_minute else self.reset_at - now), False
+            return 0.0, ahead
+        return ((need - level) / (self.per_minute / 60) if self.per_minute else self.reset_at - now), ahead
 
 
 class Pacer:
     """One process's view of one key's limits: see the module docstring. Not thread-safe.
 
-    `shared`: the pace is shared with other processes, so the mirror never decides alone.
+    `shared`: the pace is shared with other processes, so the mirror never lets a start run ahead of it.
     """
 
     def __init__(self, shared: bool = False) -> None:
@@ -114,8 +124,12 @@ class Pacer:
         # The server's reported budget is followed until it refuses a request the mirror said would fit: then
         # its reports are read some other way than this model reads them, and only the pace is trusted.
         self._trusted = not shared
+        # Until a limit is known, requests in flight grow from one by _GROW for each answer (threefold each round
+        # trip, as TCP's slow start doubles): a limit that the first answer did not name is then met by a burst a
+        # few times what it let through, not by the whole concurrency at once.
         self._probing = True
-        self._probe_at: float | None = None
+        self._probe_at: float | None = None  # the first start, then the last answer
+        self._window = 1
         self._in_row = 0
         self._token_scale = 1.0
         self._ticket = 0
@@ -128,6 +142,7 @@ class Pacer:
         self._held_until: float | None = None  # the end of the last hold seen, until a start goes after it
         self._after_hold: int | None = None  # the ticket of that start: did it wait long enough?
         self.pad = 1.0
+        self.short = False  # whether a retry hint has been seen to run short
         self._bound: tuple[str, float] | None = None
         self._view = Admission(0.0, None)
         self._latency: float | None = None
@@ -154,21 +169,20 @@ class Pacer:
         """A request's tokens as the server counts them, as far as its 429s have said."""
         return cost * self._token_scale
 
-    def delay(self, now: float, cost: int) -> tuple[float, str | None, tuple[bool, bool]]:
-        """What this process alone holds a start of `cost` back for: seconds to wait (0 or less: none), why,
-        and whether each pace still binds (not where a trusted mirror decides alone). `QuotaExhausted` if no
-        start may go."""
+    def delay(self, now: float, cost: int) -> tuple[float, str | None, Ahead]:
+        """What this process alone holds a start of `cost` back for: seconds to wait (0 or less: none), why, and
+        how many seconds of each pace the start may run ahead of it. `QuotaExhausted` if no start may go."""
         if self.quota_exhausted:
             raise QuotaExhausted("the account has no quota left (insufficient_quota)")
-        wait, reason, paced = 0.0, None, [True, True]
+        wait, reason, ahead = 0.0, None, [BURST, BURST]
         for index, (mirror, spent, name) in enumerate(self._each(cost)):
-            mirror_wait, alone = mirror.wait(now, spent, self._trusted)
-            paced[index] = not alone
+            mirror_wait, ahead[index] = mirror.wait(now, spent, self._trusted)
             if mirror_wait > wait:
                 wait, reason = mirror_wait, name
-        if self._probing and self._probe_at is not None and self._probe_at + _PROBE - now > wait:
-            wait, reason = self._probe_at + _PROBE - now, None
-        return (wait if wait > EPSILON else 0.0), reason, (paced[0], paced[1])
+        probe = self._probe_at
+        if self._probing and probe is not None and len(self._open) >= self._window and probe + _PROBE - now > wait:
+            wait, reason = probe + _PROBE - now, None
+        return (wait if wait > EPSILON else 0.0), reason, (ahead[0], ahead[1])
 
     def _each(self, cost: int) -> tuple[tuple[_Mirror, float, str], ...]:
         """Each limit's mirror, what a start of `cost` spends of it, and the limit's name."""
@@ -229,6 +243,11 @@ class Pacer:
             mine, spent = (1.0, float(len(later))) if dimension == "requests" else (own, sum(later))
             # The server counted this request before it reported what remains: the bucket holds at least both.
             mirror.seen, mirror.ceiling, mirror.reset_at = ticket, max(mirror.ceiling, remaining + mine), now + reset
+            if remaining <= 0 and mirror.per_minute:
+                # Nothing left may be a debt (refused requests that counted): the remaining reads 0, but the time
+                # until the bucket is full again counts it. At most a bucket's worth: the bucket's size is a guess.
+                debt = mirror.ceiling - reset * mirror.per_minute / 60
+                remaining = max(-mirror.ceiling, min(remaining, debt))
             # When the server counted it is not known (after it started, by a loaded server's delay; perhaps as
             # late as it answered): the report is taken as of now, less every later start, with no refill since.
             mirror.level, mirror.level_at = remaining - spent, now
@@ -238,7 +257,8 @@ class Pacer:
 
     def on_answer(self, now: float, ticket: int, headers: Mapping[str, str]) -> Effects:
         """An answer other than a 429 (a 5xx is an answer too: the limiter let it through)."""
-        self._probing = False
+        if self._probing:
+            self._window, self._probe_at = self._window + _GROW, now
         self._in_row = 0
         started = self._open.pop(ticket, None)
         if started is not None:
@@ -265,7 +285,7 @@ class Pacer:
         if refusal.dimension == "tokens" and refusal.requested:
             # Our prompt estimate runs short of the server's count: scale every later estimate up to it.
             self._token_scale = min(2.0, max(self._token_scale, refusal.requested / max(cost, 1)))
-        named = refusal.dimension is not None or self._spent(cost, headers)
+        named = refusal.dimension is not None or refusal.hinted or self._spent(cost, headers)
         share, excess, limit = self._judge(now, named)
         if not limit:
             # Noise (a gateway's "slow down", another tenant's burst): this request waits, the others go on.
@@ -275,15 +295,18 @@ class Pacer:
             self._round_at = now
         self._trusted = False
         if named and ticket == self._after_hold:  # it waited out a whole hold and was refused again
-            self.pad, self._after_hold = min(_PAD_MAX, self.pad * _PAD_UP), None
+            self.pad, self._after_hold, self.short = min(_PAD_MAX, self.pad * _PAD_UP), None, True
+        rate = self._view.token_rate if refusal.dimension == "tokens" else self._view.request_rate
+        spent = self.scaled(cost) if refusal.dimension == "tokens" else 1.0
+        own = spent / rate if rate else 0.0  # the refused request's own share of the pace, in seconds
         retry = refusal.retry_after
         if retry is not None:
-            retry = retry * self.pad + _PAD_MARGIN
+            # A hint that ran short was worked out before the refused request itself was counted: from then on
+            # every hint is padded, by that request's share as well as by a factor.
+            retry = retry * self.pad + max(_PAD_MARGIN, own if self.short else 0.0)
         else:
-            rate = self._view.token_rate if refusal.dimension == "tokens" else self._view.request_rate
-            spent = self.scaled(cost) if refusal.dimension == "tokens" else 1.0
             # No word on when: long enough for the refused request's share to refill, longer each time in a row.
-            retry = max(spent / rate if rate else 0.0, min(8.0, 0.25 * 2.0 ** (self._in_row - 1)))
+            retry = max(own, min(8.0, 0.25 * 2.0 ** (self._in_row - 1)))
         self._held(now + retry)
         return Effects(tuple(learned), max(retry, seen.hold or 0.0), Slowdown(share, hard=True)), 0.0
 

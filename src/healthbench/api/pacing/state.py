@@ -4,7 +4,12 @@ What is shared: each limit's size (requests and tokens a minute) and where it ca
 (GCRA: a theoretical arrival time that every start pushes on by its cost over the rate), a 429's hold, the
 factor a 429 cuts the pace by, and, with no limit known, the request rate the 429s have allowed. What a
 process sees for itself (the server's reported budget, probing, tickets, when a 429 is noise) stays in
-`pacer.Pacer`, which turns it into `Effects` that the state applies.
+`pacer.Pacer`, which turns it into `Effects` that the state applies, and into how far ahead of the pace a
+start may run (`BURST`, or more while the server's own report shows room to spare).
+
+A known limit is paced at `HEADROOM` of itself, never at it: the server's bucket then stays nearly full, and
+the jitter of starts, answers and clocks is absorbed by it instead of refused (where refusals count, each one
+would cost a request of the budget the run is waiting for, and one refusal near an empty bucket begets more).
 
 `PaceState` is the interface: `admit` a start, `apply` effects. `LocalPace` implements it in this process,
 as a pure model on an injected clock; `store.RedisPace` implements the same rules in Redis, as Lua scripts on
@@ -30,6 +35,7 @@ DIMENSIONS: tuple[Dimension, ...] = ("requests", "tokens")
 
 USER, HEADERS, MESSAGE = 3, 2, 1  # precedence of a limit's sources: the user's setting comes first
 BURST = 0.05  # seconds of pace a late start may catch up on at once (GCRA's tolerance)
+HEADROOM = 0.98  # the share of a known limit the pace sends at
 WINDOW = 1.0  # one overload answers many requests at once: one cut per window, for every process
 CUT, FLOOR = 0.9, 0.25  # a limit's cut of the pace, and the lowest factor it reaches
 GROWTH = 1.02  # the factor's regrowth per second, multiplicative
@@ -38,6 +44,9 @@ GROWTH = 1.02  # the factor's regrowth per second, multiplicative
 # run); it is dropped once it has regrown to UNPACE times that rate.
 FAST, SLOW, PLATEAU, UNPACE = 1.1, 1.02, 10.0, 2.0
 MIN_FREE = 1.0  # requests a second: a free rate never goes below this
+# Seconds the lasting start rate is counted over: a bucket hides a rate past its limit until it has drained, so
+# the rate of the moment a 429 comes overstates the limit, and a free rate is set from no more than this one.
+LASTING = 5.0
 MAX_HOLD = 120.0
 USER_TTL = 60.0  # seconds a user's limit stands in a shared pace after the last process that set it stopped
 EPSILON = 1e-6  # what rounding leaves of a refill is no wait: it could never be slept out
@@ -95,6 +104,8 @@ class Admission:
 
 
 Limits = tuple[float | None, float | None]
+Ahead = tuple[float, float]
+PACED: Ahead = (BURST, BURST)
 
 
 class PaceState(Protocol):
@@ -103,11 +114,12 @@ class PaceState(Protocol):
 
     shared: bool
 
-    async def admit(self, tokens: float, horizon: float, paced: tuple[bool, bool], user: Limits) -> Admission:
+    async def admit(self, tokens: float, horizon: float, ahead: Ahead, user: Limits) -> Admission:
         """Record a start of `tokens` if the pace allows it now, or within `horizon` seconds (a reservation).
 
-        `paced` says, per dimension, whether its pace binds (a trusted mirror decides alone otherwise, though the
-        pace still advances); `user` is this process's own setting of the limits, re-asserted with every start.
+        `ahead` says, per dimension, how many seconds of its pace a start may run ahead of it (`BURST`, or more
+        where the server reports room to spare); `user` is this process's own setting of the limits, re-asserted
+        with every start.
         """
         ...
 
@@ -138,12 +150,13 @@ class LocalPace:
     free_top: float = 0.0
     best: float = 0.0
     start_rate: float = 0.0
+    lasting_rate: float = 0.0
     start_rate_at: float = 0.0
     first_start: float | None = None
 
-    async def admit(self, tokens: float, horizon: float, paced: tuple[bool, bool], user: Limits) -> Admission:
+    async def admit(self, tokens: float, horizon: float, ahead: Ahead, user: Limits) -> Admission:
         """`admit_at` now."""
-        return self.admit_at(self.clock(), tokens, horizon, paced, user)
+        return self.admit_at(self.clock(), tokens, horizon, ahead, user)
 
     async def apply(self, effects: Effects) -> None:
         """`apply_at` now."""
@@ -171,7 +184,7 @@ class LocalPace:
     def rates(self, now: float) -> tuple[float | None, float | None]:
         """Starts a second and tokens a second the pace allows now (None: that dimension is unpaced)."""
         rpm, tpm = self.limit("requests", now), self.limit("tokens", now)
-        factor = self.factor(now) * self.share
+        factor = self.factor(now) * self.share * HEADROOM
         requests = rpm / 60 * factor if rpm else None
         if requests is None and tpm is None and (free := self.free_rate(now)) is not None:
             requests = free * self.share
@@ -182,7 +195,7 @@ class LocalPace:
         now: float,
         tokens: float,
         horizon: float = 0.0,
-        paced: tuple[bool, bool] = (True, True),
+        ahead: Ahead = PACED,
         user: Limits = (None, None),
     ) -> Admission:
         """`PaceState.admit` at `now`."""
@@ -195,9 +208,9 @@ class LocalPace:
             return _with(view, self.hold_until - now, "429")
         reasons = ("RPM" if view.rpm is not None else "429", "TPM")
         wait, reason = 0.0, None
-        for dimension, rate, bind, why in zip(DIMENSIONS, rates, paced, reasons, strict=True):
-            if rate and bind and self.tat[dimension] - BURST - now > wait:
-                wait, reason = self.tat[dimension] - BURST - now, why
+        for dimension, rate, allowed, why in zip(DIMENSIONS, rates, ahead, reasons, strict=True):
+            if rate and self.tat[dimension] - allowed - now > wait:
+                wait, reason = self.tat[dimension] - allowed - now, why
         if wait > max(horizon, EPSILON):
             return _with(view, wait, reason)
         at = now + max(wait, 0.0)
@@ -206,15 +219,18 @@ class LocalPace:
                 self.tat[dimension] = max(self.tat[dimension], at - BURST) + spent / rate
         if self.first_start is None:
             self.first_start = at
-        self.start_rate = self.start_rate * math.exp(-max(0.0, at - self.start_rate_at) / WINDOW) + 1 / WINDOW
+        since = max(0.0, at - self.start_rate_at)
+        self.start_rate = self.start_rate * math.exp(-since / WINDOW) + 1 / WINDOW
+        self.lasting_rate = self.lasting_rate * math.exp(-since / LASTING) + 1 / LASTING
         self.start_rate_at = at
         return _with(view, wait, reason, reserved=True) if wait > EPSILON else view
 
-    def start_rate_now(self, now: float) -> float:
-        """Starts a second lately: an exponentially weighted count over about a window (over the time seen, in
-        the first window)."""
-        decayed = self.start_rate * math.exp(-max(0.0, now - self.start_rate_at) / WINDOW)
-        seen = 1 - math.exp(-max(0.0, now - (self.first_start if self.first_start is not None else now)) / WINDOW)
+    def start_rate_now(self, now: float, over: float = WINDOW) -> float:
+        """Starts a second lately: an exponentially weighted count over about `over` seconds (a window, or
+        `LASTING`; over the time seen, at first)."""
+        rate = self.start_rate if over == WINDOW else self.lasting_rate
+        decayed = rate * math.exp(-max(0.0, now - self.start_rate_at) / over)
+        seen = 1 - math.exp(-max(0.0, now - (self.first_start if self.first_start is not None else now)) / over)
         return decayed / max(seen, 0.05)
 
     def _assert_user(self, dimension: Dimension, value: float, now: float) -> None:
@@ -254,8 +270,9 @@ class LocalPace:
                 eased = max(MIN_FREE / current, 1 - slow.share / 2)
                 self.free, self.free_top = self.free * eased, self.free_top * eased
             return
-        # A limit with no size known: the pace in force (the start rate, the first time) was too fast.
-        base = current if current is not None else self.start_rate_now(now)
+        # A limit with no size known: the pace in force (the start rate, the first time) was too fast, and so,
+        # perhaps, was the lasting start rate (a bucket hides a rate past its limit until it has drained).
+        base = min(current if current is not None else self.start_rate_now(now), self.start_rate_now(now, LASTING))
         self.best = max(self.best, base)
         cut = base * max(0.5, CUT * (1 - slow.share))
         self.free = max(MIN_FREE, cut, FLOOR * self.best)

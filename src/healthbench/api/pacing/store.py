@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from healthbench.api.pacing import state
-from healthbench.api.pacing.state import DIMENSIONS, Admission, Effects, Learned, Limits, LocalPace
+from healthbench.api.pacing.state import DIMENSIONS, Admission, Ahead, Effects, Learned, Limits, LocalPace
 from healthbench.errors import PaceStoreUnreachable, SettingsError
 
 if TYPE_CHECKING:  # the Redis client is imported when a store is first used: settings only check its URL
@@ -81,6 +81,7 @@ def _script(name: str) -> str:
         "MEMBER_TTL": 10.0,  # seconds a process counts among a key's users after its last start
         "USER_TTL": state.USER_TTL,
         "BURST": state.BURST,
+        "HEADROOM": state.HEADROOM,
         "WINDOW": state.WINDOW,
         "CUT": state.CUT,
         "FLOOR": state.FLOOR,
@@ -90,6 +91,7 @@ def _script(name: str) -> str:
         "PLATEAU": state.PLATEAU,
         "UNPACE": state.UNPACE,
         "MIN_FREE": state.MIN_FREE,
+        "LASTING": state.LASTING,
         "MAX_HOLD": state.MAX_HOLD,
         "EPSILON": state.EPSILON,
     }
@@ -208,12 +210,12 @@ class RedisPace:
         self.keys = [f"healthbench:pace:{{{slot}}}", f"healthbench:pace:{{{slot}}}:processes"]
         self._registered = -_MEMBER_EVERY
 
-    async def admit(self, tokens: float, horizon: float, paced: tuple[bool, bool], user: Limits) -> Admission:
+    async def admit(self, tokens: float, horizon: float, ahead: Ahead, user: Limits) -> Admission:
         """`PaceState.admit`, on Redis's clock."""
         member = ""
         if time.monotonic() - self._registered >= _MEMBER_EVERY:
             member, self._registered = self.store.member, time.monotonic()
-        args = [tokens, horizon, *("1" if bind else "0" for bind in paced), *(_text(value) for value in user), member]
+        args = [tokens, horizon, *(_text(seconds) for seconds in ahead), *(_text(value) for value in user), member]
         reply = await self.store.run("admit", self.keys, args)
         wait, reason, reserved, rpm, tpm, requests, tokens_rate, sharers = reply
         return Admission(
@@ -254,11 +256,11 @@ class FailoverPace:
         """Whether the store is out of reach and the pace local."""
         return self._down_since is not None
 
-    async def admit(self, tokens: float, horizon: float, paced: tuple[bool, bool], user: Limits) -> Admission:
+    async def admit(self, tokens: float, horizon: float, ahead: Ahead, user: Limits) -> Admission:
         """`PaceState.admit`: the store's, or the stand-in's while the store is out of reach."""
-        admission = await self._remote(lambda: self.remote.admit(tokens, horizon, paced, user))
+        admission = await self._remote(lambda: self.remote.admit(tokens, horizon, ahead, user))
         if admission is None:
-            return await self.local.admit(tokens, 0.0, paced, user)
+            return await self.local.admit(tokens, 0.0, ahead, user)
         self._follow(admission)
         return admission
 
