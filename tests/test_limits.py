@@ -174,20 +174,29 @@ def test_the_server_sends_rate_limit_refusals_with_openai_code() -> None:
     assert counts == {"ok": 1, "rate_limited": 2}
 
 
-def test_the_command_line_serves_the_limiter_it_is_given() -> None:
+def _served(*args: str) -> list[tuple[int, dict[str, str], Any]]:
+    """Two requests to `python -m healthbench.testing` run with `args`."""
     src = str(Path(healthbench.__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
-    args = ["--port", "0", "--rpm", "600", "--no-rate-headers", "--quota", "1", "--latency", "0.01"]
     with subprocess.Popen(
-        [sys.executable, "-m", "healthbench.testing", *args], stdout=subprocess.PIPE, text=True, env=env
+        [sys.executable, "-m", "healthbench.testing", "--port", "0", *args], stdout=subprocess.PIPE, text=True, env=env
     ) as proc:
         try:
             assert proc.stdout is not None
             base_url = proc.stdout.readline().strip()
-            replies = asyncio.run(_post_all(base_url + "/chat/completions", [body()] * 2))
+            return asyncio.run(_post_all(base_url + "/chat/completions", [body()] * 2))
         finally:
             proc.terminate()
             proc.wait(timeout=10)
+
+
+def test_the_command_line_serves_the_limiter_it_is_given() -> None:
+    replies = _served("--rpm", "600", "--no-rate-headers", "--quota", "1", "--latency", "0.01")
     assert [status for status, _, _ in replies] == [200, 429]
     assert not any(name.lower().startswith("x-ratelimit") for name in replies[0][1])
     assert replies[1][2]["error"]["code"] == "insufficient_quota"
+    hard = _served("--rpm", "60", "--no-rate-headers", "--hard-limiter", "--refusal-latency", "0.01")
+    assert [status for status, _, _ in hard] == [200, 429]
+    # A hint as the hard limiter gives it, with no x-ratelimit header: about a second, less what refilled since.
+    assert 500 < int(hard[1][1]["retry-after-ms"]) <= 1000
+    assert not any(name.startswith("x-ratelimit") for name in hard[1][1])

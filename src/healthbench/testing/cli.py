@@ -25,6 +25,7 @@ async def _serve_forever(server: FakeOpenAI) -> None:
 def _limits(args: argparse.Namespace) -> RateLimits | None:
     if args.rpm is None and args.tpm is None and args.quota is None:
         return None
+    hard = RateLimits.hard() if args.hard_limiter else RateLimits()
     return RateLimits(
         rpm=args.rpm,
         tpm=args.tpm,
@@ -33,7 +34,9 @@ def _limits(args: argparse.Namespace) -> RateLimits | None:
         headers=not args.no_rate_headers,
         numbers=not args.no_limit_numbers,
         quota=args.quota,
-        optimistic_hints=args.optimistic_hints,
+        optimistic_hints=args.optimistic_hints or hard.optimistic_hints,
+        debt=hard.debt,
+        retry_headers=hard.retry_headers,
     )
 
 
@@ -54,11 +57,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--tpm", type=float, help="tokens per minute: prompt plus output cap, counted on arrival")
     parser.add_argument("--limit-window", type=float, default=1.0, help="seconds of a minute's limit usable at once")
     parser.add_argument("--refused-free", action="store_true", help="refused requests do not count against limits")
-    parser.add_argument("--no-rate-headers", action="store_true", help="send no x-ratelimit-* or Retry-After")
+    parser.add_argument(
+        "--no-rate-headers", action="store_true", help="send no x-ratelimit-* (nor Retry-After, unless --hard-limiter)"
+    )
     parser.add_argument("--no-limit-numbers", action="store_true", help="429 messages name no limit or wait")
     parser.add_argument(
         "--optimistic-hints", action="store_true", help="retry hints computed before the refused request is counted"
     )
+    parser.add_argument(
+        "--hard-limiter",
+        action="store_true",
+        help="refused requests counted into a debt without bound, hints one request short, retry-after-ms always",
+    )
+    parser.add_argument("--refusal-latency", type=float, default=0.0, help="seconds before a 429 is answered")
     parser.add_argument("--quota", type=int, help="answered requests before insufficient_quota")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--batch-delay", type=float, default=0.0, help="seconds until a batch completes")
@@ -85,6 +96,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             limits=_limits(args),
             latency=args.latency,
             latency_jitter=args.latency_jitter,
+            refusal_latency=args.refusal_latency,
             fault_retry_after=args.fault_retry_after,
             host=args.host,
             port=args.port,
