@@ -2,16 +2,19 @@
 
 Prints, section by section (`--sections`, all but `tier5` by default):
 
-- `matrix`: the table of issue 12 for each kind of limiter (requests or tokens per minute enforced over a one-second
-  window, refused requests counted or not, x-ratelimit headers or none), with exact retry hints and with
-  optimistic ones (computed before the refused request itself is counted): the share of the binding limit the
-  whole command reached and the share of requests answered 429;
+- `matrix`: the table of issue 29 (limiter x requests or tokens per minute x x-ratelimit headers or none x refused
+  requests counted or not), each limit enforced over a one-second window; the default limiter forgives a debt past
+  one window and gives exact retry hints, the hard one (`RateLimits.hard`) counts every refusal into a debt
+  without bound and gives hints worked out before the refusal is counted, one request short: the share of the
+  binding limit the whole command reached and the share of requests answered 429 (`--refusal-latency`: the
+  limiter's 429s come back that much later);
 - `noise`: no limit, but 4% of requests answered by a limitless 429 (`Retry-After: 1`, nothing else), against the
   same run without them;
 - `faults`: `grade` on `--grade-tasks` tasks with 25% of requests faulted (500s, 503s, dropped connections, broken
   and empty bodies, limitless 429s), against a fault-free run;
 - `quota`: a quota that runs out partway, and the same command run again with quota;
-- `tier5`: a whole run at OpenAI's usage tier 5 (10,000 RPM and 30M TPM, refused requests counted, headers),
+- `tier5`: a whole run at OpenAI's usage tier 5 (10,000 RPM and 30M TPM, refused requests counted, headers; the
+  hard limiter unless `--tier5-limiter default`),
   `--tier5-tasks` made-up tasks at 1 +/- 0.5 s a request, default settings: the wall time against the limit's
   floor (its requests and tokens at the limits), the requests refused, the most in flight.
 
@@ -22,6 +25,7 @@ grader on the one endpoint and key. The tasks are the first `--tasks` of the sam
 in tokens.
 
     .venv/bin/python benchmarks/bench_ratelimit.py [--tasks 200] [--rate 100] [--sections matrix,noise,...]
+        [--refusal-latency 0.0]
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from healthbench.testing import FakeOpenAI
@@ -83,6 +87,7 @@ class Endpoint:
     jitter: float
     fault_rate: float = 0.0
     faults: tuple[str, ...] = ()
+    refusal_latency: float = 0.0
 
 
 def run(command: list[str], out: Path, endpoint: Endpoint, timeout: float = TIMEOUT) -> Outcome:
@@ -95,6 +100,7 @@ def run(command: list[str], out: Path, endpoint: Endpoint, timeout: float = TIME
         fault_rate=endpoint.fault_rate,
         faults=endpoint.faults,
         fault_retry_after=1.0,
+        refusal_latency=endpoint.refusal_latency,
         record=False,
     ) as server:
         assert server.base_url
@@ -140,34 +146,48 @@ def finished(got: Outcome) -> str:
     return "" if got.exit_code == 0 else f" (exit {got.exit_code}: {got.stderr.strip()[-300:]})"
 
 
+def limits_for(
+    limiter: str, rpm: float | None, tpm: float | None, headers: bool = True, counted: bool = True
+) -> RateLimits:
+    """The default limiter or the hard one (`RateLimits.hard`)."""
+    if limiter == "hard":
+        return RateLimits.hard(rpm, tpm, headers=headers, count_refused=counted)
+    return RateLimits(rpm=rpm, tpm=tpm, headers=headers, count_refused=counted)
+
+
+def limiters(rpm: float, tpm: float) -> dict[str, RateLimits]:
+    """The matrix of issue 29: each limiter (the default, whose debt stops at a window and whose hints are exact;
+    the hard one, OpenAI's at its least forgiving: debt without bound, hints one request short) x requests or
+    tokens x x-ratelimit headers or none x refused requests counted or not."""
+    kinds: dict[str, RateLimits] = {}
+    for limiter in ("default", "hard"):
+        for dimension in ("RPM", "TPM"):
+            for headers in (True, False):
+                for counted in (True, False):
+                    name = (
+                        f"{limiter}, {dimension}, {'headers' if headers else 'no headers'}, refused "
+                        f"{'counted' if counted else 'not counted'}"
+                    )
+                    limit = (rpm, None) if dimension == "RPM" else (None, tpm)
+                    kinds[name] = limits_for(limiter, limit[0], limit[1], headers=headers, counted=counted)
+    return kinds
+
+
 def matrix(args: argparse.Namespace, data: Path, work: Path, free: Outcome) -> None:
-    """The share of the limit reached and the requests refused, for each kind of limiter and of retry hint."""
+    """The share of the limit reached and the requests refused, for each kind of limiter."""
     tpm = args.rate * 60 * free.answered_tokens / free.answered
-    rpm = args.rate * 60
-    kinds = {
-        "requests/s, refused not counted, no headers": RateLimits(rpm=rpm, count_refused=False, headers=False),
-        "requests/s, refused counted, no headers": RateLimits(rpm=rpm, headers=False),
-        "requests/s, refused counted, x-ratelimit headers": RateLimits(rpm=rpm),
-        "tokens/min, refused counted, no headers": RateLimits(tpm=tpm, headers=False),
-        "tokens/min, refused counted, x-ratelimit headers": RateLimits(tpm=tpm),
-    }
-    print(
-        "| limiter | retry hints | share of the limit reached | requests answered 429 | wall | metrics as unlimited |"
-    )
-    print("|---|---|---|---|---|---|")
-    for optimistic in (False, True):
-        for number, (kind, limits) in enumerate(kinds.items()):
-            limits = replace(limits, optimistic_hints=optimistic)
-            endpoint = Endpoint(limits, args.latency, args.jitter)
-            got = run(eval_command(data, args.tasks), work / f"run{number}-{optimistic}", endpoint)
-            if limits.rpm is not None:
-                share = got.answered / got.seconds / args.rate
-            else:
-                share = got.answered_tokens / got.seconds / (tpm / 60)
-            refused = got.refused / max(1, got.answered + got.refused)
-            same = "yes" if got.metrics == free.metrics else "NO"
-            hints = "optimistic" if optimistic else "exact"
-            print(f"| {kind} | {hints} | {share:.0%}{finished(got)} | {refused:.2%} | {got.seconds:.1f} s | {same} |")
+    print("| limiter | share of the limit reached | requests answered 429 | wall | metrics as unlimited |")
+    print("|---|---|---|---|---|")
+    for number, (kind, limits) in enumerate(limiters(args.rate * 60, tpm).items()):
+        endpoint = Endpoint(limits, args.latency, args.jitter, refusal_latency=args.refusal_latency)
+        got = run(eval_command(data, args.tasks), work / f"run{number}", endpoint)
+        if limits.rpm is not None:
+            share = got.answered / got.seconds / args.rate
+        else:
+            share = got.answered_tokens / got.seconds / (tpm / 60)
+        refused = got.refused / max(1, got.answered + got.refused)
+        same = "yes" if got.metrics == free.metrics else "NO"
+        print(f"| {kind} | {share:.0%}{finished(got)} | {refused:.2%} | {got.seconds:.1f} s | {same} |")
 
 
 def noise(args: argparse.Namespace, data: Path, work: Path, free: Outcome) -> None:
@@ -224,14 +244,15 @@ def tier5(args: argparse.Namespace, work: Path) -> None:
     """A whole run at usage tier 5 with default settings: how close to the limit's floor."""
     data = work / "tier5.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in made_up_rows(args.tier5_tasks)))
-    limits = RateLimits(rpm=10_000, tpm=30_000_000)
+    limits = limits_for(args.tier5_limiter, 10_000, 30_000_000)
     endpoint = Endpoint(limits, 1.0, 0.5)
     got = run(eval_command(data, args.tier5_tasks), work / "tier5", endpoint, timeout=3600)
     floor = max(got.answered / 10_000, got.answered_tokens / 30_000_000) * 60
     scored = sum(1 for _ in (work / "tier5" / "results.jsonl").open()) if got.exit_code == 0 else 0
     refused = got.refused / max(1, got.answered + got.refused)
     print(
-        f"\ntier 5 (10,000 RPM, 30M TPM, refused counted, headers), {args.tier5_tasks} tasks, 1 +/- 0.5 s, default "
+        f"\ntier 5 (10,000 RPM, 30M TPM, {args.tier5_limiter} limiter, refused counted, headers), {args.tier5_tasks} "
+        "tasks, 1 +/- 0.5 s, default "
         f"settings: {got.answered} requests, {got.answered_tokens / 1e6:.1f}M tokens, {got.seconds:.0f} s against "
         f"a floor of {floor:.0f} s ({got.seconds / floor:.0%}), {refused:.2%} refused, at most {got.max_in_flight} "
         f"in flight, {scored} tasks scored{finished(got)}"
@@ -247,9 +268,11 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=100.0, help="the limit, in requests a second")
     parser.add_argument("--latency", type=float, default=0.3)
     parser.add_argument("--jitter", type=float, default=0.1)
+    parser.add_argument("--refusal-latency", type=float, default=0.0, help="seconds before a limiter's 429 comes back")
     parser.add_argument("--quota", type=int, default=600, help="answered requests before the quota runs out")
     parser.add_argument("--grade-tasks", type=int, default=500, help="tasks graded in the faults section")
     parser.add_argument("--tier5-tasks", type=int, default=5000)
+    parser.add_argument("--tier5-limiter", choices=("default", "hard"), default="hard")
     parser.add_argument("--sections", default="matrix,noise,faults,quota", help=f"of {','.join(SECTIONS)}")
     args = parser.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # each row as it is measured

@@ -1,17 +1,21 @@
 """`healthbench serve` replicas on one grader key: how much of the key's limit they reach, and how much is refused,
 each pacing alone or all sharing one pace through Redis (`HEALTHBENCH_PACE_STORE`).
 
-For 1 and 3 replicas, with and without the store, against a grader limited to `--rpm` requests a minute that
-counts refused requests, with the x-ratelimit headers and without them (the 429s' messages still name the limit):
-graded sessions spread over the replicas in turn (a load balancer), `--at-once` at a time, `--latency` +/-
-`--jitter` seconds a grader call. Prints one row each: the share of the limit reached over the whole wall time,
-the share of grader requests answered 429, and whether every session was rewarded.
+The matrix of issue 29 for `serve`: each limiter (the default one, which forgives a debt past one window and gives
+exact hints, and the hard one, `RateLimits.hard`: every refusal counted into a debt without bound, hints one
+request short) x the x-ratelimit headers or none (the 429s' messages still name the limit) x refused requests
+counted against the limit or not, against a grader limited to `--rpm` requests a minute; for each, one replica,
+three sharing one Redis, and three each pacing alone (which together overrun the key's limit). Graded sessions
+spread over the replicas in turn (a load balancer), `--at-once` at a time, `--latency` +/- `--jitter` seconds a
+grader call. Prints one row each: the share of the limit reached over the whole wall time, the share of grader
+requests answered 429, and whether every session was rewarded.
 
 The fake grader runs in this process, on a thread of its own; each replica is a process of its own; a throwaway
 redis-server is started on a free loopback port unless `--redis-url` names one (its database is flushed between
 rows).
 
     .venv/bin/python benchmarks/bench_replicas.py [--sessions 300] [--at-once 90] [--rpm 6000]
+        [--setups 1-alone,3-shared,3-alone] [--limiters default,hard] [--headers yes,no] [--counted yes,no]
 """
 
 from __future__ import annotations
@@ -136,6 +140,13 @@ async def sessions(urls: list[str], count: int, at_once: int, tasks: int) -> tup
         await client.environments.aclose()
 
 
+def limits_for(limiter: str, rpm: float, headers: bool, counted: bool) -> RateLimits:
+    """The default limiter (debt forgiven past a window, exact hints) or the hard one (`RateLimits.hard`)."""
+    if limiter == "hard":
+        return RateLimits.hard(rpm, headers=headers, count_refused=counted)
+    return RateLimits(rpm=rpm, headers=headers, count_refused=counted)
+
+
 def main() -> None:
     """Run every row and print the table."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -146,8 +157,12 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.3)
     parser.add_argument("--jitter", type=float, default=0.1)
     parser.add_argument("--redis-url", help="a Redis to share the pace through (else a throwaway one)")
-    parser.add_argument("--replicas", default="1,3", help="comma-separated counts of replicas")
+    parser.add_argument(
+        "--setups", default="1-alone,3-shared,3-alone", help="replicas and their pace: N-alone or N-shared"
+    )
+    parser.add_argument("--limiters", default="default,hard", help="default, hard, or both")
     parser.add_argument("--headers", default="yes,no", help="with x-ratelimit headers, without, or both")
+    parser.add_argument("--counted", default="yes,no", help="refused requests counted against the limit, or not")
     args = parser.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # each row as it is measured
     folder = Path(tempfile.mkdtemp(prefix="bench-replicas-"))
@@ -157,31 +172,36 @@ def main() -> None:
     rate = args.rpm / 60
     print(
         f"{args.sessions} sessions, {args.at_once} at a time, on {args.tasks} made-up tasks; grader limit "
-        f"{args.rpm:.0f} RPM counting refused requests, {args.latency * 1000:.0f} +/- {args.jitter * 1000:.0f} ms "
-        "a call\n"
+        f"{args.rpm:.0f} RPM, {args.latency * 1000:.0f} +/- {args.jitter * 1000:.0f} ms a call\n"
     )
-    print("| replicas | pace | x-ratelimit headers | share of the limit | requests answered 429 | wall | rewarded |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| limiter | x-ratelimit headers | refused requests | replicas | pace | share of the limit | "
+        "requests answered 429 | wall | rewarded |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    setups = [(int(count), pace == "shared") for count, pace in (setup.split("-") for setup in args.setups.split(","))]
     with the_store(args.redis_url, folder) as store_url:
-        for headers in [choice == "yes" for choice in args.headers.split(",")]:
-            for count in [int(count) for count in args.replicas.split(",")]:
-                for shared in (False, True):
-                    limits = RateLimits(rpm=args.rpm, headers=headers)
-                    if shared:
-                        redis.Redis.from_url(store_url).flushdb()
-                    with FakeOpenAI(
-                        limits=limits, latency=args.latency, latency_jitter=args.jitter, record=False
-                    ) as fake:
-                        assert fake.base_url
-                        with replicas(count, data, fake.base_url, store_url if shared else None) as urls:
-                            wall, rewards = asyncio.run(sessions(urls, args.sessions, args.at_once, args.tasks))
-                        answered, refused = fake.limiter.answered, fake.responses_by_kind["rate_limited"]
-                    rewarded = sum(reward is not None for reward in rewards)
-                    print(
-                        f"| {count} | {'shared (Redis)' if shared else 'each its own'} | {'yes' if headers else 'no'} "
-                        f"| {answered / wall / rate:.0%} | {refused / max(1, answered + refused):.2%} | {wall:.1f} s | "
-                        f"{rewarded}/{len(rewards)} |"
-                    )
+        for limiter in args.limiters.split(","):
+            for headers in [choice == "yes" for choice in args.headers.split(",")]:
+                for counted in [choice == "yes" for choice in args.counted.split(",")]:
+                    for count, shared in setups:
+                        limits = limits_for(limiter, args.rpm, headers, counted)
+                        if shared:
+                            redis.Redis.from_url(store_url).flushdb()
+                        with FakeOpenAI(
+                            limits=limits, latency=args.latency, latency_jitter=args.jitter, record=False
+                        ) as fake:
+                            assert fake.base_url
+                            with replicas(count, data, fake.base_url, store_url if shared else None) as urls:
+                                wall, rewards = asyncio.run(sessions(urls, args.sessions, args.at_once, args.tasks))
+                            answered, refused = fake.limiter.answered, fake.responses_by_kind["rate_limited"]
+                        rewarded = sum(reward is not None for reward in rewards)
+                        share, refusals = answered / wall / rate, refused / max(1, answered + refused)
+                        print(
+                            f"| {limiter} | {'yes' if headers else 'no'} | {'counted' if counted else 'not counted'} "
+                            f"| {count} | {'shared (Redis)' if shared else 'each its own'} | {share:.0%} | "
+                            f"{refusals:.2%} | {wall:.1f} s | {rewarded}/{len(rewards)} |"
+                        )
 
 
 if __name__ == "__main__":
