@@ -6,8 +6,8 @@ a spent limit spends the budget it is waiting for. Starts are therefore paced (`
 before the server has to refuse anything, and, where the server reports what remains, kept under a mirror of
 its bucket, which counts a debt the report shows (nothing remaining, and a longer wait until the bucket is full
 than its size takes). In a process of its own the mirror also lets starts run ahead of the pace while it shows
-room past half the bucket (so a run spends the bucket's burst allowance once, and keeps the rest to absorb
-jitter) until the server refuses a request it said would fit; from then on, and always when the pace is
+room past a quarter of the bucket (so a run spends the bucket's burst allowance once, and keeps the rest to
+absorb jitter) until the server refuses a request it said would fit; from then on, and always when the pace is
 shared, starts keep to the pace.
 
 Limits come from the user, else from the `x-ratelimit-*` headers, else from the numbers in a 429's message.
@@ -57,7 +57,7 @@ _NOISE, _SAMPLE, _USUAL, _USUAL_MAX = 0.08, 20, 0.5, 0.1
 _PAD_UP, _PAD_MAX, _PAD_DECAY, _PAD_MARGIN = 1.5, 3.0, 0.9, 0.01  # learning that retry hints run short
 _MARGIN, _EWMA = 1.5, 0.05  # Little's law: in flight = rate x latency x margin; the averages' weight
 # A trusted report's room past this share of the bucket may be spent ahead of the pace, up to _AHEAD seconds of it.
-_CUSHION, _AHEAD = 0.5, 0.5
+_CUSHION, _AHEAD = 0.25, 0.75
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ DIMENSIONS: tuple[Dimension, ...] = ("requests", "tokens")
 
 USER, HEADERS, MESSAGE = 3, 2, 1  # precedence of a limit's sources: the user's setting comes first
 BURST = 0.05  # seconds of pace a late start may catch up on at once (GCRA's tolerance)
-HEADROOM = 0.98  # the share of a known limit the pace sends at
+HEADROOM = 0.99  # the share of a known limit the pace sends at
 WINDOW = 1.0  # one overload answers many requests at once: one cut per window, for every process
 CUT, FLOOR = 0.9, 0.25  # a limit's cut of the pace, and the lowest factor it reaches
 GROWTH = 1.02  # the factor's regrowth per second, multiplicative
