@@ -77,9 +77,15 @@ class Completer(Protocol):
     """
 
     async def complete(
-        self, body: Mapping[str, Any] | bytes, parse: Callable[[str], T], *, ident: str | None = None
+        self,
+        body: Mapping[str, Any] | bytes,
+        parse: Callable[[str], T],
+        *,
+        ident: str | None = None,
+        parsed: Mapping[str, Any] | None = None,
     ) -> tuple[T, Usage]:
-        """Send one request and parse its content; raise `RequestFailed` past the retry bound."""
+        """Send one request and parse its content; raise `RequestFailed` past the retry bound. `parsed` is the
+        object that `body`'s bytes encode, when the caller has it: it spares parsing them again."""
 
     async def aclose(self) -> None:
         """Release connections."""
@@ -205,7 +211,12 @@ class ApiClient:
             raise AttemptFailed(Failure(Kind.UNUSABLE_CONTENT, str(exc))) from None
 
     async def complete(
-        self, body: Mapping[str, Any] | bytes, parse: Callable[[str], T], *, ident: str | None = None
+        self,
+        body: Mapping[str, Any] | bytes,
+        parse: Callable[[str], T],
+        *,
+        ident: str | None = None,
+        parsed: Mapping[str, Any] | None = None,
     ) -> tuple[T, Usage]:
         """Send one request (a body, or its JSON bytes) to this client's API and parse its content, with retries.
 
@@ -214,7 +225,9 @@ class ApiClient:
         every call is its own request. `QuotaExhausted` if the account has no quota left: never retried.
         """
         payload = body if isinstance(body, bytes) else json.dumps(body).encode()
-        cost = request_cost(json.loads(payload) if isinstance(body, bytes) else body, self.default_output_cap)
+        if parsed is None:
+            parsed = json.loads(payload) if isinstance(body, bytes) else body
+        cost = request_cost(parsed, self.default_output_cap)
         usage = Usage()
 
         async def attempt() -> T:

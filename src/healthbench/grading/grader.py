@@ -21,7 +21,7 @@ import dataclasses
 import functools
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -32,6 +32,7 @@ from healthbench.errors import GradingError, InvalidResponse, ReplyGradingError,
 from healthbench.grading.per_reply import output_cap, per_reply_prompt
 from healthbench.grading.prompt import (
     GRADER_SYSTEM_MESSAGE,
+    TEMPLATE,
     grader_prompt,
     prompt_cache_key,
     render_conversation,
@@ -50,6 +51,27 @@ GRADER_CALLS: tuple[GraderCalls, ...] = ("per-item", "per-reply")
 PER_ITEM: GraderCalls = "per-item"
 
 _FENCE = re.compile(r"^```json\s*|\s*```$")
+
+
+def _escaped(text: str) -> str:
+    """`text` as it stands inside a JSON string that `json.dumps` writes."""
+    return json.dumps(text)[1:-1]
+
+
+# The template around its placeholders, escaped once, for the bytes of item requests (`Grader._item_payloads`).
+_CONVERSATION_PLACEHOLDER, _RUBRIC_PLACEHOLDER = "<<conversation>>", "<<rubric_item>>"
+_head, _, _rest = TEMPLATE.partition(_CONVERSATION_PLACEHOLDER)
+_bridge, _, _tail = _rest.partition(_RUBRIC_PLACEHOLDER)
+_HEAD, _BRIDGE, _TAIL = _escaped(_head), _escaped(_bridge), _escaped(_tail)
+# The reference substitutes by replacing every placeholder: pieces that stand for its prompt need each just once,
+# the conversation's first.
+_SPLICED = (
+    TEMPLATE.count(_CONVERSATION_PLACEHOLDER)
+    == 1
+    == TEMPLATE.count(_RUBRIC_PLACEHOLDER)
+    == _rest.count(_RUBRIC_PLACEHOLDER)
+)
+_PROMPT = "\0healthbench grader prompt\0"  # stands in for the prompt in a body, to find where it goes
 
 
 @dataclass(frozen=True)
@@ -219,6 +241,22 @@ class Grader:
         payload = json.dumps(self.request_body(prompt, items=items)).encode()
         return payload, payload if cache_key is None else with_cache_key(payload, cache_key)
 
+    def _item_payloads(self, conversation: str) -> Callable[[str], bytes] | None:
+        """The request bytes of each rubric item of one reply, as `_encoded` gives them, the conversation escaped
+        once for all of them (most of what a request's JSON escapes); None where the reference's substitution
+        would not leave the conversation whole (it holds the rubric item's placeholder)."""
+        body = json.dumps(self.request_body(_PROMPT))
+        before, marker, after = body.partition(json.dumps(_PROMPT))
+        if not (_SPLICED and marker) or _PROMPT in after or _RUBRIC_PLACEHOLDER in conversation:
+            return None
+        # JSON escapes each character alone: the pieces escaped apart and joined are the whole escaped.
+        start = before + '"' + _HEAD + _escaped(conversation) + _BRIDGE
+
+        def payload(item: str) -> bytes:
+            return (start + _escaped(item) + _TAIL + '"' + after).encode()
+
+        return payload
+
     async def verdict(
         self, prompt: str, *, ident: str | None = None, cache_key: str | None = None
     ) -> tuple[Verdict, Usage]:
@@ -229,14 +267,21 @@ class Grader:
         a cache, the request (without its cache key) and its `ident` are the key, and a hit costs nothing and
         reports zero usage. `cache_key` is sent as the request's `prompt_cache_key`.
         """
-        payload, sent = self._encoded(prompt, cache_key)
+        return await self._verdict(prompt, self._encoded(prompt, None)[0], ident, cache_key)
+
+    async def _verdict(
+        self, prompt: str, payload: bytes, ident: str | None, cache_key: str | None
+    ) -> tuple[Verdict, Usage]:
+        """`verdict`, for the prompt's request bytes `payload` (without a cache key)."""
+        sent = payload if cache_key is None else with_cache_key(payload, cache_key)
+        parsed = self.request_body(prompt)  # for the client to count its tokens without parsing `sent` again
         if self.cache is None:
-            return await self.client.complete(sent, parse_verdict, ident=ident)
+            return await self.client.complete(sent, parse_verdict, ident=ident, parsed=parsed)
         key = request_key(payload if ident is None else payload + b"\0" + ident.encode())
         cached = self.cache.get_verdict(key)
         if cached is not None:
             return cached, Usage()
-        verdict, usage = await self.client.complete(sent, parse_verdict, ident=ident)
+        verdict, usage = await self.client.complete(sent, parse_verdict, ident=ident, parsed=parsed)
         self.cache.put_verdict(key, verdict, usage)
         return verdict, usage
 
@@ -251,13 +296,14 @@ class Grader:
         verdicts are kept."""
         payload, sent = self._encoded(prompt, cache_key, count)
         parse = functools.partial(parse_verdicts, count=count)
+        parsed = self.request_body(prompt, items=count)
         if self.cache is None:
-            return await self.client.complete(sent, parse, ident=ident)
+            return await self.client.complete(sent, parse, ident=ident, parsed=parsed)
         keys = [request_key(payload + b"\0" + f"{ident}/{index}".encode()) for index in range(count)]
         kept = [self.cache.get_verdict(key) for key in keys]
         if all(verdict is not None for verdict in kept):
             return [verdict for verdict in kept if verdict is not None], Usage()
-        found, usage = await self.client.complete(sent, parse, ident=ident)
+        found, usage = await self.client.complete(sent, parse, ident=ident, parsed=parsed)
         for index, (key, verdict) in enumerate(zip(keys, found, strict=True)):
             self.cache.put_verdict(key, verdict, usage if index == 0 else Usage())
         return found, usage
@@ -290,12 +336,15 @@ class Grader:
     ) -> list[tuple[Verdict, Usage]]:
         # Every item's prompt starts with the template's head and the whole conversation, reply included.
         cache_key = self.cache_key(conversation)
+        payloads = self._item_payloads(conversation)
 
         async def one(index: int, item: RubricItem) -> tuple[Verdict, Usage]:
             item_ident = None if ident is None else f"{ident}/{index}"
-            prompt = grader_prompt(conversation, rubric_item_text(item))
+            text = rubric_item_text(item)
+            prompt = grader_prompt(conversation, text)
+            payload = payloads(text) if payloads is not None else self._encoded(prompt, None)[0]
             try:
-                return await self.verdict(prompt, ident=item_ident, cache_key=cache_key)
+                return await self._verdict(prompt, payload, item_ident, cache_key)
             except RequestFailed as exc:
                 raise GradingError(prompt_id, item.criterion, str(exc)) from None
 

@@ -94,9 +94,15 @@ class BatchClient:
         self._pump_task: asyncio.Task[None] | None = None
 
     async def complete(
-        self, body: Mapping[str, Any] | bytes, parse: Callable[[str], T], *, ident: str | None = None
+        self,
+        body: Mapping[str, Any] | bytes,
+        parse: Callable[[str], T],
+        *,
+        ident: str | None = None,
+        parsed: Mapping[str, Any] | None = None,
     ) -> tuple[T, Usage]:
-        """Queue one request for a batch and wait for its parsed answer."""
+        """Queue one request for a batch and wait for its parsed answer (`parsed` is not needed: a batch has no
+        per-minute pace)."""
         payload = body if isinstance(body, bytes) else json.dumps(body).encode()
         custom_id = request_key(payload if ident is None else payload + b"\0" + ident.encode())
         request = self._requests.get(custom_id)
