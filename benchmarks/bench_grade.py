@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,9 +97,58 @@ def main() -> None:
         "".join(json.dumps({"prompt_id": i, "response": "Please see a doctor if it gets worse."}) + "\n" for i in ids)
     )
     print(f"{len(ids)} tasks from {args.data}")
+    request_bytes(args.data)
     for grader in args.graders:
         for latency in (0.0, args.latency):
             bench_one(args, responses, grader, latency)
+
+
+def request_bytes(data: Path) -> None:
+    """The grader's CPU per call for a request's bytes and its token count: each prompt encoded whole and parsed
+    back (as before issue 29), and assembled from the conversation escaped once per reply (as now)."""
+    from healthbench.api.ratesignals import request_cost
+    from healthbench.data.loading import load_rows
+    from healthbench.grading.grader import Grader
+    from healthbench.grading.prompt import grader_prompt, render_conversation, rubric_item_text
+    from healthbench.grading.prompt import transcript_with_reply as with_reply
+
+    grader = Grader(client=None)  # type: ignore[arg-type]  # only its requests are made
+    replies = [
+        (render_conversation(with_reply(task.prompt, "Please see a doctor if it gets worse.")), task.rubrics)
+        for task in load_rows(data)
+    ]
+    calls = sum(len(rubrics) for _, rubrics in replies)
+
+    def whole() -> None:
+        for conversation, rubrics in replies:
+            for item in rubrics:
+                _, sent = grader._encoded(grader_prompt(conversation, rubric_item_text(item)), "key")
+                request_cost(json.loads(sent))
+
+    def assembled() -> None:
+        for conversation, rubrics in replies:
+            payloads = grader._item_payloads(conversation)
+            assert payloads is not None
+            for item in rubrics:
+                text = rubric_item_text(item)
+                payloads(text)
+                request_cost(grader.request_body(grader_prompt(conversation, text)))
+
+    times = {}
+    for name, work in (("whole", whole), ("assembled", assembled)):
+        best = min(_timed(work) for _ in range(3))
+        times[name] = best / calls * 1e6
+    print(
+        f"request bytes and token count, CPU per grader call: encoded whole and parsed back {times['whole']:.1f} us, "
+        f"assembled from the conversation escaped once {times['assembled']:.1f} us",
+        flush=True,
+    )
+
+
+def _timed(work: Callable[[], None]) -> float:
+    started = time.process_time()
+    work()
+    return time.process_time() - started
 
 
 def bench_one(args: argparse.Namespace, responses: Path, grader: str, latency: float) -> None:
