@@ -37,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from healthbench.testing import FakeOpenAI
@@ -87,7 +87,6 @@ class Endpoint:
     jitter: float
     fault_rate: float = 0.0
     faults: tuple[str, ...] = ()
-    refusal_latency: float = 0.0
 
 
 def run(command: list[str], out: Path, endpoint: Endpoint, timeout: float = TIMEOUT) -> Outcome:
@@ -100,7 +99,6 @@ def run(command: list[str], out: Path, endpoint: Endpoint, timeout: float = TIME
         fault_rate=endpoint.fault_rate,
         faults=endpoint.faults,
         fault_retry_after=1.0,
-        refusal_latency=endpoint.refusal_latency,
         record=False,
     ) as server:
         assert server.base_url
@@ -179,7 +177,8 @@ def matrix(args: argparse.Namespace, data: Path, work: Path, free: Outcome) -> N
     print("| limiter | share of the limit reached | requests answered 429 | wall | metrics as unlimited |")
     print("|---|---|---|---|---|")
     for number, (kind, limits) in enumerate(limiters(args.rate * 60, tpm).items()):
-        endpoint = Endpoint(limits, args.latency, args.jitter, refusal_latency=args.refusal_latency)
+        limits = replace(limits, refusal_latency=args.refusal_latency)
+        endpoint = Endpoint(limits, args.latency, args.jitter)
         got = run(eval_command(data, args.tasks), work / f"run{number}", endpoint)
         if limits.rpm is not None:
             share = got.answered / got.seconds / args.rate

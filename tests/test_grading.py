@@ -105,7 +105,7 @@ class _OneFailsOneWaits:
         self.calls = 0
         self.waiting_ended = False
 
-    async def complete(self, body: Any, parse: Any, *, ident: str | None = None) -> Any:
+    async def complete(self, body: Any, parse: Any, *, ident: str | None = None, parsed: Any = None) -> Any:
         self.calls += 1
         if self.calls == 1:
             await asyncio.sleep(0)  # the other call is out by now

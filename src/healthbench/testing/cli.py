@@ -37,6 +37,7 @@ def _limits(args: argparse.Namespace) -> RateLimits | None:
         optimistic_hints=args.optimistic_hints or hard.optimistic_hints,
         debt=hard.debt,
         retry_headers=hard.retry_headers,
+        refusal_latency=args.refusal_latency,
     )
 
 
@@ -96,7 +97,6 @@ def main(argv: Sequence[str] | None = None) -> None:
             limits=_limits(args),
             latency=args.latency,
             latency_jitter=args.latency_jitter,
-            refusal_latency=args.refusal_latency,
             fault_retry_after=args.fault_retry_after,
             host=args.host,
             port=args.port,

@@ -55,6 +55,9 @@ class RateLimits:
     debt: float | None = 1.0
     # Whether a 429 carries retry-after-ms and Retry-After; None: when it carries the x-ratelimit headers.
     retry_headers: bool | None = None
+    # Seconds before a 429 is answered: decided on arrival, before any work, it still crosses a network, and the
+    # requests the client sends meanwhile are refused too.
+    refusal_latency: float = 0.0
 
     def __post_init__(self) -> None:
         if any(limit is not None and limit <= 0 for limit in (self.rpm, self.tpm)):
@@ -63,8 +66,8 @@ class RateLimits:
             raise ValueError("window must be positive")
         if self.quota is not None and self.quota < 0:
             raise ValueError("quota must be non-negative")
-        if self.debt is not None and self.debt < 0:
-            raise ValueError("debt must be non-negative")
+        if (self.debt is not None and self.debt < 0) or self.refusal_latency < 0:
+            raise ValueError("debt and refusal_latency must be non-negative")
 
     @classmethod
     def per_second(cls, rate: float) -> RateLimits:

@@ -109,7 +109,6 @@ class FakeOpenAI:
         limits: RateLimits | None = None,
         latency: float = 0.0,
         latency_jitter: float = 0.0,
-        refusal_latency: float = 0.0,
         fault_retry_after: float = 0.0,
         host: str = "127.0.0.1",
         port: int = 0,
@@ -140,8 +139,8 @@ class FakeOpenAI:
             raise ValueError("rate_limit must be positive")
         if latency < 0 or not 0 <= latency_jitter <= latency:
             raise ValueError("latency must be non-negative, and latency_jitter between 0 and latency")
-        if batch_delay < 0 or fault_retry_after < 0 or refusal_latency < 0:
-            raise ValueError("batch_delay, fault_retry_after and refusal_latency must be non-negative")
+        if batch_delay < 0 or fault_retry_after < 0:
+            raise ValueError("batch_delay and fault_retry_after must be non-negative")
         if not (0.0 <= batch_fail_rate <= 1.0 and 0.0 <= batch_malformed_rate <= 1.0):
             raise ValueError("batch_fail_rate and batch_malformed_rate must be between 0 and 1")
         if max_file_bytes <= 0 or max_batch_requests <= 0:
@@ -157,9 +156,6 @@ class FakeOpenAI:
         self.latency = latency
         # Each answer takes latency +/- latency_jitter, drawn from an RNG of its own so faults stay as seeded.
         self.latency_jitter = latency_jitter
-        # A limiter's 429 is decided on arrival, before any work, but still crosses the network: by the time the
-        # client reads it, requests it sent meanwhile have been refused too.
-        self.refusal_latency = refusal_latency
         # An injected 429 is a gateway's "slow down": a Retry-After and nothing else (no limit, no headers).
         self.fault_retry_after = fault_retry_after
         self.host = host
@@ -255,8 +251,8 @@ class FakeOpenAI:
         refusal, rate_headers = self._limiter.admit(body, time.monotonic())
         if refusal is not None:
             self.responses_by_kind["quota_exhausted" if self._limiter.quota_spent else "rate_limited"] += 1
-            if self.refusal_latency > 0:
-                await asyncio.sleep(self.refusal_latency)
+            if self._limiter.limits is not None and self._limiter.limits.refusal_latency:
+                await asyncio.sleep(self._limiter.limits.refusal_latency)
             return refusal
 
         if self.fail_always is not None and self.fail_always(body):
