@@ -213,17 +213,19 @@ def test_a_halted_client_sends_nothing_more_and_what_was_out_lands() -> None:
         async def work() -> None:
             await client.complete(BODY, lambda text: text)  # the first answer opens the gate to the rest
             tasks = [asyncio.ensure_future(one(i)) for i in range(12)]
-            while server.requests_total < 5:  # the first, then the budget's four on the wire
+            # The first, then more as the answers come (no limit is known: a slow start), up to the budget's four.
+            while server.requests_total < 5:
                 await asyncio.sleep(0.01)
             client.halt()
             await client.landed()
-            assert len(landed) == 4  # each call on the wire returned, and its caller went on
+            # Each call on the wire returned, and its caller went on: none is left halfway.
+            assert len(landed) == server.requests_total - 1
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
         run(client, work)
-        assert server.requests_total == 5  # the other eight were never sent
+        assert len(landed) == server.requests_total - 1 <= 8  # nothing sent once halted: the others never were
 
 
 # Answers no OpenAI-compatible endpoint gives: what a wrong URL, a proxy's page or a broken server answers.
