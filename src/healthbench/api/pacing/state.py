@@ -33,7 +33,9 @@ from typing import Literal, Protocol
 Dimension = Literal["requests", "tokens"]
 DIMENSIONS: tuple[Dimension, ...] = ("requests", "tokens")
 
-USER, HEADERS, MESSAGE = 3, 2, 1  # precedence of a limit's sources: the user's setting comes first
+# Precedence of a limit read from the server: its headers over a 429's message (a user's limit is kept apart, and
+# comes first).
+HEADERS, MESSAGE = 2, 1
 BURST = 0.05  # seconds of pace a late start may catch up on at once (GCRA's tolerance)
 HEADROOM = 0.99  # the share of a known limit the pace sends at
 WINDOW = 1.0  # one overload answers many requests at once: one cut per window, for every process

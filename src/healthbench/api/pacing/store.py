@@ -251,11 +251,6 @@ class FailoverPace:
         self._next_ping = 0.0
         self._pinging: asyncio.Task[None] | None = None
 
-    @property
-    def down(self) -> bool:
-        """Whether the store is out of reach and the pace local."""
-        return self._down_since is not None
-
     async def admit(self, tokens: float, horizon: float, ahead: Ahead, user: Limits) -> Admission:
         """`PaceState.admit`: the store's, or the stand-in's while the store is out of reach."""
         admission = await self._remote(lambda: self.remote.admit(tokens, horizon, ahead, user))
