@@ -3,16 +3,21 @@ replies a harness submitted graded again by `healthbench grade` for comparison."
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
 import subprocess
 import sys
 import threading
+import time
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+import aiohttp
 
 from healthbench.testing import GRADER_MARKER
 from tests.conftest import write_jsonl
@@ -95,6 +100,31 @@ def server_process(command: Sequence[str], env: Mapping[str, str]) -> Iterator[t
         process.terminate()
         process.wait(60)
         reader.join()
+
+
+def log_until_marker(url: str, lines: list[str], start: int, headers: Mapping[str, str] | None = None) -> str:
+    """The server's log lines from `start` up to a marker's, without colours: the marker is a request for an
+    environment of a new name, which the server refuses with one warning line naming it, written after every
+    line of the requests answered before it (waited for: at most 30 s). `headers`: the server's token, if it
+    needs one."""
+    marker = f"marker-{uuid.uuid4().hex[:12]}"
+
+    async def refused() -> None:
+        async with aiohttp.ClientSession() as http, http.get(f"{url}/{marker}/tools", headers=headers) as response:
+            assert response.status == 404, await response.text()
+
+    asyncio.run(refused())
+    for _ in range(3000):
+        for index in range(start, len(lines)):
+            if marker in lines[index]:
+                return "".join(strip_colour(line) for line in lines[start:index])
+        time.sleep(0.01)  # the reader thread has not read the marker's line yet
+    raise AssertionError("the marker's log line never came")
+
+
+def strip_colour(line: str) -> str:
+    """A log line without its terminal colours."""
+    return re.sub(r"\x1b\[[0-9;]*m", "", line)
 
 
 def graded_by_cli(

@@ -418,7 +418,7 @@ def test_served_process_keeps_the_key_out_of_its_output(rows: list[Row], fake: F
         "import sys; from pathlib import Path; from healthbench.grading.settings import GraderConfig; "
         "from healthbench.integrations.openreward.deployment import load_splits; "
         "from healthbench.integrations.openreward.environment import serve; "
-        "serve(load_splits(Path(sys.argv[1])), host='127.0.0.1', port=0, grader=GraderConfig.from_env(max_attempts=1))"
+        "serve(load_splits(Path(sys.argv[1])), port=0, grader=GraderConfig.from_env(max_attempts=1))"
     )
     with server_process([sys.executable, "-c", code, str(data)], env) as (url, lines):
         fake.reset()

@@ -4,8 +4,7 @@ by `X-Deployment`) is an HTTP 404 naming the ones it serves, an unknown split na
 names the tools, each with one log line; a reply that cannot be graded is one log line naming the task, the
 rubric item and the cause, with a traceback only at `--log-level debug`.
 
-A request's log lines are told apart by a marker: a `/health` request sent after it, whose line the server writes
-after every line of the request before.
+A request's log lines are told apart by a marker (`tests.serving.log_until_marker`).
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ from openreward.api.errors import ScoreGroupFailed, ToolCallError, ToolFailed
 from healthbench.testing import FakeOpenAI
 from tests.conftest import write_jsonl
 from tests.reference import KEY, made_up_rows
-from tests.serving import UNGRADABLE, fails_marked, served_with_log
+from tests.serving import UNGRADABLE, fails_marked, log_until_marker, served_with_log
 
 ROWS = made_up_rows()[:3]
 SERVED = "'healthbench' and 'healthbench_answer'"
@@ -69,26 +68,6 @@ def logged(url: str, lines: list[str], action: Callable[[AsyncOpenReward], Await
     start = len(lines)
     error = asyncio.run(run())
     return error, log_until_marker(url, lines, start)
-
-
-def log_until_marker(url: str, lines: list[str], start: int) -> str:
-    """The lines from `start` up to a `/health` request's, sent now (waited for: at most 30 s)."""
-
-    async def health() -> None:
-        async with aiohttp.ClientSession() as http, http.get(f"{url}/health") as response:
-            assert response.status == 200
-
-    asyncio.run(health())
-    for _ in range(3000):
-        for index in range(start, len(lines)):
-            if re.search(r"path=/health(\s|$)", strip_colour(lines[index])):
-                return "".join(strip_colour(line) for line in lines[start:index])
-        asyncio.run(asyncio.sleep(0.01))  # the reader thread has not read the marker's line yet
-    raise AssertionError("the marker's log line never came")
-
-
-def strip_colour(line: str) -> str:
-    return re.sub(r"\x1b\[[0-9;]*m", "", line)
 
 
 def count(log: str, event: str) -> int:

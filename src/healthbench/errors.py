@@ -247,6 +247,16 @@ class CandidateError(HealthBenchError):
         self.index = index
 
 
+class OverLimit(HealthBenchError):
+    """A request to a served environment that asks more than the server's bounds allow (a reply too long to
+    grade, a group of too many candidates): nothing of it was graded. The message names the bound and the flag
+    that sets it."""
+
+
+class SessionRefused(HealthBenchError):
+    """A request a served session refuses for its state: a group scored after the session's episode finished."""
+
+
 class SampleError(HealthBenchError):
     """The evaluated model gave no usable reply for a task within the retry bound."""
 

@@ -23,9 +23,10 @@ from healthbench.cli.options import (
 )
 from healthbench.cli.physicians import meta_headline
 from healthbench.cli.render import download_bar
+from healthbench.cli.serving import access_from_flags, access_options
 from healthbench.data.source import TaskSource
 from healthbench.data.subsets import DOWNLOADABLE, TASK_SUBSETS
-from healthbench.errors import DataError, RequestFailed
+from healthbench.errors import RequestFailed
 from healthbench.grading.settings import GraderConfig, GradingOptions
 from healthbench.integrations.openreward.deployment import ENVIRONMENT, ENVIRONMENTS, SERVED_CONCURRENCY
 from healthbench.reporting.report import rebuild, unfinished, write_meta_report, write_report
@@ -190,7 +191,6 @@ def compare(run_a: Path, run_b: Path, seed: int, n_bootstrap: int, as_json: bool
     help="Official subset, repeatable: full is the test split, the others are splits of their own "
     "(professional graded with its official settings) [default: full, unless --data].",
 )
-@click.option("--host", default="0.0.0.0", show_default=True, help="Interface to listen on.")
 @click.option(
     "--port", type=click.IntRange(0, 65535), default=8080, show_default=True, envvar="PORT", help="[env: PORT]"
 )
@@ -209,15 +209,15 @@ def compare(run_a: Path, run_b: Path, seed: int, n_bootstrap: int, as_json: bool
     default="info",
     show_default=True,
     envvar="OPENREWARD_LOG_LEVEL",
-    help="The environment's log: requests, tool calls, refusals; a reply that cannot be graded is one line, "
-    "with its traceback at debug [env: OPENREWARD_LOG_LEVEL].",
+    help="The environment's log: at info a line per session created, per reward and per failure (its cause; its "
+    "traceback at debug, with every request's lines) [env: OPENREWARD_LOG_LEVEL].",
 )
+@access_options
 @grader_options
 @user_errors
 def serve(
     data: Path | None,
     subsets: tuple[str, ...],
-    host: str,
     port: int,
     default_environment: str,
     log_level: str,
@@ -232,12 +232,17 @@ def serve(
     Grader flags apply to every split; what they leave unset is, for the professional split, its official
     setting (gpt-5.4 at low effort through the Responses API), whose reward is also length-adjusted. A grader,
     its connections and its pace are shared by every session of its settings and key, and stay open until the
-    server stops or the key has not been used for 5 minutes."""
+    server stops or the key has not been used for 5 minutes.
+
+    It listens on loopback unless --host says otherwise; beyond loopback, a server that grades with a key of its
+    own needs a token (--auth-token-file or HEALTHBENCH_SERVER_TOKEN), which clients send as X-API-Key (the
+    OpenReward SDK client's api_key, or OPENREWARD_API_KEY) or Authorization: Bearer, or --no-auth."""
     # The SDK's loggers read their level as they are made, when the environment is first imported.
     os.environ["OPENREWARD_LOG_LEVEL"] = log_level.upper()
-    from healthbench.integrations.openreward.deployment import load_splits
+    from healthbench.integrations.openreward.deployment import load_splits, split_names
     from healthbench.integrations.openreward.environment import serve as serve_environment
 
+    access, limits = access_from_flags(flags)
     # The test split from a file is graded by its kind: Professional's settings for a file in its schema.
     kinds: dict[str, str | None] = {}
     if data is not None:
@@ -245,22 +250,24 @@ def serve(
         professional_note(source)
         kinds["test"] = source.kind
     try:
-        with data_flag_offered():
-            splits = load_splits(data, subsets, download_bar)
-    except DataError:
-        raise
+        names = split_names(data, subsets)
     except ValueError as exc:  # --data together with --subset full
         raise click.UsageError(str(exc)) from None
-    kinds = {split: kinds.get(split, split) for split in splits}
     options = grading_options(flags)
-    plans = {split: options.plan(kinds[split], served=True) for split in splits}
+    plans = {split: options.plan(kinds.get(split, split), served=True) for split in names}
     graders = {split: plan.grader for split, plan in plans.items()}
+    # Before any row is read or downloaded: a server that would let anyone spend its key does not start.
+    if (refusal := access.refusal(graders.values())) is not None:
+        raise click.ClickException(refusal)
     for config in graders.values():
         config.check_pace_store()  # a shared pace out of reach: no server, rather than one that overruns the key
+    with data_flag_offered():
+        splits = load_splits(data, subsets, download_bar)
     adjustments = {split: plan.length_adjustment for split, plan in plans.items()}
     serve_environment(
         splits,
-        host=host,
+        access=access,
+        limits=limits,
         port=port,
         grader=graders,
         adjustments=adjustments,

@@ -18,12 +18,13 @@ from healthbench.data.cache import Transfer, unseen
 from healthbench.data.loading import load_rows
 from healthbench.data.schema import Message, Row
 from healthbench.data.subsets import load_subset
-from healthbench.errors import CandidateError, GradingError
+from healthbench.errors import CandidateError, GradingError, OverLimit
 from healthbench.grading.pool import GraderPool
 from healthbench.grading.prompt import TEMPLATE_SHA256, render_conversation
 from healthbench.grading.sample import GradedSample, grade_sample
 from healthbench.grading.scoring import LengthAdjustment
 from healthbench.grading.settings import GraderConfig
+from healthbench.integrations.openreward.access import ServeLimits
 from healthbench.integrations.openreward.usagelog import UsageLog
 
 EXPLANATION_CHARS = 200
@@ -55,6 +56,26 @@ def answer_prompt_text(messages: Sequence[Message]) -> str:
     return prompt_text(messages) + ANSWER_SUFFIX
 
 
+def _subsets(data: Path | None, subsets: Sequence[str]) -> Sequence[str]:
+    """The subsets served: those given, else the full set unless a file is."""
+    return subsets if data is not None or subsets else ("full",)
+
+
+def _split(subset: str) -> str:
+    return "test" if subset == "full" else subset
+
+
+def split_names(data: Path | None = None, subsets: Sequence[str] = ()) -> list[str]:
+    """The splits `load_splits` serves for `data` and `subsets`, in order, known before anything is read.
+    `ValueError` for a split given twice."""
+    names = ["test"] if data is not None else []
+    for split in map(_split, _subsets(data, subsets)):
+        if split in names:
+            raise ValueError(f"split {split!r} given twice (a data file and the full subset are both 'test')")
+        names.append(split)
+    return names
+
+
 def load_splits(
     data: Path | None = None, subsets: Sequence[str] = (), transfer: Transfer = unseen
 ) -> dict[str, list[Row]]:
@@ -63,16 +84,12 @@ def load_splits(
 
     With neither a file nor a subset, the full set is served; a download is shown through `transfer`.
     """
-    if data is None and not subsets:
-        subsets = ("full",)
+    split_names(data, subsets)  # a split given twice: refused before anything is read
     splits: dict[str, list[Row]] = {}
     if data is not None:
         splits["test"] = load_rows(data)
-    for name in subsets:
-        split = "test" if name == "full" else name
-        if split in splits:
-            raise ValueError(f"split {split!r} given twice (a data file and the full subset are both 'test')")
-        splits[split] = load_subset(name, transfer)
+    for name in _subsets(data, subsets):
+        splits[_split(name)] = load_subset(name, transfer)
     return splits
 
 
@@ -81,7 +98,7 @@ class Deployment:
 
     `grader` is the settings of every split, or of each split by name; `adjustments` the length adjustment of
     a split whose reward is length-adjusted (none for a split not named); `usage_log` is told each graded
-    reply's grader usage.
+    reply's grader usage; `limits` bound a reply's length and a group's size.
     """
 
     def __init__(
@@ -90,8 +107,10 @@ class Deployment:
         grader: GraderConfig | Mapping[str, GraderConfig],
         adjustments: Mapping[str, LengthAdjustment | None] | None = None,
         usage_log: UsageLog | None = None,
+        limits: ServeLimits | None = None,
     ) -> None:
         self.usage_log = usage_log
+        self.limits = limits or ServeLimits()
         if not splits:
             raise ValueError("nothing to serve: no splits")
         self.splits = {name: tuple(rows) for name, rows in splits.items()}
@@ -159,8 +178,11 @@ class Deployment:
         """Grade `response` as the reply to `row` with its split's settings (its length adjustment included)
         and the session's key (else the server's own).
 
-        Raises `GradingError` when an item cannot be graded; the key never appears in its message.
+        Raises `GradingError` when an item cannot be graded (the key never appears in its message), and
+        `OverLimit`, before any grader call, for a reply longer than the server grades.
         """
+        if (refusal := self._too_long(response)) is not None:
+            raise OverLimit(f"task {row.prompt_id}: {refusal}")
         config = self.graders[split]
         if not api_key and config.api_key is not None:
             api_key = config.api_key.get_secret_value()
@@ -184,14 +206,22 @@ class Deployment:
         """Grade each of a group's candidate replies to `row` as `grade` grades one, all at once under the
         server's one budget; the samples come back index-aligned.
 
-        A candidate without a reply (None) fails the group before any grader call; one that cannot be graded
-        stops the others. Either raises `CandidateError` naming the candidate's index: there is no score for
+        A group of more candidates than the server scores at once raises `OverLimit`, and a candidate without a
+        reply (None) or with one too long raises `CandidateError` naming its index, both before any grader call;
+        a candidate that cannot be graded stops the others and raises `CandidateError` too: there is no score for
         the group then, not even for the candidates that were graded.
         """
+        if len(replies) > self.limits.group_size:
+            raise OverLimit(
+                f"a group of {len(replies):,} candidates is more than this server scores at once: at most "
+                f"{self.limits.group_size} (healthbench serve --max-group-size)"
+            )
         texts: list[str] = []
         for index, reply in enumerate(replies):
             if reply is None:
                 raise CandidateError(index, "it has no assistant text to grade")
+            if (refusal := self._too_long(reply)) is not None:
+                raise CandidateError(index, refusal)
             texts.append(reply)
         if not texts:
             return []
@@ -210,6 +240,15 @@ class Deployment:
             if failure is not None:
                 raise failure
         return [task.result() for task in tasks]
+
+    def _too_long(self, reply: str) -> str | None:
+        """Why `reply` is not graded for its length, or None."""
+        if len(reply) <= self.limits.reply_chars:
+            return None
+        return (
+            f"the reply is {len(reply):,} characters, more than this server grades: at most "
+            f"{self.limits.reply_chars:,} (healthbench serve --max-reply-chars)"
+        )
 
     def metadata(self, split: str, sample: GradedSample) -> dict[str, Any]:
         """What a graded reply's tool output carries besides its reward: every verdict (explanations cut

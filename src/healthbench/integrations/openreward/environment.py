@@ -19,9 +19,7 @@ split: gpt-5.4 at low effort, and a length-adjusted reward), all under that one 
 from __future__ import annotations
 
 import gc
-import importlib.util
-import sys
-import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, cast
 
@@ -30,40 +28,13 @@ from pydantic import BaseModel, Field, SecretStr
 
 from healthbench.data.loading import collection_paused
 from healthbench.data.schema import Row
-from healthbench.errors import HealthBenchError
+from healthbench.errors import HealthBenchError, SessionRefused, SettingsError
+from healthbench.grading.sample import GradedSample
 from healthbench.grading.scoring import LengthAdjustment
 from healthbench.grading.settings import GraderConfig, session_grader_key
+from healthbench.integrations.openreward.lazysdk import defer_package_init
 
-
-def _defer_package_init(name: str) -> None:
-    """Register package `name` so that its submodules import without running its `__init__` first.
-
-    `openreward/__init__.py` imports the client side of the SDK (the anthropic, openai and google SDKs):
-    seconds of start-up and about 80 MB that a server never uses. The package's `__init__` still runs,
-    in place, the first time anything reads a top-level name (`from openreward import AsyncOpenReward`),
-    so code elsewhere in the process sees the ordinary package.
-    """
-    if name in sys.modules:
-        return
-    spec = importlib.util.find_spec(name)
-    if spec is None or spec.loader is None or spec.submodule_search_locations is None:
-        return  # not an importable package: let the imports below fail as usual
-    module = importlib.util.module_from_spec(spec)
-    loader = spec.loader
-    lock = threading.Lock()
-
-    def complete(attribute: str) -> Any:
-        with lock:
-            if "__getattr__" in module.__dict__:
-                del module.__dict__["__getattr__"]
-                loader.exec_module(module)
-        return getattr(module, attribute)
-
-    module.__dict__["__getattr__"] = complete
-    sys.modules[name] = module
-
-
-_defer_package_init("openreward")
+defer_package_init("openreward")
 
 from openreward.environments import (  # noqa: E402
     Environment,
@@ -78,6 +49,7 @@ from openreward.environments import (  # noqa: E402
 from openreward.environments import Message as SDKMessage  # noqa: E402
 from openreward.environments.types import RunToolError, RunToolOutput  # noqa: E402
 
+from healthbench.integrations.openreward.access import Access, ServeLimits  # noqa: E402
 from healthbench.integrations.openreward.deployment import (  # noqa: E402
     ANSWER_ENVIRONMENT,
     ANSWER_SUFFIX,
@@ -88,7 +60,8 @@ from healthbench.integrations.openreward.deployment import (  # noqa: E402
     prompt_text,
     summary,
 )
-from healthbench.integrations.openreward.logs import logger, one_line_failures  # noqa: E402
+from healthbench.integrations.openreward.guard import CALLER, Guard  # noqa: E402
+from healthbench.integrations.openreward.logs import guard_logs, logger  # noqa: E402
 from healthbench.integrations.openreward.routing import DeploymentRouter  # noqa: E402
 from healthbench.integrations.openreward.usagelog import UsageLog  # noqa: E402
 from healthbench.runs.spec import GraderSpec  # noqa: E402
@@ -189,6 +162,16 @@ class HealthBench(Environment):  # type: ignore[misc]
         missing = None if key else deployment.missing_key(self.split)
         if missing is not None:
             raise HTTPException(status_code=400, detail=missing)
+        self.finished = False
+        # The session id is the request's (the log adds it, shortened), and so is the credential.
+        logger.info(
+            "session_created",
+            environment=self.served_name(),
+            split=self.split,
+            task=self.row.prompt_id,
+            grader_key="the session's" if key else "the server's",
+            **({"caller": caller} if (caller := CALLER.get()) is not None else {}),
+        )
 
     async def get_prompt(self) -> list[Any]:
         """The task as one text block (SPEC section 2)."""
@@ -208,7 +191,10 @@ class HealthBench(Environment):  # type: ignore[misc]
     async def _graded(self, response: str) -> ToolOutput:
         """The tool output for `response`: the reward, the verdicts, and the end of the episode."""
         deployment = type(self)._served()
+        start = time.monotonic()
         sample = await deployment.grade(self.split, self.row, response, self._key())
+        self.finished = True
+        logger.info("reward", **self._said([sample], start), reward=round(sample.reward, 4))
         return ToolOutput(
             blocks=[TextBlock(text=summary(sample))],
             metadata=deployment.metadata(self.split, sample),
@@ -216,21 +202,53 @@ class HealthBench(Environment):  # type: ignore[misc]
             finished=True,
         )
 
+    @classmethod
+    def served_name(cls) -> str:
+        """The name the server serves this environment under (the SDK's `name()`, lower-cased)."""
+        return str(cls.name()).lower()
+
     def _key(self) -> str | None:
         return self._api_key.get_secret_value() if self._api_key else None
+
+    def _said(self, samples: Sequence[GradedSample], start: float) -> dict[str, Any]:
+        """The fields of a reward's log line: the task, the grader's time and its calls and tokens."""
+        calls = sum(sample.usage.calls for sample in samples)
+        prompt = sum(sample.usage.prompt_tokens for sample in samples)
+        cached = sum(sample.usage.cached_prompt_tokens for sample in samples)
+        completion = sum(sample.usage.completion_tokens for sample in samples)
+        return {
+            "environment": self.served_name(),
+            "split": self.split,
+            "task": self.row.prompt_id,
+            "grader_s": round(time.monotonic() - start, 2),
+            "grader_calls": calls,
+            "prompt_tokens": prompt,
+            "cached_prompt_tokens": cached,
+            "completion_tokens": completion,
+        }
 
     async def score_group(self, candidates: Sequence[Any]) -> list[Any]:
         """One `GroupScore` per candidate, in order: its reply (see `candidate_reply`) graded as the tools grade
         it, with the same reward and metadata, all candidates at once under the server's one budget. A
-        candidate with no reply, or one that cannot be graded, fails the whole call naming its index."""
+        candidate with no reply, or one that cannot be graded, fails the whole call naming its index; so does a
+        group larger than the server scores (`--max-group-size`), and a group sent after the session's episode
+        finished, both before any grader call."""
         deployment = type(self)._served()
-        replies = [candidate_reply(candidate) for candidate in candidates]
+        start = time.monotonic()
         try:
+            if self.finished:
+                raise SessionRefused(
+                    f"task {self.row.prompt_id}: this session's episode has finished (its reply was graded): score a "
+                    "group on a session of its own"
+                )
+            replies = [candidate_reply(candidate) for candidate in candidates]
             samples = await deployment.grade_group(self.split, self.row, replies, self._key())
         except HealthBenchError:
             # The SDK logs nothing for a failed group: one line here, as for a failed tool call.
-            logger.exception("score_group_failed", environment=type(self).name(), candidates=len(replies))
+            logger.exception("score_group_failed", environment=self.served_name(), candidates=len(candidates))
             raise
+        rewards = [round(sample.reward, 4) for sample in samples]
+        logger.info("group_scored", **self._said(samples, start), candidates=len(samples), rewards=rewards)
         return [GroupScore(reward=s.reward, metadata=deployment.metadata(self.split, s)) for s in samples]
 
     async def _call_tool(self, name: str, input: Any) -> Any:
@@ -279,17 +297,21 @@ def build_server(
     default: str = ENVIRONMENT,
     *,
     tracebacks: bool = False,
+    access: Access | None = None,
+    limits: ServeLimits | None = None,
 ) -> Any:
     """An OpenReward `Server` for these rows serving `healthbench` and `healthbench_answer` (the variant), with
-    `default` the environment bare paths reach; `grader` and `adjustments` as `Deployment` takes them. A reply
-    that cannot be graded is logged as one line, with its traceback only if `tracebacks`."""
-    return _server(Deployment(splits, grader, adjustments), default, tracebacks)
+    `default` the environment bare paths reach; `grader`, `adjustments` and `limits` as `Deployment` takes
+    them; `access` the tokens it lets in (default: none needed). A reply that cannot be graded is logged as one
+    line, with its traceback only if `tracebacks`."""
+    return _server(Deployment(splits, grader, adjustments, limits=limits), default, tracebacks, access or Access())
 
 
-def _server(deployment: Deployment, default: str, tracebacks: bool) -> Any:
+def _server(deployment: Deployment, default: str, tracebacks: bool, access: Access) -> Any:
     if default not in ENVIRONMENTS:
         raise ValueError(f"no environment {default!r} to make the default: choose from {', '.join(ENVIRONMENTS)}")
-    one_line_failures(tracebacks)
+    keys = [config.api_key.get_secret_value() for config in deployment.graders.values() if config.api_key]
+    guard_logs(tracebacks=tracebacks, secrets=(*(access.tokens.secrets if access.tokens else ()), *keys))
     classes = {ENVIRONMENT: HealthBench.bound(deployment), ANSWER_ENVIRONMENT: HealthBenchAnswer.bound(deployment)}
     # The SDK serves its first environment at the bare paths.
     server = Server([classes[default], *(cls for name, cls in classes.items() if name != default)])
@@ -309,31 +331,42 @@ def _server(deployment: Deployment, default: str, tracebacks: bool) -> Any:
         splits=list(deployment.splits),
         log=logger.warning,
     )
+    # Added last, so outermost: a request it refuses reaches nothing behind it, and no body it has not bounded
+    # is read by the router.
+    server.app.add_middleware(Guard, tokens=access.tokens, max_body=deployment.limits.request_bytes, log=logger.warning)
     return server
 
 
 def serve(
     splits: Mapping[str, Sequence[Row]],
     *,
-    host: str = "0.0.0.0",
+    access: Access | None = None,
     port: int = 8080,
     grader: GraderConfig | Mapping[str, GraderConfig] | None = None,
     adjustments: Mapping[str, LengthAdjustment | None] | None = None,
     default: str = ENVIRONMENT,
     tracebacks: bool = False,
+    limits: ServeLimits | None = None,
 ) -> None:
-    """Serve both environments over HTTP until interrupted (the SDK's uvicorn server, one worker), `default`
-    at the bare paths; a reply that cannot be graded is logged as one line, with its traceback if `tracebacks`.
+    """Serve both environments over HTTP until interrupted (the SDK's uvicorn server, one worker), on
+    `access.host` (default loopback) letting in its tokens, `default` at the bare paths; a reply that cannot be
+    graded is logged as one line, with its traceback if `tracebacks`.
 
     `grader` (the settings of every split, or of each split) defaults to the server's environment (see
     `GraderConfig.from_env` with `served`); sessions bring the key as a secret. Graders stay warm between
-    sessions (`grading.pool`) and close with the server.
+    sessions (`grading.pool`) and close with the server. Raises `SettingsError` for an `access` that would let
+    anyone spend the server's key (see `Access.refusal`).
     """
+    access = access or Access()
     with collection_paused():
         # A line a minute while replies are graded: calls, tokens, the prompt cache's hit rate and what it saved.
         usage_log = UsageLog(lambda **fields: logger.info("healthbench_grader_usage", **fields))
-        deployment = Deployment(splits, grader or GraderConfig.from_env(served=True), adjustments, usage_log)
-        server = _server(deployment, default, tracebacks)
+        deployment = Deployment(
+            splits, grader or GraderConfig.from_env(served=True), adjustments, usage_log, limits=limits
+        )
+        if (refusal := access.refusal(deployment.graders.values())) is not None:
+            raise SettingsError(refusal)
+        server = _server(deployment, default, tracebacks, access)
     # The rows live as long as the process: keep them out of every later collection's scan.
     gc.freeze()
     logger.info(
@@ -344,5 +377,9 @@ def serve(
         graders={name: GraderSpec.of(config).model_dump() for name, config in deployment.graders.items()},
         grader_budget=deployment.budget_description(),
         length_adjustments={name: a.as_dict() for name, a in deployment.adjustments.items() if a is not None},
+        limits=deployment.limits.model_dump(),
+        tokens=0 if access.tokens is None else len(access.tokens.digests),
     )
-    server.run(host=host, port=port)
+    for warning in access.warnings():
+        logger.warning("healthbench_open", detail=warning)
+    server.run(host=access.host, port=port)

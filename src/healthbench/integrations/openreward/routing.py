@@ -107,7 +107,7 @@ class DeploymentRouter:
             # A `/create` with a task spec of its own is judged by the environment, which names the splits too.
             by_spec = route == CREATE and payload.get("task_spec") is not None
             if isinstance(split, str) and split not in self.splits and not by_spec:
-                message = f"no split {split!r} here: the splits are {_listed(self.splits)}"
+                message = f"no split {_named(split)} here: the splits are {_listed(self.splits)}"
                 if split == "train":
                     message += " (HealthBench has no training data: pass split='test')"
                 await self._refuse(scope, replayed, send, 400, "unknown_split", message, split=split)
@@ -118,13 +118,13 @@ class DeploymentRouter:
                     body = json.dumps({**payload, "env_name": variant}).encode()
                     headers = [(k, v) for k, v in scope.get("headers", ()) if k.lower() != b"content-length"]
                     scope = {**scope, "headers": [*headers, (b"content-length", str(len(body)).encode())]}
-                    await self.app(scope, _replay([_whole(body)], receive), send)
+                    await self.app(scope, replay([whole(body)], receive), send)
                     return
         await self.app(scope, replayed, send)
 
     def _unserved(self, name: str) -> str:
         return (
-            f"no environment {name!r} here: this server serves {_listed(self.served)} (name one in the path, "
+            f"no environment {_named(name)} here: this server serves {_listed(self.served)} (name one in the path, "
             "as the SDK's variant=, or in the X-Deployment header)"
         )
 
@@ -155,6 +155,12 @@ class DeploymentRouter:
         await JSONResponse({"detail": message}, status_code=status)(scope, receive, send)
 
 
+def _named(name: str) -> str:
+    """A name a client sent, quoted for a refusal: its first 100 characters (the refusal goes back to it and to the
+    log, and the name may be anything)."""
+    return repr(name) if len(name) <= 100 else f"{name[:100]!r}... ({len(name):,} characters)"
+
+
 def _header(scope: Scope) -> str | None:
     """The request's `X-Deployment` value, stripped; None when it has none (or a blank one)."""
     for name, value in scope.get("headers", ()):
@@ -166,7 +172,7 @@ def _header(scope: Scope) -> str | None:
 def _json(body: bytes) -> Any:
     try:
         return json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: arrays nested thousands deep
         return None  # not ours to judge: the server answers a broken body with its own 422
 
 
@@ -179,19 +185,20 @@ async def _body(receive: Receive) -> tuple[bytes, Receive]:
         messages.append(message)
         if message["type"] != "http.request":
             # The client went away mid-body: let the server see that as it would have.
-            return b"", _replay(messages, receive)
+            return b"", replay(messages, receive)
         chunks.append(message.get("body", b""))
         if not message.get("more_body", False):
             break
     body = b"".join(chunks)
-    return body, _replay([_whole(body)], receive)
+    return body, replay([whole(body)], receive)
 
 
-def _whole(body: bytes) -> Message:
+def whole(body: bytes) -> Message:
+    """A receive message that carries all of `body`."""
     return {"type": "http.request", "body": body, "more_body": False}
 
 
-def _replay(messages: list[Message], receive: Receive) -> Receive:
+def replay(messages: list[Message], receive: Receive) -> Receive:
     """A receive channel that gives `messages` first, then whatever the original channel gives."""
     pending = list(messages)
 

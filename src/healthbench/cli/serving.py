@@ -1,0 +1,92 @@
+"""`serve`'s flags about who it lets in and how much a request may ask: where it listens, its tokens, and the
+bounds on a request's body, a reply and a group."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar, get_args
+
+import click
+
+from healthbench.cli.options import options
+from healthbench.integrations.openreward.access import (
+    LOOPBACK,
+    TOKEN_VARIABLE,
+    Access,
+    GroupSize,
+    ReplyChars,
+    RequestBytes,
+    ServeLimits,
+    ServerTokens,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _range(setting: Any) -> click.IntRange:
+    """The flag type of an integer setting typed `Annotated[int, Field(ge=..., le=...)]`: the setting's range, so
+    the flag refuses before anything is built what the settings would refuse."""
+    _, field = get_args(setting)
+    bounds = {name: value for c in field.metadata for name in ("ge", "le") if (value := getattr(c, name, None))}
+    return click.IntRange(bounds["ge"], bounds["le"])
+
+
+access_options = options(
+    click.option(
+        "--host",
+        default=LOOPBACK,
+        show_default=True,
+        help="Interface to listen on: loopback is reachable from this machine only; 0.0.0.0 (every interface, as "
+        "a container needs) is refused while the server grades with a key of its own, unless it has a token or "
+        "--no-auth.",
+    ),
+    click.option(
+        "--auth-token-file",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        help="Tokens, one a line: every request but /health must carry one, as X-API-Key (the OpenReward SDK "
+        "client's api_key or OPENREWARD_API_KEY) or Authorization: Bearer; each is a credential of its own, and a "
+        f"session is used only with the one that created it [default: ${TOKEN_VARIABLE}, one token].",
+    ),
+    click.option(
+        "--no-auth",
+        is_flag=True,
+        help="Serve beyond loopback without a token: for a server behind a network that lets only your clients in "
+        "(the OpenReward platform's authenticates every request).",
+    ),
+    click.option(
+        "--max-request-bytes",
+        type=_range(RequestBytes),
+        default=ServeLimits().request_bytes,
+        show_default=True,
+        help="A request body larger than this is refused (HTTP 413) before it is read.",
+    ),
+    click.option(
+        "--max-reply-chars",
+        type=_range(ReplyChars),
+        default=ServeLimits().reply_chars,
+        show_default=True,
+        help="A reply longer than this (characters) fails without a grader call.",
+    ),
+    click.option(
+        "--max-group-size",
+        type=_range(GroupSize),
+        default=ServeLimits().group_size,
+        show_default=True,
+        help="Most candidates a score_group grades; a larger group fails without a grader call.",
+    ),
+)
+
+
+def access_from_flags(flags: dict[str, Any]) -> tuple[Access, ServeLimits]:
+    """Who the server lets in and its bounds, from `access_options`' flags (taken out of `flags`); the tokens
+    from --auth-token-file, else $HEALTHBENCH_SERVER_TOKEN."""
+    tokens = ServerTokens.load(flags.pop("auth_token_file"), os.environ)
+    access = Access(host=flags.pop("host"), tokens=tokens, no_auth=flags.pop("no_auth"))
+    limits = ServeLimits(
+        request_bytes=flags.pop("max_request_bytes"),
+        reply_chars=flags.pop("max_reply_chars"),
+        group_size=flags.pop("max_group_size"),
+    )
+    return access, limits
