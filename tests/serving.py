@@ -122,6 +122,22 @@ def log_until_marker(url: str, lines: list[str], start: int, headers: Mapping[st
     raise AssertionError("the marker's log line never came")
 
 
+def server_pid(lines: Sequence[str]) -> int:
+    """The process id uvicorn says it serves from ("Started server process [N]")."""
+    found = re.search(r"Started server process \[(\d+)\]", "".join(lines))
+    assert found, "".join(lines)
+    return int(found.group(1))
+
+
+def peak_memory_kb(pid: int) -> int:
+    """The most resident memory process `pid` has had (VmHWM), in kB: a high-water mark, so a request's peak shows
+    however short it was."""
+    status = Path(f"/proc/{pid}/status").read_text(encoding="utf-8")
+    found = re.search(r"^VmHWM:\s+(\d+) kB", status, flags=re.MULTILINE)
+    assert found, status
+    return int(found.group(1))
+
+
 def strip_colour(line: str) -> str:
     """A log line without its terminal colours."""
     return re.sub(r"\x1b\[[0-9;]*m", "", line)
