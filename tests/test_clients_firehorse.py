@@ -27,6 +27,7 @@ pytest.importorskip("firehorse")
 from healthbench.data.loading import load_rows
 
 ROWS = made_up_rows()[:5]
+TOKEN = "firehorse-token-0123456789abcdef"  # the server's
 FAILING = {"on": False}
 
 
@@ -49,9 +50,10 @@ def test_the_react_agent_gets_grades_rewards_through_both_apis(
     run = doc_function("firehorse_healthbench.py", "run")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-policy-0123456789")  # the model's key, read by firehorse's providers
     monkeypatch.setenv("HEALTHBENCH_GRADER_API_KEY", KEY)  # the recipe sends it as the session's secret
+    monkeypatch.setenv("OPENREWARD_API_KEY", TOKEN)  # the recipe's client sends it as X-API-Key
     assert fake.base_url
     rewards: dict[str, list[float | None]] = {}
-    with served(data, fake.base_url) as url:
+    with served(data, fake.base_url, env={"HEALTHBENCH_SERVER_TOKEN": TOKEN}) as url:
         for model in ("openrouter/policy", "openai/policy"):
             fake.reset()
             rewards[model] = asyncio.run(run(url, model, provider_url=fake.base_url))

@@ -30,6 +30,7 @@ from inspect_ai.log import list_eval_logs, read_eval_log
 from healthbench.data.loading import load_rows
 
 ROWS = made_up_rows()[:6]
+TOKEN = "inspect-token-0123456789abcdef"
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +45,7 @@ def inspect_eval(task_file: Path, url: str, fake: FakeOpenAI, logs: Path, *args:
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     env.update(
         OPENREWARD_SESSION_URL=url,  # both of inspect-openreward's clients reach the server through it
+        OPENREWARD_API_KEY=TOKEN,  # and both send it as X-API-Key: the server's token
         FAKE_API_KEY="sk-policy-0123456789",  # an openai-api/SERVICE model needs SERVICE_API_KEY
         FAKE_BASE_URL=fake.base_url,
     )
@@ -62,7 +64,7 @@ def test_inspect_openreward_scores_are_grades_rewards(fake: FakeOpenAI, tmp_path
     task_file.write_text(doc_block("inspect_healthbench.py"), encoding="utf-8")
     assert fake.base_url
     # The solver sends no secrets: the server grades with its own key.
-    with served(data, fake.base_url, env={"HEALTHBENCH_GRADER_API_KEY": KEY}) as url:
+    with served(data, fake.base_url, env={"HEALTHBENCH_GRADER_API_KEY": KEY, "HEALTHBENCH_SERVER_TOKEN": TOKEN}) as url:
         log = inspect_eval(task_file, url, fake, tmp_path / "logs", "-T", "split=test")
     assert log.status == "success" and log.samples is not None and len(log.samples) == len(ROWS)
     rows = load_rows(data)

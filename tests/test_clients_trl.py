@@ -31,6 +31,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # the integration warns 
 trl_openreward = pytest.importorskip("trl.experimental.openreward")
 
 ROWS = made_up_rows()[:6]
+TOKEN = "trl-token-0123456789abcdef"  # the server's token, where a test serves with one
 
 
 @pytest.fixture(scope="module")
@@ -121,9 +122,12 @@ def test_grpo_rollouts_through_env_name_get_grades_rewards(
     data: Path, fake: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert fake.base_url
-    with served(data, fake.base_url) as url:
+    # A server with a token: the spec's api_key is what TRL's SDK client sends as X-API-Key.
+    with served(data, fake.base_url, env={"HEALTHBENCH_SERVER_TOKEN": TOKEN}) as url:
         monkeypatch.setenv("OPENREWARD_SESSION_URL", url)  # TRL's sessions go to the hosted service otherwise
-        seen = rollouts(url, fake, env_name="healthbench_answer")
+        with pytest.raises(Exception, match="needs its token"):
+            trl_openreward.OpenRewardSpec(url, env_name="healthbench_answer", split="test").train_dataset  # noqa: B018
+        seen = rollouts(url, fake, env_name="healthbench_answer", api_key=TOKEN)
     check(seen, data, fake, tmp_path)
 
 
@@ -131,8 +135,10 @@ def test_grpo_rollouts_naming_no_environment_reach_a_default_variant(
     data: Path, fake: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert fake.base_url
-    with served(data, fake.base_url, "--default-environment", "healthbench_answer") as url:
+    env = {"HEALTHBENCH_SERVER_TOKEN": TOKEN}
+    with served(data, fake.base_url, "--default-environment", "healthbench_answer", env=env) as url:
         monkeypatch.setenv("OPENREWARD_SESSION_URL", url)
+        monkeypatch.setenv("OPENREWARD_API_KEY", TOKEN)  # no api_key given: TRL's SDK client reads this one
         seen = rollouts(url, fake, num_tasks=len(ROWS))
     check(seen, data, fake, tmp_path)
 
@@ -165,8 +171,11 @@ def test_the_documented_recipe_trains_on_the_cpu_with_grades_rewards(
     monkeypatch.chdir(tmp_path)  # its output_dir
     with FakeOpenAI() as grader:
         assert grader.base_url
-        with served(data, grader.base_url, env={"HEALTHBENCH_GRADER_API_KEY": KEY}) as url:
+        with served(
+            data, grader.base_url, env={"HEALTHBENCH_GRADER_API_KEY": KEY, "HEALTHBENCH_SERVER_TOKEN": TOKEN}
+        ) as url:
             monkeypatch.setenv("OPENREWARD_SESSION_URL", url)
+            monkeypatch.setenv("OPENREWARD_API_KEY", TOKEN)  # the recipe passes it as the spec's api_key
             recipe: dict[str, Any] = {"__name__": "__main__"}
             exec(compile(doc_block("train_grpo.py"), str(DOC), "exec"), recipe)
         assert set(grader.auth_headers) == {f"Bearer {KEY}"}

@@ -1,5 +1,6 @@
-"""The OpenReward recipe of docs/integrations.md, run as written against `healthbench serve` on loopback: its
-rewards equal `healthbench grade` on the same replies, and an ungradable reply raises instead of scoring 0."""
+"""The OpenReward recipe of docs/integrations.md, run as written against `healthbench serve` on loopback with a
+token (which the recipe's client sends from OPENREWARD_API_KEY): its rewards equal `healthbench grade` on the same
+replies, and an ungradable reply raises instead of scoring 0."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from tests.serving import doc_function, served
 from tests.test_grade_cli import grade
 
 POLICY_KEY = "sk-policy-0123456789"
+TOKEN = "recipe-token-0123456789abcdef"  # the server's
 
 
 def test_the_documented_loop_gets_the_rewards_grade_gives(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -37,7 +39,8 @@ def test_the_documented_loop_gets_the_rewards_grade_gives(tmp_path: Path, monkey
         monkeypatch.setenv("OPENAI_API_KEY", POLICY_KEY)
         monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)  # the policy; the server's grader ignores it
         monkeypatch.setenv("HEALTHBENCH_GRADER_API_KEY", KEY)
-        with served(data, fake.base_url) as url:
+        monkeypatch.setenv("OPENREWARD_API_KEY", TOKEN)  # the loop's client sends it as X-API-Key
+        with served(data, fake.base_url, env={"HEALTHBENCH_SERVER_TOKEN": TOKEN}) as url:
             rewards = asyncio.run(evaluate(url, "policy"))
             graded_with = set(fake.auth_headers)
             failing["on"] = True
