@@ -52,13 +52,20 @@ def served_with_log(
     """`healthbench serve --data DATA FLAGS` with its grader at `grader_url` (None: as `env` says); yields the
     server's URL and the lines it has printed so far (the list grows as it prints).
 
-    The server's environment has no grader key of its own unless `env` gives one, and points
+    The server's environment has no grader key and no token of its own unless `env` gives them, and points
     `OPENAI_BASE_URL` at nothing, as a trainer that sets it for its policy would. On exit the key must not
     appear anywhere in the server's output, and the server must have closed every grader client it opened.
     """
     names = ("OPENAI_API_KEY", "HEALTHBENCH_GRADER_API_KEY", "CHAT_API_KEY", "CHAT_BASE_URL")
     environ = {k: v for k, v in os.environ.items() if k not in names and k != "HEALTHBENCH_DEFAULT_ENVIRONMENT"}
-    for name in ("HEALTHBENCH_GRADER_BASE_URL", "OPENREWARD_LOG_LEVEL", "LOG_LEVEL"):
+    unset = (
+        "HEALTHBENCH_GRADER_BASE_URL",
+        "OPENREWARD_LOG_LEVEL",
+        "LOG_LEVEL",
+        "HEALTHBENCH_SERVER_TOKEN",
+        "HEALTHBENCH_NO_AUTH",
+    )
+    for name in unset:
         environ.pop(name, None)
     environ.update(PYTHONUNBUFFERED="1", OPENAI_BASE_URL=POLICY_BASE_URL, **(env or {}))
     if grader_url is not None:

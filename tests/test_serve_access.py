@@ -206,7 +206,8 @@ def test_the_start_line_counts_tokens_and_never_shows_them(server: tuple[str, li
 
 
 def serve_command(tmp_path: Path, *flags: str, **environ: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and k != "HEALTHBENCH_SERVER_TOKEN"}
+    unset = ("HEALTHBENCH_SERVER_TOKEN", "HEALTHBENCH_NO_AUTH")
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and k not in unset}
     env.update(HEALTHBENCH_DATA_DIR=str(tmp_path / "nothing"), OPENAI_BASE_URL=POLICY_BASE_URL, **environ)
     command = [sys.executable, "-m", "healthbench", "serve", "--subset", "full", "--port", "0", *flags]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
@@ -238,6 +239,7 @@ def test_beyond_loopback_a_server_that_grades_on_its_own_does_not_start_without_
     ("flags", "environ", "said"),
     [
         (("--no-auth",), {"HEALTHBENCH_SERVER_TOKEN": TOKEN_A}, "--no-auth and a token"),
+        ((), {"HEALTHBENCH_NO_AUTH": "1", "HEALTHBENCH_SERVER_TOKEN": TOKEN_A}, "--no-auth and a token"),
         ((), {"HEALTHBENCH_SERVER_TOKEN": "short"}, "too easily guessed"),
         ((), {"HEALTHBENCH_SERVER_TOKEN": "has a space in it, long enough"}, "without spaces"),
     ],

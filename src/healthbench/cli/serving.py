@@ -13,6 +13,7 @@ import click
 from healthbench.cli.options import options
 from healthbench.integrations.openreward.access import (
     LOOPBACK,
+    NO_AUTH_VARIABLE,
     TOKEN_VARIABLE,
     Access,
     GroupSize,
@@ -52,8 +53,9 @@ access_options = options(
     click.option(
         "--no-auth",
         is_flag=True,
+        envvar=NO_AUTH_VARIABLE,
         help="Serve beyond loopback without a token: for a server behind a network that lets only your clients in "
-        "(the OpenReward platform's authenticates every request).",
+        f"(the OpenReward platform's authenticates every request) [env: {NO_AUTH_VARIABLE}=1].",
     ),
     click.option(
         "--max-request-bytes",

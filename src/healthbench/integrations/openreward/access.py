@@ -26,6 +26,8 @@ from healthbench.errors import SettingsError
 from healthbench.grading.settings import GraderConfig
 
 TOKEN_VARIABLE = "HEALTHBENCH_SERVER_TOKEN"
+# `--no-auth` for a container whose command line is the image's (a platform's deployment sets only variables).
+NO_AUTH_VARIABLE = "HEALTHBENCH_NO_AUTH"
 # Shorter than this, a token can be guessed over the network; `secrets.token_urlsafe(32)` gives 43 characters.
 MIN_TOKEN_CHARS = 16
 MAKE_TOKEN = 'python -c "import secrets; print(secrets.token_urlsafe(32))"'
@@ -155,8 +157,9 @@ class Access:
         return (
             f"not listening on {self.host} without a token: this server grades with {spent}, which anyone who "
             "reaches it could spend. Give a token (--auth-token-file FILE or "
-            f"{TOKEN_VARIABLE}), listen on loopback (--host {LOOPBACK}, the default), or pass --no-auth if the "
-            "network in front of it lets only your clients in (the OpenReward platform's does)"
+            f"{TOKEN_VARIABLE}), listen on loopback (--host {LOOPBACK}, the default), or pass --no-auth "
+            f"({NO_AUTH_VARIABLE}=1) if the network in front of it lets only your clients in (the OpenReward "
+            "platform's does)"
         )
 
     def warnings(self) -> list[str]:
