@@ -19,6 +19,7 @@ are said at debug level: at info, a session is one `session_created` line, a rew
 
 from __future__ import annotations
 
+import logging
 import sys
 import traceback
 from collections.abc import Mapping
@@ -51,7 +52,7 @@ SDK_ROUTINE = frozenset(
         "session_deleted",
     }
 )
-LEVELS = ("debug", "info", "warning", "error", "critical")
+LEVELS = {name: getattr(logging, name.upper()) for name in ("debug", "info", "warning", "error", "critical")}
 
 
 class ServerLog:
@@ -68,6 +69,9 @@ class ServerLog:
     def _say(self, level: str, event: str, fields: Mapping[str, Any], exception: str | None = None) -> Any:
         if level == "info" and event in self.routine:
             level = "debug"
+        enabled = getattr(self.inner, "is_enabled_for", None)
+        if enabled is not None and not enabled(LEVELS[level]):
+            return None  # a line the level drops: not worth making
         # The request's context, which the SDK binds (a full session id, client headers), is given here shortened:
         # a field given explicitly is the one the line shows.
         merged = {**structlog.contextvars.get_contextvars(), **fields}
