@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 import time
 from collections.abc import Callable
 from contextvars import ContextVar
@@ -228,7 +229,9 @@ class Headers:
         if key:
             return key
         scheme, _, credential = (self.first("authorization") or "").strip().partition(" ")
-        return credential.strip() or None if scheme.lower() == "bearer" else None
+        if scheme.lower() != "bearer":
+            return None
+        return credential.strip() or None
 
     def refusal(self, path: str) -> str | None:
         """Why the request's headers cannot be used, or None: a length that is none, a session id given twice
@@ -237,7 +240,7 @@ class Headers:
             if len(self.values.get(name, ())) > 1:
                 return f"the {name} header is given more than once"
         length = self.first("content-length")
-        if length is not None and not length.strip().isdigit():
+        if length is not None and not re.fullmatch(r"\s*[0-9]+\s*", length):
             return f"Content-Length {length[:40]!r} is not a length"
         session = self.first("x-session-id") or ""
         if len(session) > MAX_SESSION_ID_CHARS:
@@ -252,7 +255,7 @@ def _secrets_refusal(header: str) -> str | None:
     """Why an `X-Secrets` value is not the SDK client's (base64 of `{"NAME": {"value": "..."}, ...}`), or None."""
     try:
         payload = json.loads(base64.b64decode(header, validate=True))
-    except (binascii.Error, ValueError):
+    except (binascii.Error, ValueError, RecursionError):
         return "X-Secrets is not base64 of a JSON object (the SDK client's secrets= makes it)"
     entries = payload.values() if isinstance(payload, dict) else [None]
     if not all(isinstance(entry, dict) and isinstance(entry.get("value"), str) for entry in entries):
