@@ -99,3 +99,22 @@ def test_a_log_field_is_an_excerpt_on_one_line_without_secrets() -> None:
     assert nested["n"] == 3 and nested["ok"] is True and len(nested["items"]) == FIELD_ITEMS + 1
     assert all(len(item) < FIELD_CHARS + 40 for item in nested["items"])
     assert short_id("3f9a2b1c-1111-2222-3333-444455556666") == "3f9a2b1c…" and short_id("abcd") == "ab…"
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--max-group-size", "0"),
+        ("--max-group-size", "5000"),
+        ("--max-reply-chars", "inf"),
+        ("--max-request-bytes", "nan"),
+        ("--max-request-bytes", "100"),
+    ],
+)
+def test_the_bound_flags_refuse_numbers_out_of_range(flag: str, value: str) -> None:
+    from click.testing import CliRunner
+
+    from healthbench.cli import main
+
+    result = CliRunner().invoke(main, ["serve", "--data", __file__, flag, value])
+    assert result.exit_code == 2 and flag in result.output and "Traceback" not in result.output, result.output

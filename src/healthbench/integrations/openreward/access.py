@@ -165,7 +165,10 @@ class Access:
     def warnings(self) -> list[str]:
         """What the server says at start about who it lets in, one line each."""
         if self.no_auth:
-            return [f"--no-auth: every request that reaches {self.host} is served, and graded with this server's key"]
+            return [
+                f"--no-auth: every request that reaches {self.host} is served without a token; the network in front "
+                "of it must keep strangers out"
+            ]
         if self.tokens is None and not is_loopback(self.host):
             return [f"no token: every request that reaches {self.host} is served (graded with the key it brings)"]
         return []
