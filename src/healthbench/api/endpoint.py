@@ -5,7 +5,7 @@ bound, a rate limit and the reasoning-model rule mean the same on both sides."""
 from __future__ import annotations
 
 import os
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
@@ -21,6 +21,19 @@ REASONING_TIMEOUT = 600.0
 effort it may think for tens of thousands of tokens before it answers, which takes minutes."""
 LONGEST_TIMEOUT = 86_400.0
 """The longest timeout an attempt may be given (a day): a bound that is one."""
+
+# The numbers an endpoint's settings take, as the settings models and the command's flags both take them (the
+# flags' types are made from these, `cli.options.bounded`). A limit under one request or one grader request's
+# tokens (a few thousand) a minute admits nothing in useful time, and one past any account's (OpenAI's largest
+# are some 30,000 RPM and 150M TPM) is a typo; inf and nan are no numbers of either.
+Concurrency = Annotated[int, Field(ge=1, le=MAX_IN_FLIGHT)]
+Attempts = Annotated[int, Field(ge=1, le=100)]
+RequestsPerMinute = Annotated[float, Field(ge=1, le=1_000_000, allow_inf_nan=False)]
+TokensPerMinute = Annotated[float, Field(ge=1_000, le=10_000_000_000, allow_inf_nan=False)]
+# An output cap: the longest any model writes is well under a million tokens.
+OutputTokens = Annotated[int, Field(ge=1, le=1_000_000)]
+# Seconds an attempt may take.
+Timeout = Annotated[float, Field(gt=0, le=LONGEST_TIMEOUT, allow_inf_nan=False)]
 
 
 def pace_store_from_env() -> str | None:
@@ -54,13 +67,13 @@ class EndpointSettings(BaseModel):
     model: str
     base_url: str = OPENAI_BASE_URL
     api_key: SecretStr | None = Field(default=None, exclude=True, repr=False)
-    concurrency: int = Field(default=32, ge=1)
-    max_concurrency: int | None = Field(default=MAX_IN_FLIGHT, ge=1)
+    concurrency: Concurrency = 32
+    max_concurrency: Concurrency | None = MAX_IN_FLIGHT
     pace_store: str | None = None
-    max_attempts: int = Field(default=12, ge=1)
-    timeout: float | None = Field(default=None, gt=0, le=LONGEST_TIMEOUT, allow_inf_nan=False)
-    rpm: float | None = Field(default=None, gt=0)
-    tpm: float | None = Field(default=None, gt=0)
+    max_attempts: Attempts = 12
+    timeout: Timeout | None = None
+    rpm: RequestsPerMinute | None = None
+    tpm: TokensPerMinute | None = None
     reasoning: bool | None = None
     reasoning_effort: Effort | None = None
     # The default timeout of a model that is not a reasoning model: a short answer, such as a grader's verdict.

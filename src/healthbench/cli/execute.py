@@ -23,8 +23,9 @@ from healthbench.runs.session import BatchChoice, jobs_start, run_session
 from healthbench.runs.spec import RunSpec
 
 
-def unit(job: Job) -> Unit:
-    return Unit(job.row.prompt, job.reply, [item.criterion for item in job.row.rubrics])
+def unit(job: Job, times: int = 1) -> Unit:
+    """The dry run's unit of `job`, standing for `times` samples alike (its task's repeats)."""
+    return Unit(job.row.prompt, job.reply, [item.criterion for item in job.row.rubrics], times)
 
 
 def print_estimate(

@@ -11,6 +11,7 @@ import click
 from healthbench.cli.execute import execute, print_estimate, unit
 from healthbench.cli.options import (
     DryRun,
+    bounded,
     data_options,
     graded_tasks,
     grading,
@@ -29,7 +30,7 @@ from healthbench.data.source import TaskSource
 from healthbench.grading.settings import GradingPlan
 from healthbench.runs.runner import Job
 from healthbench.runs.session import BatchChoice
-from healthbench.runs.spec import DataSpec, run_spec
+from healthbench.runs.spec import DataSpec, Limit, Repeats, run_spec
 
 
 def replied_rows(rows: Sequence[Row], responses: Path, strict: bool) -> tuple[list[Row], dict[str, str]]:
@@ -95,8 +96,8 @@ def grade(
     "--base-url", help="Its OpenAI-compatible endpoint [default: $OPENAI_BASE_URL or OpenAI]; key $OPENAI_API_KEY."
 )
 @data_options
-@click.option("--limit", type=click.IntRange(min=1), help="Evaluate N tasks, chosen as the reference does.")
-@click.option("--n-repeats", type=click.IntRange(min=1), default=1, show_default=True, help="Samples per task.")
+@click.option("--limit", type=bounded(Limit), help="Evaluate N tasks, chosen as the reference does.")
+@click.option("--n-repeats", type=bounded(Repeats), default=1, show_default=True, help="Samples per task.")
 @sampling_options
 @run_options
 @length_options
@@ -151,10 +152,12 @@ def evaluate(
         timeout=timeout,
         policy_errors=policy_errors,
     )
-    jobs = [Job(row, repeat) for repeat in range(n_repeats) for row in rows]
     if dry_run:
-        print_estimate([unit(job) for job in jobs], plan.grader, prices, dry_run, policy_config, tasks=len(rows))
+        # A unit per task, its repeats counted: the estimate takes the time and memory of the tasks alone.
+        units = [unit(Job(row), times=n_repeats) for row in rows]
+        print_estimate(units, plan.grader, prices, dry_run, policy_config, tasks=len(rows))
         return
+    jobs = [Job(row, repeat) for repeat in range(n_repeats) for row in rows]
     data = DataSpec(source=tasks.name, sha256=data_sha)
     spec = run_spec("eval", plan, data, seed=seed, limit=limit, n_repeats=n_repeats, policy=policy_config)
     execute(jobs, out, spec, plan.grader, policy=policy_config, batch=batch, prices=prices, progress=progress)

@@ -5,17 +5,27 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast, get_args
 
 import click
 from pydantic import ValidationError
 
-from healthbench.api.batch.records import BatchSettings
-from healthbench.api.endpoint import LONGEST_TIMEOUT, MAX_IN_FLIGHT, REASONING_TIMEOUT
+from healthbench.api.batch.records import BatchSettings, BatchTokens, PollInterval
+from healthbench.api.endpoint import (
+    MAX_IN_FLIGHT,
+    REASONING_TIMEOUT,
+    Attempts,
+    Concurrency,
+    OutputTokens,
+    RequestsPerMinute,
+    Timeout,
+    TokensPerMinute,
+)
 from healthbench.api.pacing.store import PACE_STORE_VARIABLE
 from healthbench.api.wire import EFFORTS
 from healthbench.cli.render import download_bar, in_flags
@@ -32,11 +42,40 @@ from healthbench.errors import (
     SettingsError,
 )
 from healthbench.grading.grader import GRADER_CALLS
-from healthbench.grading.settings import DEFAULT_CONCURRENCY, GraderConfig, GradingOptions
-from healthbench.runs.policy import PolicyConfig
+from healthbench.grading.scoring import Seed
+from healthbench.grading.settings import DEFAULT_CONCURRENCY, GraderConfig, GradingOptions, LengthCenter, LengthPenalty
+from healthbench.runs.policy import PolicyConfig, Temperature
 from healthbench.runs.session import BatchChoice
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _FiniteRange(click.FloatRange):
+    """A float range that also refuses inf and nan (click's lets nan through every bound)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
+
+
+# pydantic's bound names, as click's range arguments.
+_BOUNDS = {"ge": ("min", False), "gt": ("min", True), "le": ("max", False), "lt": ("max", True)}
+
+
+def bounded(setting: Any) -> click.ParamType[Any]:
+    """The flag type of a number setting typed `Annotated[int | float, Field(ge=..., le=...)]`: its range read from
+    the setting's own type, so a flag refuses, before anything is built, what the library's settings would refuse
+    (and says the range in `--help`); a float flag refuses inf and nan besides."""
+    kind, *extras = get_args(setting)
+    limits: dict[str, Any] = {}
+    for extra in extras:
+        for constraint in getattr(extra, "metadata", ()):
+            for name, (side, is_open) in _BOUNDS.items():
+                if (value := getattr(constraint, name, None)) is not None:
+                    limits[side], limits[f"{side}_open"] = value, is_open
+    return click.IntRange(**limits) if kind is int else _FiniteRange(**limits)
 
 
 def options(*decorators: Callable[[F], F]) -> Callable[[F], F]:
@@ -99,7 +138,7 @@ _grader_flags = (
     ),
     click.option(
         "--grader-max-output-tokens",
-        type=click.IntRange(min=1),
+        type=bounded(OutputTokens),
         help="Grader output cap [default: 2048, the reference's; none for a reasoning grader].",
     ),
     click.option(
@@ -119,7 +158,7 @@ _grader_flags = (
     click.option(
         "--concurrency",
         "grader_concurrency",
-        type=click.IntRange(min=1),
+        type=bounded(Concurrency),
         help=f"Grader calls in flight at once, one budget for the whole process [default: {DEFAULT_CONCURRENCY}, "
         f"growing once the limits are known to what they and the latency need, up to {MAX_IN_FLIGHT:,}; a value "
         "given is a ceiling the budget stays at].",
@@ -127,25 +166,25 @@ _grader_flags = (
     click.option(
         "--max-attempts",
         "grader_max_attempts",
-        type=click.IntRange(min=1),
+        type=bounded(Attempts),
         default=12,
         show_default=True,
         help="Attempts per call before the sample fails.",
     ),
     click.option(
         "--grader-timeout",
-        type=click.FloatRange(min=0, min_open=True, max=LONGEST_TIMEOUT),
+        type=bounded(Timeout),
         help="Seconds a grader call's attempt may take before it counts as lost and is asked again [default: 120; "
         f"{REASONING_TIMEOUT:g} for a reasoning grader].",
     ),
     click.option(
         "--grader-rpm",
-        type=click.FloatRange(min=0, min_open=True),
+        type=bounded(RequestsPerMinute),
         help="The grader key's requests-per-minute limit [default: learned from the server's answers].",
     ),
     click.option(
         "--grader-tpm",
-        type=click.FloatRange(min=0, min_open=True),
+        type=bounded(TokensPerMinute),
         help="The grader key's tokens-per-minute limit (prompt plus max_tokens, as OpenAI counts) [default: "
         "learned from the server's answers].",
     ),
@@ -177,14 +216,12 @@ batch_options = options(
     ),
     click.option(
         "--poll-interval",
-        type=click.FloatRange(min=0.01),
-        default=30.0,
-        show_default=True,
-        help="Seconds between batch status checks.",
+        type=bounded(PollInterval),
+        help=f"With --batch: seconds between batch status checks [default: {BatchSettings().poll_interval:g}].",
     ),
     click.option(
         "--batch-tokens",
-        type=click.IntRange(min=1),
+        type=bounded(BatchTokens),
         help="With --batch: most tokens queued in batches at once (your organization's batch queue limit for "
         "the model) [default: found from refused batches].",
     ),
@@ -198,29 +235,33 @@ batch_options = options(
 
 sampling_options = options(
     click.option("--system-message", help="Sent to the model first; it also heads the graded transcript."),
-    click.option("--temperature", type=float, help="Sampling temperature [default: the provider's]."),
-    click.option("--max-tokens", type=click.IntRange(min=1), help="Reply length cap."),
+    click.option("--temperature", type=bounded(Temperature), help="Sampling temperature [default: the provider's]."),
+    click.option("--max-tokens", type=bounded(OutputTokens), help="Reply length cap."),
     click.option("--reasoning/--no-reasoning", default=None, help="Treat as a reasoning model [default: by name]."),
-    click.option("--reasoning-effort", type=click.Choice(["minimal", "low", "medium", "high"])),
+    click.option(
+        "--reasoning-effort",
+        type=click.Choice(EFFORTS),
+        help="A reasoning model's effort [default: the model's]; a model not treated as one (--reasoning) takes none.",
+    ),
     click.option(
         "--policy-concurrency",
-        type=click.IntRange(min=1),
+        type=bounded(Concurrency),
         help="Model calls in flight at once [default: 32, growing with the model key's limits as --concurrency "
         "does; a value given is a ceiling].",
     ),
     click.option(
         "--rpm",
-        type=click.FloatRange(min=0, min_open=True),
+        type=bounded(RequestsPerMinute),
         help="The model key's requests-per-minute limit [default: learned].",
     ),
     click.option(
         "--tpm",
-        type=click.FloatRange(min=0, min_open=True),
+        type=bounded(TokensPerMinute),
         help="The model key's tokens-per-minute limit [default: learned].",
     ),
     click.option(
         "--timeout",
-        type=click.FloatRange(min=0, min_open=True, max=LONGEST_TIMEOUT),
+        type=bounded(Timeout),
         help="Seconds a model call's attempt may take before it counts as lost and is asked again [default: "
         f"{REASONING_TIMEOUT:g}].",
     ),
@@ -260,13 +301,13 @@ def _length_flags(center: str, penalty: str, off: str) -> Callable[[F], F]:
     return options(
         click.option(
             "--length-adjustment-center",
-            type=click.FloatRange(min=0),
+            type=bounded(LengthCenter),
             help="Length adjustment: the reply length in characters that is neither penalised nor rewarded "
             f"[default: {center}].",
         ),
         click.option(
             "--length-adjustment-penalty-per-500-chars",
-            type=click.FloatRange(min=0),
+            type=bounded(LengthPenalty),
             help="Length adjustment: score taken off per 500 characters past the center (and given per 500 short "
             f"of it) [default: {penalty}].",
         ),
@@ -304,7 +345,7 @@ def _dry_run(func: F) -> F:
 
 run_options = options(
     click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Output folder."),
-    click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed."),
+    click.option("--seed", type=bounded(Seed), default=0, show_default=True, help="Bootstrap seed."),
     click.option("--prices", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Price table JSON."),
     click.option("--progress/--no-progress", default=True, help="Show a progress bar on a terminal."),
     click.option(
@@ -410,12 +451,17 @@ def os_error(exc: OSError) -> str:
 _GRADING_FLAGS = tuple(GradingOptions.model_fields)
 
 
-def _batch_choice(batch: bool, poll_interval: float, tokens: int | None, no_wait: bool) -> BatchChoice | None:
-    for flag, given in (("--batch-tokens", tokens is not None), ("--no-wait", no_wait)):
-        if given and not batch:
+def _batch_choice(batch: bool, poll_interval: float | None, tokens: int | None, no_wait: bool) -> BatchChoice | None:
+    given = (("--poll-interval", poll_interval), ("--batch-tokens", tokens), ("--no-wait", no_wait or None))
+    for flag, value in given:
+        if value is not None and not batch:
             raise click.UsageError(f"{flag} needs --batch")
-    settings = BatchSettings(poll_interval=poll_interval, wait=not no_wait, max_tokens=tokens)
-    return BatchChoice(settings) if batch else None
+    if not batch:
+        return None
+    settings = BatchSettings(wait=not no_wait, max_tokens=tokens)
+    if poll_interval is not None:
+        settings = dataclasses.replace(settings, poll_interval=poll_interval)
+    return BatchChoice(settings)
 
 
 def grading_options(flags: dict[str, Any]) -> GradingOptions:
@@ -431,7 +477,7 @@ def grading(func: F) -> F:
 
     @functools.wraps(func)
     def wrapper(
-        *args: Any, batch: bool, poll_interval: float, batch_tokens: int | None, no_wait: bool, **kwargs: Any
+        *args: Any, batch: bool, poll_interval: float | None, batch_tokens: int | None, no_wait: bool, **kwargs: Any
     ) -> Any:
         tasks = kwargs.get("tasks")
         plan = grading_options(kwargs).plan(tasks.kind if isinstance(tasks, TaskSource) else None)

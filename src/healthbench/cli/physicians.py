@@ -12,6 +12,7 @@ import click
 from healthbench.cli.execute import execute, print_estimate, unit
 from healthbench.cli.options import (
     DryRun,
+    bounded,
     data_flag_offered,
     data_options,
     graded_tasks,
@@ -39,7 +40,7 @@ from healthbench.runs.folder import RunFolder
 from healthbench.runs.metaeval import completion_groups, grade_meta_rows
 from healthbench.runs.runner import RunOutcome
 from healthbench.runs.session import BatchChoice, Wiring, run_session
-from healthbench.runs.spec import BaselineSpec, DataSpec, run_spec
+from healthbench.runs.spec import BaselineSpec, DataSpec, Limit, run_spec
 
 
 @click.command()
@@ -51,7 +52,7 @@ from healthbench.runs.spec import BaselineSpec, DataSpec, run_spec
 )
 @click.option("--references", is_flag=True, help="Grade the 4 reference completions the group was shown (2, 3).")
 @data_options
-@click.option("--limit", type=click.IntRange(min=1), help="Grade N samples, chosen as the reference does.")
+@click.option("--limit", type=bounded(Limit), help="Grade N samples, chosen as the reference does.")
 @run_options
 @length_options
 @user_errors
@@ -136,7 +137,7 @@ def _headline(calls: str) -> Callable[[dict[str, float | int]], str]:
 @click.command(name="meta-eval")
 @click.option("--data", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Meta-eval JSONL file.")
 @click.option("--subset", type=click.Choice(["meta"]), help="The official meta-eval file [default, unless --data].")
-@click.option("--limit", type=click.IntRange(min=1), help="Grade N rows, chosen as the reference does.")
+@click.option("--limit", type=bounded(Limit), help="Grade N rows, chosen as the reference does.")
 @run_options
 @user_errors
 @meta_grading

@@ -14,6 +14,7 @@ import click
 
 from healthbench.api.endpoint import MAX_IN_FLIGHT
 from healthbench.cli.options import (
+    bounded,
     data_flag_offered,
     grader_options,
     grading_options,
@@ -26,7 +27,8 @@ from healthbench.cli.render import download_bar
 from healthbench.cli.serving import access_from_flags, access_options
 from healthbench.data.source import TaskSource
 from healthbench.data.subsets import DOWNLOADABLE, TASK_SUBSETS
-from healthbench.errors import RequestFailed
+from healthbench.errors import DataError, RequestFailed
+from healthbench.grading.scoring import Bootstraps, Seed
 from healthbench.grading.settings import GraderConfig, GradingOptions
 from healthbench.integrations.openreward.deployment import ENVIRONMENT, ENVIRONMENTS, SERVED_CONCURRENCY
 from healthbench.reporting.report import rebuild, unfinished, write_meta_report, write_report
@@ -55,7 +57,7 @@ def download(names: tuple[str, ...], subsets: tuple[str, ...]) -> None:
 
 @click.command()
 @click.argument("out", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--seed", type=int, help="Bootstrap seed [default: the run's].")
+@click.option("--seed", type=bounded(Seed), help="Bootstrap seed [default: the run's].")
 @rescoring_length_options
 @user_errors
 def report(
@@ -158,8 +160,8 @@ def batches(out: Path, cancel: bool, grader_base_url: str | None, base_url: str 
 @click.command()
 @click.argument("run_a", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.argument("run_b", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
-@click.option("--n-bootstrap", type=click.IntRange(min=1), default=1000, show_default=True)
+@click.option("--seed", type=bounded(Seed), default=0, show_default=True, help="Bootstrap seed.")
+@click.option("--n-bootstrap", type=bounded(Bootstraps), default=1000, show_default=True, help="Bootstrap resamples.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @user_errors
 def compare(run_a: Path, run_b: Path, seed: int, n_bootstrap: int, as_json: bool) -> None:

@@ -13,7 +13,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
+
+from pydantic import Field
 
 from healthbench.errors import SettingsError
 
@@ -21,6 +23,10 @@ if TYPE_CHECKING:
     import numpy as np
 
 N_BOOTSTRAP = 1000
+# The bootstrap's seed (numpy takes no negative one) and its number of resamples, as the settings and flags take
+# them: each resample is a row of task indices held at once, so 10,000 of a 5,000-task run are 0.4 GB already.
+Seed = Annotated[int, Field(ge=0)]
+Bootstraps = Annotated[int, Field(ge=1, le=10_000)]
 LENGTH_ADJUSTED = "overall_score_length_adjusted"
 # metrics.json names worst-at-k of K samples `worst_at_k:K`.
 WORST_AT_K = "worst_at_k"

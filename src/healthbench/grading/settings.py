@@ -16,12 +16,21 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from healthbench.api.client import OPENAI_BASE_URL, ApiClient, Budget, Completer
-from healthbench.api.endpoint import LONGEST_TIMEOUT, EndpointSettings, pace_store_from_env
+from healthbench.api.endpoint import (
+    Attempts,
+    Concurrency,
+    EndpointSettings,
+    OutputTokens,
+    RequestsPerMinute,
+    Timeout,
+    TokensPerMinute,
+    pace_store_from_env,
+)
 from healthbench.api.wire import APIS, Api, ApiName, Effort, Shape, is_reasoning_model
 from healthbench.data.subsets import PROFESSIONAL
 from healthbench.errors import SettingsError
@@ -40,6 +49,10 @@ from healthbench.grading.prompt import TEMPLATE_SHA256
 from healthbench.grading.scoring import LengthAdjustment
 
 DEFAULT_CONCURRENCY = 64
+# A length adjustment's numbers: a center past a million characters, or a penalty of more than a whole score per
+# 500 characters (Professional's is 0.0147), is a typo.
+LengthCenter = Annotated[float, Field(ge=0, le=1_000_000, allow_inf_nan=False)]
+LengthPenalty = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
 
 # Where the grader's key and endpoint come from, first found wins. The grading commands read the project's own
 # variables; `serve` reads a session's secrets first (the caller pays for its grading), then the server's
@@ -81,9 +94,9 @@ class GraderConfig(EndpointSettings):
     """
 
     model: str = DEFAULT_GRADER_MODEL
-    concurrency: int = Field(default=DEFAULT_CONCURRENCY, ge=1)
+    concurrency: Concurrency = DEFAULT_CONCURRENCY
     api: ApiName = "chat"
-    max_output_tokens: int | None = Field(default=None, ge=1)
+    max_output_tokens: OutputTokens | None = None
     system_message: bool | None = None
     calls: GraderCalls = PER_ITEM
     prompt_cache_key: bool = True
@@ -224,22 +237,22 @@ class GradingOptions(BaseModel):
     grader_api: ApiName | None = None
     grader_reasoning: bool | None = None
     grader_reasoning_effort: Effort | None = None
-    grader_max_output_tokens: int | None = Field(default=None, ge=1)
+    grader_max_output_tokens: OutputTokens | None = None
     grader_system_message: bool | None = None
     # `per-reply` grades a reply's whole rubric in one call: not the reference's grading, so never the official score.
     grader_calls: GraderCalls | None = None
     # False for an endpoint that refuses fields it does not know; the prompts are the same either way.
     grader_prompt_cache_key: bool | None = None
-    grader_concurrency: int | None = Field(default=None, ge=1)
-    grader_max_attempts: int | None = Field(default=None, ge=1)
+    grader_concurrency: Concurrency | None = None
+    grader_max_attempts: Attempts | None = None
     # Seconds per attempt (None: 120, or 600 for a reasoning grader; see `EndpointSettings.attempt_timeout`).
-    grader_timeout: float | None = Field(default=None, gt=0, le=LONGEST_TIMEOUT, allow_inf_nan=False)
-    grader_rpm: float | None = Field(default=None, gt=0)
-    grader_tpm: float | None = Field(default=None, gt=0)
+    grader_timeout: Timeout | None = None
+    grader_rpm: RequestsPerMinute | None = None
+    grader_tpm: TokensPerMinute | None = None
     # A Redis URL: each key's pace shared with every process naming it (the model's too, for `eval`).
     grader_pace_store: str | None = None
-    length_adjustment_center: float | None = Field(default=None, ge=0)
-    length_adjustment_penalty_per_500_chars: float | None = Field(default=None, ge=0)
+    length_adjustment_center: LengthCenter | None = None
+    length_adjustment_penalty_per_500_chars: LengthPenalty | None = None
     no_length_adjustment: bool = False
 
     def grader(self, subset: str | None, *, served: bool = False) -> GraderConfig:

@@ -14,15 +14,19 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from healthbench.data.schema import Row
 from healthbench.data.select import select_rows
 from healthbench.data.source import TaskSource
 from healthbench.data.subsets import PROFESSIONAL
 from healthbench.data.tags import breakdown
-from healthbench.errors import DataError, DownloadFailed
+from healthbench.errors import DataError, DownloadFailed, SettingsError
 from healthbench.grading.pool import GraderPool
+from healthbench.grading.scoring import Seed
+from healthbench.runs.spec import Limit, Repeats
 
 logger = logging.getLogger(__name__)
 
@@ -35,13 +39,33 @@ class Tasks(NamedTuple):
     kind: str | None
 
 
+class Size(BaseModel):
+    """How many tasks, how often each is sampled, and the bootstrap's seed: the commands' ranges, which the
+    Inspect task's and the verifiers taskset's arguments take too."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    limit: Limit | None = None
+    n_repeats: Repeats = 1
+    seed: Seed = 0
+
+
+def sized(**values: Any) -> Size:
+    """`Size` of the values given; `SettingsError` naming each one out of range."""
+    try:
+        return Size(**values)
+    except ValidationError as exc:
+        said = "; ".join(f"`{error['loc'][0]}` is {error['input']!r}: {error['msg']}" for error in exc.errors())
+        raise SettingsError(said) from None
+
+
 def load_tasks(subset: str | None = None, data: str | Path | None = None, limit: int | None = None) -> Tasks:
     """The rows to evaluate: a file in either task schema, else a named subset (default `full`); `limit`
     of them chosen as the reference chooses (`random.Random(0).sample`)."""
     if data is not None and subset is not None:
         raise DataError(f"give a data file or a subset, not both (data={str(data)!r}, subset={subset!r})")
-    if limit is not None and limit < 1:
-        raise DataError(f"limit must be at least 1, not {limit}")
+    if limit is not None:
+        sized(limit=limit)
     source = TaskSource.file(data) if data is not None else TaskSource.named(subset or "full")
     if source.professional_file:
         logger.warning(

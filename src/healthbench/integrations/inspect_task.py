@@ -30,7 +30,7 @@ from healthbench.grading.aggregate import aggregate_samples
 from healthbench.grading.sample import GradedSample, grade_sample
 from healthbench.grading.scoring import WORST_AT_K
 from healthbench.grading.settings import GradingOptions
-from healthbench.integrations.common import GRADERS, load_tasks, slice_prefixes
+from healthbench.integrations.common import GRADERS, load_tasks, sized, slice_prefixes
 from healthbench.runs.records import SampleRecord
 from healthbench.runs.spec import GraderSpec, LengthSpec
 
@@ -200,6 +200,7 @@ def healthbench(
     `grader_reasoning_effort`, ..., `length_adjustment_center`, `length_adjustment_penalty_per_500_chars`); what
     is left unset comes from HEALTHBENCH_GRADER_* (key HEALTHBENCH_GRADER_API_KEY, else OPENAI_API_KEY), then
     the subset's official settings."""
+    sized(limit=limit, n_repeats=n_repeats, seed=seed)
     options = GradingOptions(**grading)
     rows, kind = load_tasks(subset, data, limit)
     plan = options.plan(kind)

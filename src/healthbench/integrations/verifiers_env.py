@@ -19,10 +19,9 @@ import verifiers.v1 as vf  # type: ignore[import-untyped, import-not-found, unus
 from verifiers.v1.harnesses.null import NullHarnessConfig  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
 from healthbench.data.schema import Message, Row
-from healthbench.errors import SettingsError
 from healthbench.grading.sample import grade_sample
 from healthbench.grading.settings import GradingOptions
-from healthbench.integrations.common import GRADERS, load_tasks
+from healthbench.integrations.common import GRADERS, load_tasks, sized
 from healthbench.runs.records import SampleRecord
 
 __all__ = [
@@ -118,8 +117,7 @@ class HealthBenchTaskset(vf.Taskset[HealthBenchTask, HealthBenchConfig]):  # typ
     def load(self) -> list[HealthBenchTask]:
         """Every selected row, `n_repeats` times."""
         config: HealthBenchConfig = self.config
-        if config.n_repeats < 1:
-            raise SettingsError(f"`n_repeats` must be at least 1, not {config.n_repeats}")
+        sized(limit=config.limit, n_repeats=config.n_repeats)
         rows, kind = load_tasks(config.subset, config.data, config.limit)
         # Graded with the settings of what the rows are: a file in Professional's schema as that subset is.
         task_config = config.task.model_copy(update={"subset": kind})

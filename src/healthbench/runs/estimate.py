@@ -66,12 +66,14 @@ def cacheable(tokens: int) -> int:
 
 
 class Unit(NamedTuple):
-    """One sample to estimate: its conversation, its reply (None: sampled from the policy) and the rubric
-    criteria it is graded against, one grader call each."""
+    """Samples to estimate: their conversation, their reply (None: sampled from the policy), the rubric criteria
+    they are graded against (one grader call each), and how many samples alike there are (a task's repeats), so
+    a run of any size is estimated in the time and memory of its tasks."""
 
     prompt: Sequence[Message]
     reply: str | None
     criteria: Sequence[str]
+    times: int = 1
 
 
 def estimate(
@@ -90,28 +92,44 @@ def estimate(
     system = len(system_message or "")
     seen: set[tuple[str, ...]] = set()  # the cache keys whose first request is counted
     for unit in units:
+        times = unit.times
         conversation = sum(len(m.role) + len(m.content) + 4 for m in unit.prompt) + system
         if unit.reply is None:
-            policy.calls += 1
-            policy.prompt_tokens += _tokens(conversation)
-            policy.completion_tokens += REPLY_TOKENS
+            policy.calls += times
+            policy.prompt_tokens += _tokens(conversation) * times
+            policy.completion_tokens += REPLY_TOKENS * times
         reply = REPLY_TOKENS * CHARS_PER_TOKEN if unit.reply is None else len(unit.reply)
         task = tuple(m.role + "\0" + m.content for m in unit.prompt)
+        key: tuple[str, ...] | None
         if calls == "per-reply":
-            usage = _per_reply(unit, conversation + reply, _tokens(HEAD_CHARS + conversation), thinking)
-            key = task
+            usage, key = _per_reply(unit, conversation + reply, _tokens(HEAD_CHARS + conversation), thinking), task
         else:
             shared = _tokens(REFERENCE_HEAD_CHARS + conversation + reply + REFERENCE_BRIDGE_CHARS)
             usage = _per_item(unit, conversation + reply, shared, thinking)
-            # A reply not sampled yet is a reply of its own: its key is shared with no other unit's.
-            key = (*task, "\0reply", unit.reply if unit.reply is not None else str(id(unit)))
-        if not cache_keys:
-            usage.cached_prompt_tokens = 0
-        elif key not in seen:  # the first request of a key writes the cache, the others read it
-            usage.cached_prompt_tokens -= usage.cached_prompt_tokens // max(usage.calls, 1)
-        seen.add(key)
-        graded.add(usage)
+            # A reply not sampled yet is a reply of its own: its key is shared with no other sample's (None).
+            key = (*task, "\0reply", unit.reply) if unit.reply is not None else None
+        cached = 0
+        if cache_keys:
+            # The first request of a key writes the cache, the others read it: each sample of a key of its own
+            # is a first, and of a shared key (the repeats of a task graded per reply) only the first sample.
+            written = usage.cached_prompt_tokens // max(usage.calls, 1)
+            firsts = times if key is None else int(key not in seen)
+            if key is not None:
+                seen.add(key)
+            cached = usage.cached_prompt_tokens * times - written * firsts
+        graded.add(_times(usage, times, cached))
     return Estimate(policy, graded)
+
+
+def _times(usage: Usage, times: int, cached: int) -> Usage:
+    """`usage` of one sample for `times` samples alike, with `cached` cached prompt tokens in all."""
+    return Usage(
+        calls=usage.calls * times,
+        prompt_tokens=usage.prompt_tokens * times,
+        cached_prompt_tokens=cached,
+        completion_tokens=usage.completion_tokens * times,
+        reasoning_tokens=usage.reasoning_tokens * times,
+    )
 
 
 def _per_item(unit: Unit, transcript: float, shared: int, thinking: int) -> Usage:
@@ -267,5 +285,5 @@ def dry_run(
     loads = {"grader": _load(grader, guess.grader, grader.shape.max_output_tokens, _grader_caps(units, grader))}
     if policy is not None:
         loads["policy"] = _load(policy, guess.policy, policy.shape.max_output_tokens)
-    summary: dict[str, Any] = {"samples": len(units), **report, "wall_time": wall_time(loads)}
+    summary: dict[str, Any] = {"samples": sum(unit.times for unit in units), **report, "wall_time": wall_time(loads)}
     return summary

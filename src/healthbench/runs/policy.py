@@ -15,15 +15,18 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, SecretStr, model_validator
 
 from healthbench.api.client import OPENAI_BASE_URL, ApiClient, Completer
-from healthbench.api.endpoint import REASONING_TIMEOUT, EndpointSettings, pace_store_from_env
+from healthbench.api.endpoint import REASONING_TIMEOUT, EndpointSettings, OutputTokens, pace_store_from_env
 from healthbench.api.wire import Shape, Usage
 from healthbench.data.schema import Message
 from healthbench.errors import PolicyMisuse, RequestFailed
+
+# OpenAI's range of sampling temperatures; nan would go out as `NaN`, which is not JSON.
+Temperature = Annotated[float, Field(ge=0, le=2, allow_inf_nan=False)]
 
 
 class PolicyConfig(EndpointSettings):
@@ -35,8 +38,8 @@ class PolicyConfig(EndpointSettings):
     # A reply may be long (no cap unless given), from a slow local server: the reasoning model's bound for any.
     chat_timeout: ClassVar[float] = REASONING_TIMEOUT
     system_message: str | None = None
-    temperature: float | None = None
-    max_tokens: int | None = Field(default=None, ge=1)
+    temperature: Temperature | None = None
+    max_tokens: OutputTokens | None = None
     policy_errors: Literal["grade", "fail"] = "grade"
 
     @classmethod
@@ -52,11 +55,17 @@ class PolicyConfig(EndpointSettings):
         )
 
     @model_validator(mode="after")
-    def _temperature_needs_a_chat_model(self) -> PolicyConfig:
+    def _settings_fit_the_model(self) -> PolicyConfig:
+        # Each setting is sent or refused here, never dropped on the way: what run.json records went out.
         if self.is_reasoning and self.temperature is not None:
             raise ValueError(
                 f"{self.model} is treated as a reasoning model, which takes no temperature: drop `temperature`, "
                 "or set `reasoning=False` to send it anyway"
+            )
+        if not self.is_reasoning and self.reasoning_effort is not None:
+            raise ValueError(
+                f"{self.model} is not treated as a reasoning model, so it takes no reasoning effort: drop "
+                "`reasoning_effort`, or set `reasoning=True` if it is one"
             )
         return self
 

@@ -11,7 +11,7 @@ always kept, so folders of earlier releases resume).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -23,6 +23,13 @@ from healthbench.grading.settings import REFERENCE_REQUEST, GraderConfig, Gradin
 from healthbench.runs.policy import PolicyConfig
 
 Command = Literal["grade", "eval", "baseline", "meta-eval", "probe"]
+
+# How many tasks a run takes (a limit past the data runs all of it) and how often each is sampled, as the
+# commands, the Inspect task and the verifiers taskset take them: the paper's worst-at-k goes to 16 repeats, and
+# every sample of a run is held at once when it is scored.
+MAX_REPEATS = 100
+Limit = Annotated[int, Field(ge=1)]
+Repeats = Annotated[int, Field(ge=1, le=MAX_REPEATS)]
 
 
 class Spec(BaseModel):

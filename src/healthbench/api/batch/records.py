@@ -6,7 +6,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol
+
+from pydantic import Field
+from pydantic.dataclasses import dataclass as validated_dataclass
 
 from healthbench.api.wire import Usage
 
@@ -14,6 +17,10 @@ from healthbench.api.wire import Usage
 MAX_REQUESTS = 50_000
 MAX_BYTES = 200 * 1000 * 1000
 TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
+# Seconds between status checks, as the settings and `--poll-interval` take them: every wait is bounded, and a
+# batch takes minutes to hours. Tokens queued at once: the largest organization queue limits are some 10^10.
+PollInterval = Annotated[float, Field(ge=0.01, le=3600, allow_inf_nan=False)]
+BatchTokens = Annotated[int, Field(ge=1, le=10**12)]
 
 
 class BatchLedger(Protocol):
@@ -35,11 +42,11 @@ class BatchLedger(Protocol):
         """The input file that last carried a request, and its attempt number there."""
 
 
-@dataclass(frozen=True)
+@validated_dataclass(frozen=True)
 class BatchSettings:
     """How batches are formed and watched."""
 
-    poll_interval: float = 30.0
+    poll_interval: PollInterval = 30.0
     settle: float = 1.0
     max_requests: int = MAX_REQUESTS
     max_bytes: int = MAX_BYTES
@@ -48,7 +55,7 @@ class BatchSettings:
     wait: bool = True
     # Most estimated tokens queued in batches at once (the organization's batch queue limit for the model);
     # None: found by halving after a refusal.
-    max_tokens: int | None = None
+    max_tokens: BatchTokens | None = None
 
 
 @dataclass(frozen=True)
