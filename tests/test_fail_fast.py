@@ -23,7 +23,7 @@ from healthbench.errors import EndpointUnusable
 from healthbench.grading.settings import GraderConfig
 from healthbench.integrations.openreward.deployment import Deployment
 from healthbench.integrations.openreward.environment import HealthBench
-from healthbench.runs.folder import STORE
+from healthbench.runs.folder import STORE, RunFolder
 from healthbench.testing import Canned, FakeOpenAI
 from tests.conftest import make_row, write_jsonl
 from tests.reference import KEY
@@ -223,7 +223,10 @@ def test_a_served_tool_call_with_a_dead_grader_fails_with_the_endpoint_named(tmp
     assert KEY not in str(caught.value)
 
 
-def test_ctrl_c_lands_what_is_out_says_what_is_saved_and_the_same_command_finishes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_lands_what_is_out_says_what_is_saved_and_the_same_command_finishes(
+    tmp_path: Path, stop: signal.Signals
+) -> None:
     data = write_jsonl(tmp_path / "rows.jsonl", rows(40))
     halfway = threading.Event()
     answered = 0
@@ -237,7 +240,8 @@ def test_ctrl_c_lands_what_is_out_says_what_is_saved_and_the_same_command_finish
     with FakeOpenAI(respond=lambda body: count(body), latency=0.1) as server:
         url = server.base_url or ""
         args = eval_args(data, tmp_path / "out", url, url, "--concurrency", "8", "--policy-concurrency", "8")
-        # A shell's Ctrl-C reaches a process whose SIGINT is the default; pytest's children may inherit it ignored.
+        # A shell's Ctrl-C reaches a process whose SIGINT is the default; pytest's children may inherit it ignored
+        # (SIGTERM stops the run the same way either way).
         code = "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
         code += "from healthbench.cli import main; sys.argv[0] = 'healthbench'; main()"
         process = subprocess.Popen(
@@ -248,14 +252,15 @@ def test_ctrl_c_lands_what_is_out_says_what_is_saved_and_the_same_command_finish
             text=True,
         )
         assert halfway.wait(timeout=120)
-        process.send_signal(signal.SIGINT)
+        process.send_signal(stop)
         stdout, stderr = process.communicate(timeout=120)
         interrupted = server.requests_total
-        assert process.returncode == 130, stderr
+        assert process.returncode == (130 if stop == signal.SIGINT else 143), stderr
         saved = sum(1 for _ in (tmp_path / "out" / "results.jsonl").open())
         assert stdout == "" and "Traceback" not in stderr
+        how = "interrupted" if stop == signal.SIGINT else "stopped by SIGTERM"
         assert stderr.strip().splitlines() == [
-            f"healthbench: interrupted: {saved} of 40 graded and saved, and every answer that arrived is kept in "
+            f"healthbench: {how}: {saved} of 40 graded and saved, and every answer that arrived is kept in "
             f"{tmp_path / 'out' / STORE}; run the same command again to go on from there"
         ]
         assert 0 < saved < 40 and interrupted < 120
@@ -268,6 +273,19 @@ def test_ctrl_c_lands_what_is_out_says_what_is_saved_and_the_same_command_finish
         clean = invoke(eval_args(data, tmp_path / "clean", url, url))
         assert clean.exit_code == 0, clean.output
     assert (tmp_path / "out" / "metrics.json").read_bytes() == (tmp_path / "clean" / "metrics.json").read_bytes()
+    # Each line's usage is its sample's own, whichever session paid: one reply and two verdicts, the lines of the
+    # samples graded before the stop included, and the lines add up to usage.json's whole run.
+    folder = RunFolder(tmp_path / "out")
+    results, usage = folder.read_results(), folder.read_usage()
+    assert usage is not None and usage.whole_run.policy is not None and usage.whole_run.grader is not None
+    assert all(r.policy_usage is not None and r.policy_usage.calls == 1 for r in results)
+    assert all(r.usage is not None and r.usage.calls == 2 for r in results)
+    for side, lines in (
+        (usage.whole_run.policy, [r.policy_usage for r in results]),
+        (usage.whole_run.grader, [r.usage for r in results]),
+    ):
+        for field in ("calls", "prompt_tokens", "completion_tokens"):
+            assert sum(getattr(line, field) for line in lines if line is not None) == getattr(side, field), field
 
 
 def test_ctrl_c_outside_a_run_is_one_line_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -267,9 +267,9 @@ def test_every_fault_kind_through_the_responses_api_is_retried_to_the_same_verdi
         results = asyncio.run(work())
         assert set(server.responses_by_kind) >= set(FAULTS) and server.responses_by_kind["ok"] == len(prompts)
         assert set(server.paths) == {"/v1/responses"}
-    for prompt, (verdict, usage) in zip(prompts, results, strict=True):
-        assert verdict.criteria_met is prompt_verdict(prompt)
-        assert usage.reasoning_tokens >= 16
+    for prompt, answer in zip(prompts, results, strict=True):
+        assert answer.verdict.criteria_met is prompt_verdict(prompt)
+        assert answer.usage.reasoning_tokens >= 16
 
 
 def test_an_ungradable_item_through_the_responses_api_fails_its_task_by_name() -> None:

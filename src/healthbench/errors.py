@@ -185,16 +185,19 @@ class EndpointUnusable(HealthBenchError):
 
 
 class Interrupted(HealthBenchError):
-    """The user stopped a run (Ctrl-C) after what was in flight landed; `done` of `total` samples are graded and
-    kept, with every answer that arrived, so the same command goes on from there."""
+    """The user stopped a run (Ctrl-C, or `signal` SIGTERM: docker stop, systemd, SLURM) after what was in flight
+    landed; `done` of `total` samples are graded and kept, with every answer that arrived, so the same command
+    goes on from there."""
 
-    def __init__(self, done: int, total: int, store: str) -> None:
+    def __init__(self, done: int, total: int, store: str, signal: str = "SIGINT") -> None:
+        how = "interrupted" if signal == "SIGINT" else f"stopped by {signal}"
         super().__init__(
-            f"interrupted: {done} of {total} graded and saved, and every answer that arrived is kept in {store}; "
-            "run the same command again to go on from there"
+            f"{how}: {done} of {total} graded and saved, and every answer that arrived is kept in {store}; run the "
+            "same command again to go on from there"
         )
         self.done = done
         self.total = total
+        self.signal = signal
 
 
 class PaceStoreUnreachable(HealthBenchError):

@@ -6,11 +6,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal, TypeVar, cast, get_args
+from types import FrameType
+from typing import Any, Literal, NoReturn, TypeVar, cast, get_args
 
 import click
 from pydantic import ValidationError
@@ -406,20 +409,50 @@ def graded_tasks(func: F) -> F:
     return cast(F, wrapper)
 
 
-# The exit status of a command the user interrupted (128 + SIGINT), as a shell reports it.
+# The exit status of a command the user interrupted (128 + SIGINT) or that was told to stop (128 + SIGTERM: docker
+# stop, systemd, SLURM), as a shell reports it.
 INTERRUPTED = 130
+TERMINATED = 143
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM outside a run's loop (which stops on it itself, as on Ctrl-C): raised where Ctrl-C would raise
+    `KeyboardInterrupt`, so it unwinds as Ctrl-C does."""
+
+
+@contextmanager
+def _sigterm_as_ctrl_c() -> Iterator[None]:
+    """While the block runs in the main thread (the only one that takes signals), SIGTERM raises `Terminated`."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminated(signum: int, frame: FrameType | None) -> None:
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _stopped(line: str, by_sigterm: bool) -> NoReturn:
+    click.echo(f"healthbench: {line}", err=True)
+    sys.exit(TERMINATED if by_sigterm else INTERRUPTED)
 
 
 def user_errors(func: F) -> F:
     """Turn what the package raises on purpose (bad data, settings that do not go together, a run made
     otherwise, an account without quota, an endpoint that cannot be used, a model that refuses every request),
-    a file that cannot be read or written, and Ctrl-C into one line and a non-zero exit status, never a
-    traceback."""
+    a file that cannot be read or written, and Ctrl-C or SIGTERM into one line and a non-zero exit status, never
+    a traceback."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return func(*args, **kwargs)
+            with _sigterm_as_ctrl_c():
+                return func(*args, **kwargs)
         except ValidationError as exc:
             said = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors(include_url=False))
             raise click.UsageError(in_flags(said)) from None
@@ -428,15 +461,14 @@ def user_errors(func: F) -> F:
         except (QuotaExhausted, PolicyMisuse, EndpointUnusable) as exc:
             raise click.ClickException(in_flags(f"stopped, {exc}")) from None
         except Interrupted as exc:
-            click.echo(f"healthbench: {exc}", err=True)
-            sys.exit(INTERRUPTED)
+            _stopped(str(exc), exc.signal == "SIGTERM")
         except HealthBenchError as exc:
             raise click.ClickException(in_flags(str(exc))) from None
         except OSError as exc:
             raise click.ClickException(os_error(exc)) from None
-        except KeyboardInterrupt:
-            click.echo("healthbench: interrupted; a run keeps every answer that arrived in its store", err=True)
-            sys.exit(INTERRUPTED)
+        except KeyboardInterrupt as exc:
+            how = "stopped by SIGTERM" if isinstance(exc, Terminated) else "interrupted"
+            _stopped(f"{how}; a run keeps every answer that arrived in its store", isinstance(exc, Terminated))
 
     return wrapper  # type: ignore[return-value]
 

@@ -242,7 +242,14 @@ def serve(
     # The SDK's loggers read their level as they are made, when the environment is first imported.
     os.environ["OPENREWARD_LOG_LEVEL"] = log_level.upper()
     from healthbench.integrations.openreward.deployment import load_splits, split_names
-    from healthbench.integrations.openreward.environment import serve as serve_environment
+
+    try:
+        from healthbench.integrations.openreward.environment import serve as serve_environment
+    except ModuleNotFoundError as exc:  # the quickstart installs the package without its extras
+        raise click.ClickException(
+            f"serve needs the package's serve extra, and {exc.name} is not installed: pip install -e '.[serve]' "
+            "in the clone (bash scripts/dev serve sets it up)"
+        ) from None
 
     access, limits = access_from_flags(flags)
     # The test split from a file is graded by its kind: Professional's settings for a file in its schema.

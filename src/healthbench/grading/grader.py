@@ -166,18 +166,36 @@ class GradedItem:
 
 @dataclass
 class GradedReply:
-    """Every rubric item of one task graded, with the tokens the grader spent."""
+    """Every rubric item of one task graded, with the tokens its verdicts cost (`usage`: the reply's own, a
+    verdict reused from the cache counted at what it cost when it was asked) and those this grading paid for
+    (`paid`: the calls it made)."""
 
     prompt_id: str
     items: list[GradedItem]
     usage: Usage = field(default_factory=Usage)
+    paid: Usage = field(default_factory=Usage)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A verdict with what its call cost (`usage`, whenever it was made; a per-reply call's with its first item),
+    and whether it came from the cache (`reused`: nothing was paid for it now)."""
+
+    verdict: Verdict
+    usage: Usage
+    reused: bool = False
+
+    @property
+    def paid(self) -> Usage:
+        """What asking cost now: nothing for a verdict reused."""
+        return Usage() if self.reused else self.usage
 
 
 class VerdictCache(Protocol):
     """Verdicts remembered by exact grader request, so identical requests are paid for once."""
 
-    def get_verdict(self, key: str) -> Verdict | None:
-        """The stored verdict for this request, if any."""
+    def get_verdict(self, key: str) -> tuple[Verdict, Usage] | None:
+        """The stored verdict for this request, with what it cost when it was asked, if any."""
 
     def put_verdict(self, key: str, verdict: Verdict, usage: Usage) -> None:
         """Remember a verdict and what it cost."""
@@ -257,56 +275,53 @@ class Grader:
 
         return payload
 
-    async def verdict(
-        self, prompt: str, *, ident: str | None = None, cache_key: str | None = None
-    ) -> tuple[Verdict, Usage]:
+    async def verdict(self, prompt: str, *, ident: str | None = None, cache_key: str | None = None) -> Answer:
         """One grader call for a rendered grader prompt; raises `RequestFailed` past the retry bound.
 
         `ident` names the (sample, rubric item) the call is for: the reference grades every item of every
         sample with a call of its own, so identical requests of different items are not one verdict. With
-        a cache, the request (without its cache key) and its `ident` are the key, and a hit costs nothing and
-        reports zero usage. `cache_key` is sent as the request's `prompt_cache_key`.
+        a cache, the request (without its cache key) and its `ident` are the key, and a hit is reused: nothing is
+        sent, and its usage is what the call cost when it was made (by an earlier session, say), so the item it
+        belongs to keeps it. `cache_key` is sent as the request's `prompt_cache_key`.
         """
         return await self._verdict(prompt, self._encoded(prompt, None)[0], ident, cache_key)
 
-    async def _verdict(
-        self, prompt: str, payload: bytes, ident: str | None, cache_key: str | None
-    ) -> tuple[Verdict, Usage]:
+    async def _verdict(self, prompt: str, payload: bytes, ident: str | None, cache_key: str | None) -> Answer:
         """`verdict`, for the prompt's request bytes `payload` (without a cache key)."""
         sent = payload if cache_key is None else with_cache_key(payload, cache_key)
         parsed = self.request_body(prompt)  # for the client to count its tokens without parsing `sent` again
         if self.cache is None:
-            return await self.client.complete(sent, parse_verdict, ident=ident, parsed=parsed)
+            return Answer(*await self.client.complete(sent, parse_verdict, ident=ident, parsed=parsed))
         key = request_key(payload if ident is None else payload + b"\0" + ident.encode())
         cached = self.cache.get_verdict(key)
         if cached is not None:
-            return cached, Usage()
+            return Answer(*cached, reused=True)
         verdict, usage = await self.client.complete(sent, parse_verdict, ident=ident, parsed=parsed)
         self.cache.put_verdict(key, verdict, usage)
-        return verdict, usage
+        return Answer(verdict, usage)
 
-    async def verdicts(
-        self, prompt: str, count: int, *, ident: str, cache_key: str | None = None
-    ) -> tuple[list[Verdict], Usage]:
-        """One grader call for a per-reply prompt of `count` items; raises `RequestFailed` past the retry bound
-        (an answer without a valid verdict for every item is asked again, as a bad verdict is).
+    async def verdicts(self, prompt: str, count: int, *, ident: str, cache_key: str | None = None) -> list[Answer]:
+        """One grader call for a per-reply prompt of `count` items, its usage with the first; raises
+        `RequestFailed` past the retry bound (an answer without a valid verdict for every item is asked again, as
+        a bad verdict is).
 
         `ident` names the sample; with a cache, item i's verdict is kept under the request and `ident/i`, and
         the call's usage with the first item, so a resumed run asks again only for a reply not all of whose
-        verdicts are kept."""
+        verdicts are kept (and reuses those with what they cost)."""
         payload, sent = self._encoded(prompt, cache_key, count)
         parse = functools.partial(parse_verdicts, count=count)
         parsed = self.request_body(prompt, items=count)
-        if self.cache is None:
-            return await self.client.complete(sent, parse, ident=ident, parsed=parsed)
-        keys = [request_key(payload + b"\0" + f"{ident}/{index}".encode()) for index in range(count)]
-        kept = [self.cache.get_verdict(key) for key in keys]
-        if all(verdict is not None for verdict in kept):
-            return [verdict for verdict in kept if verdict is not None], Usage()
+        if self.cache is not None:
+            keys = [request_key(payload + b"\0" + f"{ident}/{index}".encode()) for index in range(count)]
+            kept = [self.cache.get_verdict(key) for key in keys]
+            if all(pair is not None for pair in kept):
+                return [Answer(*pair, reused=True) for pair in kept if pair is not None]
         found, usage = await self.client.complete(sent, parse, ident=ident, parsed=parsed)
-        for index, (key, verdict) in enumerate(zip(keys, found, strict=True)):
-            self.cache.put_verdict(key, verdict, usage if index == 0 else Usage())
-        return found, usage
+        answers = [Answer(verdict, usage if index == 0 else Usage()) for index, verdict in enumerate(found)]
+        if self.cache is not None:
+            for key, answer in zip(keys, answers, strict=True):
+                self.cache.put_verdict(key, answer.verdict, answer.usage)
+        return answers
 
     async def grade(
         self, prompt_id: str, transcript: Sequence[Message], rubrics: Sequence[RubricItem], *, ident: str | None = None
@@ -322,23 +337,24 @@ class Grader:
             results = await self._per_reply(prompt_id, transcript, conversation, rubrics, ident or prompt_id)
         else:
             results = await self._per_item(prompt_id, conversation, rubrics, ident)
-        usage = Usage()
-        items = []
-        for item, (verdict, item_usage) in zip(rubrics, results, strict=True):
-            usage.add(item_usage)
-            items.append(
+        graded = GradedReply(prompt_id, [])
+        for item, answer in zip(rubrics, results, strict=True):
+            graded.usage.add(answer.usage)
+            graded.paid.add(answer.paid)
+            verdict = answer.verdict
+            graded.items.append(
                 GradedItem(item.criterion, item.points, list(item.tags), verdict.criteria_met, verdict.explanation)
             )
-        return GradedReply(prompt_id, items, usage)
+        return graded
 
     async def _per_item(
         self, prompt_id: str, conversation: str, rubrics: Sequence[RubricItem], ident: str | None
-    ) -> list[tuple[Verdict, Usage]]:
+    ) -> list[Answer]:
         # Every item's prompt starts with the template's head and the whole conversation, reply included.
         cache_key = self.cache_key(conversation)
         payloads = self._item_payloads(conversation)
 
-        async def one(index: int, item: RubricItem) -> tuple[Verdict, Usage]:
+        async def one(index: int, item: RubricItem) -> Answer:
             item_ident = None if ident is None else f"{ident}/{index}"
             text = rubric_item_text(item)
             prompt = grader_prompt(conversation, text)
@@ -365,12 +381,11 @@ class Grader:
         conversation: str,
         rubrics: Sequence[RubricItem],
         ident: str,
-    ) -> list[tuple[Verdict, Usage]]:
+    ) -> list[Answer]:
         # One request per reply: what its requests share with others is the task's conversation before the reply.
         cache_key = self.cache_key(render_conversation(transcript[:-1]))
         prompt = per_reply_prompt(conversation, [rubric_item_text(item) for item in rubrics])
         try:
-            found, usage = await self.verdicts(prompt, len(rubrics), ident=ident, cache_key=cache_key)
+            return await self.verdicts(prompt, len(rubrics), ident=ident, cache_key=cache_key)
         except RequestFailed as exc:
             raise ReplyGradingError(prompt_id, len(rubrics), str(exc)) from None
-        return [(verdict, usage if index == 0 else Usage()) for index, verdict in enumerate(found)]

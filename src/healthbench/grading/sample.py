@@ -26,7 +26,8 @@ class GradedSample:
     `transcript` is the graded conversation (a system message the runner sent, the task's prompt, the reply);
     `score` is the unclipped task score and `adjusted` the unclipped length-adjusted score when an adjustment
     applies; `reward` is whichever of the two is the headline. `suspect` names the rules of `grading.suspect`
-    the reply trips (it addresses the grader); it never changes a score.
+    the reply trips (it addresses the grader); it never changes a score. `usage` is what its verdicts cost, those
+    reused from a run's store included at what they cost when asked; `paid` what this grading paid (its new calls).
     """
 
     row: Row
@@ -37,6 +38,7 @@ class GradedSample:
     adjusted: float | None
     usage: Usage
     grader_model: str
+    paid: Usage
     suspect: tuple[str, ...] = ()
 
     @property
@@ -90,5 +92,6 @@ async def grade_sample(
         adjusted=adjusted,
         usage=graded.usage,
         grader_model=grader.model,
+        paid=graded.paid,
         suspect=suspect(reply, row.rubrics),
     )

@@ -14,7 +14,7 @@ from healthbench.api.wire import Usage
 from healthbench.data.schema import MetaRow
 from healthbench.errors import Deferred, EndpointUnusable, MetaGradingError, RequestFailed
 from healthbench.grading.agreement import meta_metrics
-from healthbench.grading.grader import Grader, Verdict
+from healthbench.grading.grader import Answer, Grader
 from healthbench.grading.per_reply import per_reply_prompt
 from healthbench.grading.prompt import grader_prompt, render_conversation, transcript_with_reply
 from healthbench.runs.folder import AGREEMENT, RunFolder
@@ -64,9 +64,9 @@ async def grade_meta_rows(
     )
     folder.discard(AGREEMENT)
 
-    def record(index: int, verdict: Verdict, usage: Usage) -> None:
-        row = rows[index]
-        outcome.grader_usage.add(usage)
+    def record(index: int, answer: Answer) -> None:
+        row, verdict = rows[index], answer.verdict
+        outcome.grader_usage.add(answer.paid)
         sink.add(
             MetaRecord(
                 index=index,
@@ -78,7 +78,7 @@ async def grade_meta_rows(
                 explanation=verdict.explanation,
                 binary_labels=list(row.binary_labels),
                 anonymized_physician_ids=list(row.anonymized_physician_ids),
-                usage=UsageNumbers.of(usage),
+                usage=UsageNumbers.of(answer.usage),  # the row's own, whichever session asked
                 grader_model=grader.model,
             )
         )
@@ -90,8 +90,7 @@ async def grade_meta_rows(
             if grader.calls == "per-reply":
                 prompt = per_reply_prompt(conversation, [rows[index].rubric for index in group])
                 cache_key = grader.cache_key(render_conversation(first.prompt))
-                found, usage = await grader.verdicts(prompt, len(group), ident=f"meta#{group[0]}", cache_key=cache_key)
-                results = [(verdict, usage if n == 0 else Usage()) for n, verdict in enumerate(found)]
+                results = await grader.verdicts(prompt, len(group), ident=f"meta#{group[0]}", cache_key=cache_key)
             else:
                 prompt, cache_key = grader_prompt(conversation, first.rubric), grader.cache_key(conversation)
                 results = [await grader.verdict(prompt, ident=f"meta#{group[0]}", cache_key=cache_key)]
@@ -106,8 +105,8 @@ async def grade_meta_rows(
             return
         except EndpointUnusable as exc:
             raise exc.of(GRADER) from None
-        for index, (verdict, usage) in zip(group, results, strict=True):
-            record(index, verdict, usage)
+        for index, answer in zip(group, results, strict=True):
+            record(index, answer)
 
     # Per item, every row is a group of its own (its own call, under its own ident as before).
     groups = completion_groups(rows) if grader.calls == "per-reply" else [[index] for index in range(len(rows))]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from healthbench.api.client import ApiClient
 from healthbench.api.wire import Usage
@@ -116,7 +116,22 @@ class ResultSink(Generic[RecordT]):
         self._file.close()
 
 
-Reply = tuple[str, Usage, PromptRefusal | None]
+class Reply(NamedTuple):
+    """A job's reply: its text, what asking the model for it cost (`usage`, in whichever session asked; zero for a
+    fixed reply, a refused prompt, or another job of the same sample), whether this session asked (`fresh`), and
+    the provider's refusal when the text is the reference's placeholder for it."""
+
+    text: str
+    usage: Usage
+    fresh: bool = False
+    refusal: PromptRefusal | None = None
+
+    @property
+    def paid(self) -> Usage:
+        """What this session paid for the reply."""
+        return self.usage if self.fresh else Usage()
+
+
 # Whose endpoint an `EndpointUnusable` is about, as the one line that stops a run says it.
 MODEL, GRADER = "the model's", "the grader's"
 
@@ -141,18 +156,18 @@ class _Sampler:
 
     async def reply(self, job: Job) -> Reply:
         if job.reply is not None:
-            return job.reply, Usage(), None
+            return Reply(job.reply, Usage())
         key = (job.row.prompt_id, job.repeat)
         if key in self._asking:
-            reply, _, refusal = await self._asking[key]
-            return reply, Usage(), refusal  # paid for once, by the first job of the sample
+            asked = await self._asking[key]
+            return Reply(asked.text, Usage(), refusal=asked.refusal)  # counted once, by the first job of the sample
         self._asking[key] = asking = asyncio.ensure_future(self._ask(job))
         return await asking
 
     async def _ask(self, job: Job) -> Reply:
         recorded = self.store.sample(job.row.prompt_id, job.repeat)
         if recorded is not None:
-            return recorded[0], Usage(), None
+            return Reply(*recorded)
         if self.policy is None:
             raise SampleError(job.row.prompt_id, "no reply given and no model to ask")
         self._out += 1
@@ -165,7 +180,7 @@ class _Sampler:
         else:
             self.store.put_sample(job.row.prompt_id, job.repeat, reply, usage)
             self._guarded(self.guard.answer)
-            return reply, usage, None
+            return Reply(reply, usage, fresh=True)
         finally:
             self._out -= 1
             self._settle()
@@ -191,7 +206,7 @@ class _Sampler:
         # Not stored: a later session asks again (a refused request costs nothing), and the record keeps the
         # provider's error only if it is seen again.
         self._guarded(lambda: self.guard.refuse(refusal))
-        return REFUSED_REPLY, Usage(), refusal
+        return Reply(REFUSED_REPLY, Usage(), refusal=refusal)
 
     def _guarded(self, count: Callable[[], None]) -> None:
         try:
@@ -251,14 +266,13 @@ async def run_jobs(
             got = sampled.pop(index, None)
             if isinstance(got, Exception):
                 raise got
-            reply, policy_usage, refusal = got if got is not None else await sampler.reply(job)
-            outcome.policy_usage.add(policy_usage)
-            if job.transform is not None:
-                reply = TRANSFORMS[job.transform].apply(reply, job.row)
+            reply = got if got is not None else await sampler.reply(job)
+            outcome.policy_usage.add(reply.paid)
+            text = reply.text if job.transform is None else TRANSFORMS[job.transform].apply(reply.text, job.row)
             sample = await grade_sample(
                 grader,
                 job.row,
-                reply,
+                text,
                 repeat=job.repeat,
                 system_message=system_message,
                 adjustment=length_adjustment,
@@ -272,17 +286,19 @@ async def run_jobs(
         except Deferred:
             sink.defer()
             return
-        outcome.grader_usage.add(sample.usage)
-        if refusal is not None:
+        outcome.grader_usage.add(sample.paid)
+        if reply.refusal is not None:
             outcome.refused += 1
         if sample.suspect and job.transform is None:
             outcome.suspect += 1
+        # The line's usage is the sample's own, whichever session paid for it: the lines of a finished run add up
+        # to usage.json's whole run.
         sink.add(
             SampleRecord.of(
                 sample,
                 policy_model=None if policy is None else policy.config.model,
-                policy_usage=None if policy is None else policy_usage,
-                policy_error=None if refusal is None else PolicyErrorRecord.of(refusal),
+                policy_usage=None if policy is None else reply.usage,
+                policy_error=None if reply.refusal is None else PolicyErrorRecord.of(reply.refusal),
                 transform=job.transform,
             )
         )

@@ -5,8 +5,11 @@ the command line says it."""
 from __future__ import annotations
 
 import asyncio
+import signal
+import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -177,16 +180,19 @@ def _run(
 ) -> RunOutcome:
     """Run the session's jobs in an event loop of its own; close its clients whatever happens.
 
-    On Ctrl-C (the first SIGINT cancels the loop's main task) nothing more is sent, what is on the wire lands in
-    the store, and `Interrupted` says how many samples are saved; a second Ctrl-C stops at once."""
+    On Ctrl-C (the first SIGINT cancels the loop's main task) or SIGTERM (docker stop, systemd, SLURM: the same,
+    in the main thread) nothing more is sent, what is on the wire lands in the store, and `Interrupted` says how
+    many samples are saved and which signal came; a second one stops at once."""
     clients = {"policy": built.policy.client if built.policy else None, "grader": built.grader.client}
     wiring = Wiring(built.grader, built.policy, store, progress, status_line(costs, clients))
+    terminated: list[str] = []
 
     async def run() -> RunOutcome:
         # Shielded, so that Ctrl-C reaches this task alone and the work can land what is out before it stops.
         work = asyncio.ensure_future(start(wiring))
         try:
-            outcome = await asyncio.shield(work)
+            with _sigterm_cancels(terminated):
+                outcome = await asyncio.shield(work)
             if not outcome.deferred:
                 for batcher in built.batchers:
                     batcher.release()
@@ -196,7 +202,8 @@ def _run(
             raise
         except asyncio.CancelledError:
             await _land_and_stop(work, [c for c in clients.values() if isinstance(c, ApiClient)])
-            raise Interrupted(folder.count_results(), samples, str(folder / STORE)) from None
+            signal_name = terminated[0] if terminated else "SIGINT"
+            raise Interrupted(folder.count_results(), samples, str(folder / STORE), signal_name) from None
         finally:
             await built.grader.client.aclose()
             if built.policy is not None:
@@ -214,6 +221,33 @@ def _run(
         if exc.refused:
             raise exc.advised(f"no score is written ({kept})") from None
         raise exc.advised(f"{kept}, and the same command goes on from there once the endpoint answers") from None
+
+
+@contextmanager
+def _sigterm_cancels(received: list[str]) -> Iterator[None]:
+    """While the block runs in the main thread's loop, SIGTERM does what Ctrl-C does there: the first cancels the
+    current task (the run's), noted in `received`; a second raises `KeyboardInterrupt`, to stop at once. The
+    handler SIGTERM had before comes back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    loop, task = asyncio.get_running_loop(), asyncio.current_task()
+    assert task is not None
+
+    def stop() -> None:
+        if received:
+            raise KeyboardInterrupt
+        received.append("SIGTERM")
+        task.cancel()
+
+    previous = signal.getsignal(signal.SIGTERM)
+    loop.add_signal_handler(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+        if previous is not None:  # None: a handler not set from Python, which cannot be put back
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _account(

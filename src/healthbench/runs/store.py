@@ -141,16 +141,14 @@ class Store:
         self._samples[prompt_id, repeat] = (response, json.dumps(usage.as_dict()))
         self._written()
 
-    def get_verdict(self, key: str) -> Verdict | None:
-        """A recorded verdict for an exact grader request."""
-        row = (
-            self._verdicts.get(key)
-            or self._db.execute("SELECT criteria_met, explanation FROM verdicts WHERE key = ?", (key,)).fetchone()
-        )
+    def get_verdict(self, key: str) -> tuple[Verdict, Usage] | None:
+        """A recorded verdict for an exact grader request, with what its call cost when it was made."""
+        query = "SELECT criteria_met, explanation, usage FROM verdicts WHERE key = ?"
+        row = self._verdicts.get(key) or self._db.execute(query, (key,)).fetchone()
         if row is None:
             return None
         self.hits += 1
-        return Verdict(bool(row[0]), row[1])
+        return Verdict(bool(row[0]), row[1]), _usage(row[2])
 
     def put_verdict(self, key: str, verdict: Verdict, usage: Usage) -> None:
         """Record a verdict."""
