@@ -116,6 +116,15 @@ def test_ungradable_task_fails_loudly_and_keeps_the_rest(tmp_path: Path) -> None
         assert 1 <= server.requests_total <= 4
         assert all("Two." in b["messages"][1]["content"] for b in server.bodies)
         check_against_reference(tmp_path / "out", rows, replies)
+    # Each line counts its sample's own calls, those of the session before included: a call per rubric item, and
+    # the lines add up to the whole run in usage.json.
+    folder = RunFolder(tmp_path / "out")
+    lines, usage = folder.read_results(), folder.read_usage()
+    assert usage is not None and usage.whole_run.grader is not None
+    items = {r["prompt_id"]: len(r["rubrics"]) for r in rows}
+    assert all(line.usage is not None and line.usage.calls == items[line.prompt_id] for line in lines)
+    for figure in ("calls", "prompt_tokens", "completion_tokens"):
+        assert sum(getattr(line.usage, figure) for line in lines) == getattr(usage.whole_run.grader, figure)
 
 
 def test_bad_responses_file_is_named(tmp_path: Path, fake: FakeOpenAI) -> None:

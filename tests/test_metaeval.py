@@ -321,6 +321,13 @@ def test_rerun_is_free_limit_matches_the_reference_and_report_rebuilds(tmp_path:
     assert again.exit_code == 0, again.output
     assert fake.requests_total == 0 and "(25 verdicts reused)" in again.output
     assert (tmp_path / "out" / "metrics.json").read_bytes() == metrics_bytes
+    # A reused verdict keeps what it cost when asked: each line still counts its call, and the lines add up to the
+    # whole run in usage.json.
+    lines = read_results(tmp_path / "out")
+    usage = json.loads((tmp_path / "out" / "usage.json").read_text())
+    assert [line["usage"]["calls"] for line in lines] == [1] * 25
+    for figure in ("calls", "prompt_tokens", "completion_tokens"):
+        assert sum(line["usage"][figure] for line in lines) == usage["whole_run"]["grader"][figure]
     refused = meta_eval(data, tmp_path / "out", fake.base_url, "--limit", "26")
     assert refused.exit_code == 1 and "other settings (limit: 25 -> 26)" in refused.output
 
