@@ -162,7 +162,8 @@ def test_the_server_refuses_for_quota_as_openai_does() -> None:
 
 
 def test_the_server_sends_rate_limit_refusals_with_openai_code() -> None:
-    with FakeOpenAI(limits=RateLimits(rpm=60, headers=False)) as server:
+    # The limiter's clock stands still: the second and third requests are refused however slowly they arrive.
+    with FakeOpenAI(limits=RateLimits(rpm=60, headers=False), clock=lambda: 0.0) as server:
         assert server.base_url is not None
         replies = asyncio.run(_post_all(server.base_url + "/chat/completions", [body()] * 3))
         counts = dict(server.responses_by_kind)

@@ -39,8 +39,9 @@ WAYS = {
 
 def grade(tmp: Path, data: Path, responses: Path, base_url: str, *extra: str) -> Result:
     args = ["grade", "--data", str(data), "--responses", str(responses), "--out", str(tmp / "out")]
-    args += ["--grader-base-url", base_url, "--grader-model", MODEL, "--no-progress", "--poll-interval", "0.05"]
-    return CliRunner().invoke(main, [*args, *extra], env={"HEALTHBENCH_GRADER_API_KEY": KEY})
+    args += ["--grader-base-url", base_url, "--grader-model", MODEL, "--no-progress"]
+    batched = ["--poll-interval", "0.05"] if "--batch" in extra else []
+    return CliRunner().invoke(main, [*args, *extra, *batched], env={"HEALTHBENCH_GRADER_API_KEY": KEY})
 
 
 def requests_of(fake: FakeOpenAI) -> list[tuple[str, dict[str, Any]]]:

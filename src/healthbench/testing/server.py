@@ -70,7 +70,8 @@ class FakeOpenAI:
     ``responses_by_kind`` counts answers by kind: ``"ok"``, each fault name in ``FAULT_KINDS``,
     ``"fail_always"``, ``"refused"`` (a 400 carrying what ``refuse`` returned), ``"rate_limited"``,
     ``"quota_exhausted"`` and ``"bad_request"``
-    (``limits`` models OpenAI's limiter: see ``healthbench.testing.limits``). Counters are only mutated on the
+    (``limits`` models OpenAI's limiter: see ``healthbench.testing.limits``; it tells time by ``clock``, which a
+    test may stop, so that what it refuses depends on the requests alone). Counters are only mutated on the
     server's event loop; read them (or call ``reset()``) while no requests are in flight. The
     ``respond`` and ``fail_always`` hooks run on that loop too, so they must be quick and not block.
     ``bodies`` records each model request's body and ``paths`` (aligned with it) the path it came to.
@@ -125,6 +126,7 @@ class FakeOpenAI:
         list_fault: Callable[[Body, int], str | None] | None = None,
         prompt_cache: bool = True,
         canned: Canned | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         unknown = sorted(set(faults) - set(FAULT_KINDS))
         if unknown:
@@ -153,6 +155,7 @@ class FakeOpenAI:
         self.refuse = refuse
         self.rate_limit = rate_limit
         self.limits = limits
+        self.clock = clock
         self.latency = latency
         # Each answer takes latency +/- latency_jitter, drawn from an RNG of its own so faults stay as seeded.
         self.latency_jitter = latency_jitter
@@ -200,7 +203,7 @@ class FakeOpenAI:
         self._in_flight = 0
         self._rng = random.Random(self.seed)
         self._latency_rng = random.Random(self.seed)
-        self._limiter = Limiter(self.limits or self.rate_limit, time.monotonic())
+        self._limiter = Limiter(self.limits or self.rate_limit, self.clock())
         self.batches_created = 0
         self.batch_lines_submitted = 0
         self.batch_bodies: list[str] = []
@@ -248,7 +251,7 @@ class FakeOpenAI:
             self.responses_by_kind["refused"] += 1
             return json_error(400, refused)
 
-        refusal, rate_headers = self._limiter.admit(body, time.monotonic())
+        refusal, rate_headers = self._limiter.admit(body, self.clock())
         if refusal is not None:
             self.responses_by_kind["quota_exhausted" if self._limiter.quota_spent else "rate_limited"] += 1
             if self._limiter.limits is not None and self._limiter.limits.refusal_latency:
