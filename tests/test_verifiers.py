@@ -29,6 +29,7 @@ from verifiers.v1.cli.eval.main import main as vf_eval  # type: ignore[import-un
 from verifiers.v1.utils.loaders import environment_class, taskset_class  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
 import healthbench
+from healthbench.errors import SettingsError
 from healthbench.grading.official import PROFESSIONAL_GRADER
 from healthbench.grading.scoring import PROFESSIONAL_LENGTH_ADJUSTMENT
 from healthbench.integrations.verifiers_env import HealthBenchEnv, HealthBenchTaskConfig, HealthBenchTaskset
@@ -215,6 +216,16 @@ def test_load_environment_and_the_plugin_lookup(tmp_path: Path) -> None:
     # What `vf-eval healthbench` resolves the id to.
     assert taskset_class("healthbench") is HealthBenchTaskset
     assert environment_class("healthbench") is HealthBenchEnv
+
+
+def test_numbers_take_the_commands_ranges(tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "rows.jsonl", made_up_rows())
+    with pytest.raises(SettingsError, match="`n_repeats` is 1000"):
+        list(healthbench.load_environment(data=data, n_repeats=1000).taskset)
+    with pytest.raises(SettingsError, match="`limit` is 0"):
+        list(healthbench.load_environment(data=data, limit=0).taskset)
+    with pytest.raises(ValueError, match="finite number"):
+        HealthBenchTaskConfig(grader_rpm=float("inf"))
 
 
 def test_professional_grades_with_its_official_settings() -> None:
