@@ -17,9 +17,12 @@ from pydantic import TypeAdapter, ValidationError
 from healthbench.api.batch.records import BatchSettings
 from healthbench.api.endpoint import EndpointSettings
 from healthbench.cli import main
+from healthbench.data.schema import Message
 from healthbench.errors import SettingsError
+from healthbench.grading.grader import GraderCalls
 from healthbench.grading.settings import GraderConfig, GradingOptions
 from healthbench.integrations.common import Size, load_tasks
+from healthbench.runs.estimate import Unit, estimate
 from healthbench.runs.policy import PolicyConfig
 from healthbench.runs.runner import Job
 from healthbench.testing import FakeOpenAI
@@ -196,3 +199,16 @@ def test_a_dry_run_counts_repeats_per_task_without_making_a_sample_of_each(
         for figure in ("calls", "prompt_tokens", "completion_tokens"):
             assert many[side][figure] == 100 * once[side][figure], (side, figure)
         assert many[side]["cost_usd"] == pytest.approx(100 * once[side]["cost_usd"])
+
+
+@pytest.mark.parametrize("calls", ["per-item", "per-reply"])
+@pytest.mark.parametrize("cache_keys", [False, True])
+def test_a_unit_of_repeats_is_estimated_as_its_samples_one_by_one(calls: GraderCalls, cache_keys: bool) -> None:
+    prompt = [Message(role="user", content="I have had a cough for three weeks. " * 200)]
+    criteria = [f"Asks about symptom {i} in some detail, as a careful clinician would" for i in range(6)]
+    one_by_one = [Unit(prompt, None, criteria) for _ in range(7)] + [Unit(prompt, "Rest.", criteria)]
+    counted = [Unit(prompt, None, criteria, times=7), Unit(prompt, "Rest.", criteria)]
+    apart = estimate(one_by_one, calls=calls, cache_keys=cache_keys)
+    together = estimate(counted, calls=calls, cache_keys=cache_keys)
+    assert together == apart
+    assert apart.grader.cached_prompt_tokens > 0 if cache_keys else apart.grader.cached_prompt_tokens == 0

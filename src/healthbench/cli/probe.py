@@ -12,6 +12,7 @@ from healthbench.cli.execute import print_estimate
 from healthbench.cli.grading import replied_rows
 from healthbench.cli.options import (
     DryRun,
+    bounded,
     data_options,
     graded_tasks,
     grading,
@@ -35,7 +36,7 @@ from healthbench.runs.folder import PROBE, PROBE_PAGE, RunFolder
 from healthbench.runs.probe import probe_jobs, probe_start
 from healthbench.runs.runner import Job
 from healthbench.runs.session import BatchChoice, run_session
-from healthbench.runs.spec import DataSpec, run_spec
+from healthbench.runs.spec import DataSpec, Limit, run_spec
 
 # A model's reply is not known before it is sampled: the dry run rewrites one of the estimate's typical length.
 _TYPICAL_REPLY = "x" * (REPLY_TOKENS * 4)
@@ -93,7 +94,7 @@ _MODEL_ONLY = (
     "--base-url", help="Its OpenAI-compatible endpoint [default: $OPENAI_BASE_URL or OpenAI]; key $OPENAI_API_KEY."
 )
 @sampling_options
-@click.option("--limit", type=click.IntRange(min=1), help="Probe N tasks, chosen as the reference does.")
+@click.option("--limit", type=bounded(Limit), help="Probe N tasks, chosen as the reference does.")
 @click.option(
     "--transform",
     "names",
