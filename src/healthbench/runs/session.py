@@ -225,9 +225,11 @@ def _run(
 
 @contextmanager
 def _sigterm_cancels(received: list[str]) -> Iterator[None]:
-    """While the block runs in the main thread's loop, SIGTERM does what Ctrl-C does there: the first cancels the
-    current task (the run's), noted in `received`; a second raises `KeyboardInterrupt`, to stop at once. The
-    handler SIGTERM had before comes back after."""
+    """While the block runs in the main thread's loop, SIGTERM does what Ctrl-C does there: it cancels the current
+    task (the run's), noted in `received`. The handler SIGTERM had before is back once the block is left, so a
+    second SIGTERM, while what is out lands, stops at once as that handler does (the command's raises
+    `Terminated`; the system's default ends the process). Where the loop takes no signal handlers (not the main
+    thread, Windows), nothing changes."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -235,13 +237,15 @@ def _sigterm_cancels(received: list[str]) -> Iterator[None]:
     assert task is not None
 
     def stop() -> None:
-        if received:
-            raise KeyboardInterrupt
         received.append("SIGTERM")
         task.cancel()
 
     previous = signal.getsignal(signal.SIGTERM)
-    loop.add_signal_handler(signal.SIGTERM, stop)
+    try:
+        loop.add_signal_handler(signal.SIGTERM, stop)
+    except NotImplementedError:
+        yield
+        return
     try:
         yield
     finally:
