@@ -134,9 +134,7 @@ def evaluate(
         if batch is None:
             raise click.UsageError("--policy-batch needs --batch")
         batch = dataclasses.replace(batch, policy=True)
-    all_rows, data_sha = load_tasks(tasks)
-    said_limit(limit, len(all_rows), "tasks in the data")
-    rows = select_rows(all_rows, limit)
+    # The model's settings first: one it cannot take stops the command before the data is read.
     policy_config = policy_from_flags(
         model,
         base_url,
@@ -152,6 +150,9 @@ def evaluate(
         timeout=timeout,
         policy_errors=policy_errors,
     )
+    all_rows, data_sha = load_tasks(tasks)
+    said_limit(limit, len(all_rows), "tasks in the data")
+    rows = select_rows(all_rows, limit)
     if dry_run:
         # A unit per task, its repeats counted: the estimate takes the time and memory of the tasks alone.
         units = [unit(Job(row), times=n_repeats) for row in rows]
