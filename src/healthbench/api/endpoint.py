@@ -23,7 +23,7 @@ LONGEST_TIMEOUT = 86_400.0
 """The longest timeout an attempt may be given (a day): a bound that is one."""
 
 # The numbers an endpoint's settings take, as the settings models and the command's flags both take them (the
-# flags' types are made from these, `cli.options.bounded`). A limit under one request or one grader request's
+# flags' types are made from these, `cli.bounds.bounded`). A limit under one request or one grader request's
 # tokens (a few thousand) a minute admits nothing in useful time, and one past any account's (OpenAI's largest
 # are some 30,000 RPM and 150M TPM) is a typo; inf and nan are no numbers of either.
 Concurrency = Annotated[int, Field(ge=1, le=MAX_IN_FLIGHT)]

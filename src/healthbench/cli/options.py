@@ -5,15 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
-import signal
-import sys
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from types import FrameType
-from typing import Any, Literal, NoReturn, TypeVar, cast, get_args
+from typing import Any, Literal, TypeVar, cast
 
 import click
 from pydantic import ValidationError
@@ -31,7 +26,9 @@ from healthbench.api.endpoint import (
 )
 from healthbench.api.pacing.store import PACE_STORE_VARIABLE
 from healthbench.api.wire import EFFORTS
+from healthbench.cli.bounds import bounded
 from healthbench.cli.render import download_bar, in_flags
+from healthbench.cli.signals import Terminated, sigterm_as_ctrl_c, stopped
 from healthbench.data.schema import Row
 from healthbench.data.source import TaskSource
 from healthbench.data.subsets import TASK_SUBSETS
@@ -51,34 +48,6 @@ from healthbench.runs.policy import PolicyConfig, Temperature
 from healthbench.runs.session import BatchChoice
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-class _FiniteRange(click.FloatRange):
-    """A float range that also refuses inf and nan (click's lets nan through every bound)."""
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        number = super().convert(value, param, ctx)
-        if not math.isfinite(number):
-            self.fail(f"{value!r} is not a finite number.", param, ctx)
-        return number
-
-
-# pydantic's bound names, as click's range arguments.
-_BOUNDS = {"ge": ("min", False), "gt": ("min", True), "le": ("max", False), "lt": ("max", True)}
-
-
-def bounded(setting: Any) -> click.ParamType[Any]:
-    """The flag type of a number setting typed `Annotated[int | float, Field(ge=..., le=...)]`: its range read from
-    the setting's own type, so a flag refuses, before anything is built, what the library's settings would refuse
-    (and says the range in `--help`); a float flag refuses inf and nan besides."""
-    kind, *extras = get_args(setting)
-    limits: dict[str, Any] = {}
-    for extra in extras:
-        for constraint in getattr(extra, "metadata", ()):
-            for name, (side, is_open) in _BOUNDS.items():
-                if (value := getattr(constraint, name, None)) is not None:
-                    limits[side], limits[f"{side}_open"] = value, is_open
-    return click.IntRange(**limits) if kind is int else _FiniteRange(**limits)
 
 
 def options(*decorators: Callable[[F], F]) -> Callable[[F], F]:
@@ -409,39 +378,6 @@ def graded_tasks(func: F) -> F:
     return cast(F, wrapper)
 
 
-# The exit status of a command the user interrupted (128 + SIGINT) or that was told to stop (128 + SIGTERM: docker
-# stop, systemd, SLURM), as a shell reports it.
-INTERRUPTED = 130
-TERMINATED = 143
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM outside a run's loop (which stops on it itself, as on Ctrl-C): raised where Ctrl-C would raise
-    `KeyboardInterrupt`, so it unwinds as Ctrl-C does."""
-
-
-@contextmanager
-def _sigterm_as_ctrl_c() -> Iterator[None]:
-    """While the block runs in the main thread (the only one that takes signals), SIGTERM raises `Terminated`."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def terminated(signum: int, frame: FrameType | None) -> None:
-        raise Terminated
-
-    previous = signal.signal(signal.SIGTERM, terminated)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _stopped(line: str, by_sigterm: bool) -> NoReturn:
-    click.echo(f"healthbench: {line}", err=True)
-    sys.exit(TERMINATED if by_sigterm else INTERRUPTED)
-
-
 def user_errors(func: F) -> F:
     """Turn what the package raises on purpose (bad data, settings that do not go together, a run made
     otherwise, an account without quota, an endpoint that cannot be used, a model that refuses every request),
@@ -451,7 +387,7 @@ def user_errors(func: F) -> F:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            with _sigterm_as_ctrl_c():
+            with sigterm_as_ctrl_c():
                 return func(*args, **kwargs)
         except ValidationError as exc:
             said = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors(include_url=False))
@@ -461,14 +397,14 @@ def user_errors(func: F) -> F:
         except (QuotaExhausted, PolicyMisuse, EndpointUnusable) as exc:
             raise click.ClickException(in_flags(f"stopped, {exc}")) from None
         except Interrupted as exc:
-            _stopped(str(exc), exc.signal == "SIGTERM")
+            stopped(str(exc), exc.signal == "SIGTERM")
         except HealthBenchError as exc:
             raise click.ClickException(in_flags(str(exc))) from None
         except OSError as exc:
             raise click.ClickException(os_error(exc)) from None
         except KeyboardInterrupt as exc:
             how = "stopped by SIGTERM" if isinstance(exc, Terminated) else "interrupted"
-            _stopped(f"{how}; a run keeps every answer that arrived in its store", isinstance(exc, Terminated))
+            stopped(f"{how}; a run keeps every answer that arrived in its store", isinstance(exc, Terminated))
 
     return wrapper  # type: ignore[return-value]
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import click
 
+from healthbench.cli.bounds import bounded
 from healthbench.cli.execute import execute, print_estimate, unit
 from healthbench.cli.options import (
     DryRun,
-    bounded,
     data_flag_offered,
     data_options,
     graded_tasks,

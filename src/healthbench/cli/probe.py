@@ -8,11 +8,11 @@ from typing import Any
 
 import click
 
+from healthbench.cli.bounds import bounded
 from healthbench.cli.execute import print_estimate
 from healthbench.cli.grading import replied_rows
 from healthbench.cli.options import (
     DryRun,
-    bounded,
     data_options,
     graded_tasks,
     grading,

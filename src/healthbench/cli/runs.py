@@ -13,8 +13,8 @@ from typing import Any
 import click
 
 from healthbench.api.endpoint import MAX_IN_FLIGHT
+from healthbench.cli.bounds import bounded
 from healthbench.cli.options import (
-    bounded,
     data_flag_offered,
     grader_options,
     grading_options,
