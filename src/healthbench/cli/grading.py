@@ -10,19 +10,9 @@ import click
 
 from healthbench.cli.bounds import bounded
 from healthbench.cli.execute import execute, print_estimate, unit
-from healthbench.cli.options import (
-    DryRun,
-    data_options,
-    graded_tasks,
-    grading,
-    length_options,
-    load_tasks,
-    policy_from_flags,
-    run_options,
-    said_limit,
-    sampling_options,
-    user_errors,
-)
+from healthbench.cli.failures import user_errors
+from healthbench.cli.options import DryRun, grading, length_options, policy_from_flags, run_options, sampling_options
+from healthbench.cli.tasks import data_options, graded_tasks, load_tasks, said_limit
 from healthbench.data.responses import load_responses
 from healthbench.data.schema import Row
 from healthbench.data.select import select_rows

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from healthbench.cli.options import user_errors
+from healthbench.cli.failures import user_errors
 
 
 @click.command()

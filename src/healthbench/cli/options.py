@@ -1,17 +1,15 @@
-"""The flags the commands share, and what they are made into: data, grader settings, batches, length
+"""The flags the commands share, and what they are made into: grader settings, batches, sampling, length
 adjustment, and whether a HealthBench Professional run is in its official configuration."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 
 import click
-from pydantic import ValidationError
 
 from healthbench.api.batch.records import BatchSettings, BatchTokens, PollInterval
 from healthbench.api.endpoint import (
@@ -27,20 +25,7 @@ from healthbench.api.endpoint import (
 from healthbench.api.pacing.store import PACE_STORE_VARIABLE
 from healthbench.api.wire import EFFORTS
 from healthbench.cli.bounds import bounded
-from healthbench.cli.render import download_bar, in_flags
-from healthbench.cli.signals import Terminated, sigterm_as_ctrl_c, stopped
-from healthbench.data.schema import Row
 from healthbench.data.source import TaskSource
-from healthbench.data.subsets import TASK_SUBSETS
-from healthbench.errors import (
-    DownloadFailed,
-    EndpointUnusable,
-    HealthBenchError,
-    Interrupted,
-    PolicyMisuse,
-    QuotaExhausted,
-    SettingsError,
-)
 from healthbench.grading.grader import GRADER_CALLS
 from healthbench.grading.scoring import Seed
 from healthbench.grading.settings import DEFAULT_CONCURRENCY, GraderConfig, GradingOptions, LengthCenter, LengthPenalty
@@ -60,20 +45,6 @@ def options(*decorators: Callable[[F], F]) -> Callable[[F], F]:
 
     return apply
 
-
-data_options = options(
-    click.option(
-        "--data",
-        type=click.Path(exists=True, dir_okay=False, path_type=Path),
-        help="JSONL file, in HealthBench's schema or Professional's (told from its first row; a Professional file "
-        "is graded as --subset professional is).",
-    ),
-    click.option(
-        "--subset",
-        type=click.Choice(TASK_SUBSETS),
-        help="Official subset; professional defaults to its official grader and length adjustment.",
-    ),
-)
 
 _CALLS_HELP = (
     "Grader calls per reply: per-item, one per rubric item (the reference's; the official score), or per-reply, one "
@@ -328,92 +299,6 @@ run_options = options(
     click.option("--json", "as_json", is_flag=True, help="With --dry-run: print the estimate as JSON."),
     _dry_run,
 )
-
-
-@contextmanager
-def data_flag_offered() -> Iterator[None]:
-    """A failed download, said with the way to work offline that a command taking --data has besides
-    HEALTHBENCH_DATA_DIR."""
-    try:
-        yield
-    except DownloadFailed as exc:
-        raise exc.offering("pass --data PATH") from None
-
-
-def load_tasks(tasks: TaskSource) -> tuple[list[Row], str]:
-    """The rows, and the sha256 of the file they came from (a run's identity includes its data)."""
-    with data_flag_offered():
-        return tasks.rows(download_bar), tasks.sha256()
-
-
-def said_limit(limit: int | None, available: int, what: str) -> None:
-    """Say on stderr, in one line, when `--limit` asks for more than there is: all of it is run."""
-    if limit is not None and limit > available:
-        said = f"healthbench: --limit {limit} is more than the {available} {what}; running all {available}"
-        click.echo(said, err=True)
-
-
-def professional_note(tasks: TaskSource) -> None:
-    """Say on stderr when a --data file is recognised as HealthBench Professional's, and so graded as one."""
-    if tasks.professional_file:
-        click.echo(
-            f"healthbench: {tasks.path} is in HealthBench Professional's schema, so it is graded as --subset "
-            "professional is (its official grader and length adjustment, unless flags say otherwise)",
-            err=True,
-        )
-
-
-def graded_tasks(func: F) -> F:
-    """Hand a command's --data and --subset (exactly one given) to it as `tasks`, a `TaskSource`; it goes below
-    `user_errors` and above `grading`, which builds the grader for the tasks' kind."""
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, data: Path | None, subset: str | None, **kwargs: Any) -> Any:
-        if (data is None) == (subset is None):
-            raise click.UsageError("give exactly one of --data PATH or --subset NAME")
-        tasks = TaskSource.file(data) if data is not None else TaskSource.named(subset or "full")
-        professional_note(tasks)
-        return func(*args, tasks=tasks, **kwargs)
-
-    return cast(F, wrapper)
-
-
-def user_errors(func: F) -> F:
-    """Turn what the package raises on purpose (bad data, settings that do not go together, a run made
-    otherwise, an account without quota, an endpoint that cannot be used, a model that refuses every request),
-    a file that cannot be read or written, and Ctrl-C or SIGTERM into one line and a non-zero exit status, never
-    a traceback."""
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            with sigterm_as_ctrl_c():
-                return func(*args, **kwargs)
-        except ValidationError as exc:
-            said = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors(include_url=False))
-            raise click.UsageError(in_flags(said)) from None
-        except SettingsError as exc:
-            raise click.UsageError(in_flags(str(exc))) from None
-        except (QuotaExhausted, PolicyMisuse, EndpointUnusable) as exc:
-            raise click.ClickException(in_flags(f"stopped, {exc}")) from None
-        except Interrupted as exc:
-            stopped(str(exc), exc.signal == "SIGTERM")
-        except HealthBenchError as exc:
-            raise click.ClickException(in_flags(str(exc))) from None
-        except OSError as exc:
-            raise click.ClickException(os_error(exc)) from None
-        except KeyboardInterrupt as exc:
-            how = "stopped by SIGTERM" if isinstance(exc, Terminated) else "interrupted"
-            stopped(f"{how}; a run keeps every answer that arrived in its store", isinstance(exc, Terminated))
-
-    return wrapper  # type: ignore[return-value]
-
-
-def os_error(exc: OSError) -> str:
-    """A file or folder that cannot be used, in one line naming it: "cannot use /proc/nope: No such file"."""
-    where = " -> ".join(str(name) for name in (exc.filename, exc.filename2) if name is not None)
-    reason = exc.strerror or str(exc)
-    return f"cannot use {where}: {reason}" if where else reason
 
 
 _GRADING_FLAGS = tuple(GradingOptions.model_fields)

@@ -11,20 +11,10 @@ import click
 
 from healthbench.cli.bounds import bounded
 from healthbench.cli.execute import execute, print_estimate, unit
-from healthbench.cli.options import (
-    DryRun,
-    data_flag_offered,
-    data_options,
-    graded_tasks,
-    grading,
-    length_options,
-    load_tasks,
-    meta_grading,
-    run_options,
-    said_limit,
-    user_errors,
-)
+from healthbench.cli.failures import user_errors
+from healthbench.cli.options import DryRun, grading, length_options, meta_grading, run_options
 from healthbench.cli.render import Bar, download_bar, finish
+from healthbench.cli.tasks import data_flag_offered, data_options, graded_tasks, load_tasks, said_limit
 from healthbench.data.loading import load_meta_rows
 from healthbench.data.schema import MetaRow
 from healthbench.data.select import select_rows

@@ -10,21 +10,11 @@ import click
 
 from healthbench.cli.bounds import bounded
 from healthbench.cli.execute import print_estimate
+from healthbench.cli.failures import user_errors
 from healthbench.cli.grading import replied_rows
-from healthbench.cli.options import (
-    DryRun,
-    data_options,
-    graded_tasks,
-    grading,
-    length_options,
-    load_tasks,
-    policy_from_flags,
-    run_options,
-    said_limit,
-    sampling_options,
-    user_errors,
-)
+from healthbench.cli.options import DryRun, grading, length_options, policy_from_flags, run_options, sampling_options
 from healthbench.cli.render import Bar, finish
+from healthbench.cli.tasks import data_options, graded_tasks, load_tasks, said_limit
 from healthbench.data.select import select_rows
 from healthbench.data.source import TaskSource
 from healthbench.grading.gains import ordered, verdict

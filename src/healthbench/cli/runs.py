@@ -14,20 +14,15 @@ import click
 
 from healthbench.api.endpoint import MAX_IN_FLIGHT
 from healthbench.cli.bounds import bounded
-from healthbench.cli.options import (
-    data_flag_offered,
-    grader_options,
-    grading_options,
-    professional_note,
-    rescoring_length_options,
-    user_errors,
-)
+from healthbench.cli.failures import user_errors
+from healthbench.cli.options import grader_options, grading_options, rescoring_length_options
 from healthbench.cli.physicians import meta_headline
 from healthbench.cli.render import download_bar
 from healthbench.cli.serving import access_from_flags, access_options
+from healthbench.cli.tasks import data_flag_offered, professional_note
 from healthbench.data.source import TaskSource
 from healthbench.data.subsets import DOWNLOADABLE, TASK_SUBSETS
-from healthbench.errors import DataError, RequestFailed
+from healthbench.errors import RequestFailed
 from healthbench.grading.scoring import Bootstraps, Seed
 from healthbench.grading.settings import GraderConfig, GradingOptions
 from healthbench.integrations.openreward.deployment import ENVIRONMENT, ENVIRONMENTS, SERVED_CONCURRENCY

@@ -6,10 +6,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar, get_args
+from typing import Any, TypeVar
 
 import click
 
+from healthbench.cli.bounds import bounded
 from healthbench.cli.options import options
 from healthbench.integrations.openreward.access import (
     LOOPBACK,
@@ -24,14 +25,6 @@ from healthbench.integrations.openreward.access import (
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _range(setting: Any) -> click.IntRange:
-    """The flag type of an integer setting typed `Annotated[int, Field(ge=..., le=...)]`: the setting's range, so
-    the flag refuses before anything is built what the settings would refuse."""
-    _, field = get_args(setting)
-    bounds = {name: value for c in field.metadata for name in ("ge", "le") if (value := getattr(c, name, None))}
-    return click.IntRange(bounds["ge"], bounds["le"])
 
 
 access_options = options(
@@ -59,21 +52,21 @@ access_options = options(
     ),
     click.option(
         "--max-request-bytes",
-        type=_range(RequestBytes),
+        type=bounded(RequestBytes),
         default=ServeLimits().request_bytes,
         show_default=True,
         help="A request body larger than this is refused (HTTP 413) before it is read.",
     ),
     click.option(
         "--max-reply-chars",
-        type=_range(ReplyChars),
+        type=bounded(ReplyChars),
         default=ServeLimits().reply_chars,
         show_default=True,
         help="A reply longer than this (characters) fails without a grader call.",
     ),
     click.option(
         "--max-group-size",
-        type=_range(GroupSize),
+        type=bounded(GroupSize),
         default=ServeLimits().group_size,
         show_default=True,
         help="Most candidates a score_group grades; a larger group fails without a grader call.",
