@@ -4,7 +4,7 @@ over."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from healthbench.runs.folder import RunFolder
 from healthbench.runs.policy import PolicyConfig
 from healthbench.runs.pricing import load_prices
 from healthbench.runs.runner import Job
-from healthbench.runs.session import BatchChoice, jobs_start, run_session
+from healthbench.runs.session import BatchChoice, Start, jobs_start, run_session
 from healthbench.runs.spec import RunSpec
 
 
@@ -126,15 +126,18 @@ def execute(
     prices: Path | None,
     progress: bool,
     html: bool = True,
-) -> None:
-    """Run the jobs of `spec` in `out` and say how it went (exit 1 on failures); with `html`, write the report too."""
+    start: Callable[..., Start] = jobs_start,
+    page: Callable[[Path], Path] = write_report,
+    headline: Callable[[dict[str, float | int]], str] | None = None,
+) -> RunFolder:
+    """Run the jobs of `spec` in `out` as `start` builds the run and say how it went in `headline` (exit 1 on
+    failures); with `html`, write its `page` too. The folder is returned for what a command says after."""
     for config in (grader, policy):
         if config is not None:
             config.check_pace_store()  # a shared pace out of reach stops the run before anything is sent
     folder = RunFolder(out)
-    start = jobs_start(jobs, folder, spec, sample_first=batch is not None)
     result = run_session(
-        start,
+        start(jobs, folder, spec, sample_first=batch is not None),
         folder,
         spec,
         grader,
@@ -143,12 +146,13 @@ def execute(
         batch=batch,
         prices=prices,
         progress=Bar(progress),
-        report=write_report if html else None,
+        report=page if html else None,
     )
     kind = "score" if spec.length_adjustment is None else "length-adjusted score"
 
-    def headline(metrics: dict[str, float | int]) -> str:
+    def score(metrics: dict[str, float | int]) -> str:
         std, n = metrics["score:bootstrap_std"], metrics["score:n_samples"]
         return f"{kind} {metrics['score']:.4f} ± {std:.4f} over {n} samples"
 
-    finish(result, headline, "samples")
+    finish(result, headline or score, "samples")
+    return folder

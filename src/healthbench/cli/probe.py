@@ -9,11 +9,10 @@ from typing import Any
 import click
 
 from healthbench.cli.bounds import bounded
-from healthbench.cli.execute import print_estimate
+from healthbench.cli.execute import execute, print_estimate
 from healthbench.cli.failures import user_errors
 from healthbench.cli.grading import replied_rows
 from healthbench.cli.options import DryRun, grading, length_options, policy_from_flags, run_options, sampling_options
-from healthbench.cli.render import Bar, finish
 from healthbench.cli.tasks import data_options, graded_tasks, load_tasks, said_limit
 from healthbench.data.select import select_rows
 from healthbench.data.source import TaskSource
@@ -22,10 +21,10 @@ from healthbench.grading.settings import GradingPlan
 from healthbench.grading.transforms import TRANSFORMS
 from healthbench.reporting.probe import write_probe_page
 from healthbench.runs.estimate import REPLY_TOKENS, Unit
-from healthbench.runs.folder import PROBE, PROBE_PAGE, RunFolder
+from healthbench.runs.folder import PROBE, PROBE_PAGE
 from healthbench.runs.probe import probe_jobs, probe_start
 from healthbench.runs.runner import Job
-from healthbench.runs.session import BatchChoice, run_session
+from healthbench.runs.session import BatchChoice
 from healthbench.runs.spec import DataSpec, Limit, run_spec
 
 # A model's reply is not known before it is sampled: the dry run rewrites one of the estimate's typical length.
@@ -151,23 +150,6 @@ def probe(
         policy=policy,
         transforms=transforms,
     )
-    for config in (grader, policy):
-        if config is not None:
-            config.check_pace_store()  # a shared pace out of reach stops the run before anything is sent
-    folder = RunFolder(out)
-    start = probe_start(jobs, folder, spec, sample_first=batch is not None)
-    result = run_session(
-        start,
-        folder,
-        spec,
-        grader,
-        samples=len(jobs),
-        policy=policy,
-        batch=batch,
-        prices=prices,
-        progress=Bar(progress),
-        report=write_probe_page,
-    )
 
     def headline(metrics: dict[str, float | int]) -> str:
         return (
@@ -175,7 +157,19 @@ def probe(
             f"rewritten by {len(transforms)} transforms ({len(jobs)} samples)"
         )
 
-    finish(result, headline, "samples")
+    folder = execute(
+        jobs,
+        out,
+        spec,
+        grader,
+        policy=policy,
+        batch=batch,
+        prices=prices,
+        progress=progress,
+        start=probe_start,
+        page=write_probe_page,
+        headline=headline,
+    )
     summary = folder.read_probe()
     if summary is not None:
         for name, gain in ordered(summary.gains()):

@@ -17,8 +17,8 @@ from healthbench.grading.gains import gains
 from healthbench.grading.transforms import TRANSFORMS
 from healthbench.runs.folder import PROBE, RunFolder
 from healthbench.runs.records import Metrics, ProbeRecord, SampleRecord, TransformGain
-from healthbench.runs.runner import Job, RunOutcome, run_jobs
-from healthbench.runs.session import Start, Wiring
+from healthbench.runs.runner import Job, RunOutcome
+from healthbench.runs.session import Start, Wiring, jobs_start
 from healthbench.runs.spec import RunSpec
 
 
@@ -56,20 +56,11 @@ def summarize(records: Sequence[SampleRecord], metrics: Metrics, spec: RunSpec) 
 def probe_start(jobs: Sequence[Job], folder: RunFolder, spec: RunSpec, *, sample_first: bool) -> Start:
     """The run of `healthbench probe`: every job graded by `run_jobs`, then, when all of them are, probe.json."""
 
+    graded = jobs_start(jobs, folder, spec, sample_first=sample_first)
+
     async def start(wiring: Wiring) -> RunOutcome:
         folder.discard(PROBE)
-        outcome = await run_jobs(
-            jobs,
-            wiring.grader,
-            wiring.store,
-            folder,
-            policy=wiring.policy,
-            seed=spec.seed,
-            progress=wiring.progress,
-            status=wiring.status,
-            sample_first=sample_first,
-            length_adjustment=spec.adjustment,
-        )
+        outcome = await graded(wiring)
         if outcome.metrics is not None:
             folder.write_probe(summarize(folder.read_results(), outcome.metrics, spec))
         return outcome
