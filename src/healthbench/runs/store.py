@@ -70,6 +70,9 @@ class Store:
         self.hits = 0
         self._samples: dict[tuple[str, int], tuple[str, str]] = {}
         self._verdicts: dict[str, tuple[int, str, str]] = {}
+        # The keys of the verdicts on disk, read once: a request not among them is not looked up (a fresh run's
+        # every call), and one among them is read when it is asked for.
+        self._stored = {key for (key,) in self._db.execute("SELECT key FROM verdicts")}
         self._flush_scheduled = False
 
     def close(self) -> None:
@@ -83,15 +86,18 @@ class Store:
         if not self._samples and not self._verdicts:
             return
         self._db.execute("BEGIN")
-        self._db.executemany(
-            "INSERT OR REPLACE INTO samples VALUES (?, ?, ?, ?)",
-            [(pid, repeat, *value) for (pid, repeat), value in self._samples.items()],
-        )
-        self._db.executemany(
-            "INSERT OR REPLACE INTO verdicts VALUES (?, ?, ?, ?)",
-            [(key, *value) for key, value in self._verdicts.items()],
-        )
+        if self._samples:
+            self._db.executemany(
+                "INSERT OR REPLACE INTO samples VALUES (?, ?, ?, ?)",
+                [(pid, repeat, *value) for (pid, repeat), value in self._samples.items()],
+            )
+        if self._verdicts:
+            self._db.executemany(
+                "INSERT OR REPLACE INTO verdicts VALUES (?, ?, ?, ?)",
+                [(key, *value) for key, value in self._verdicts.items()],
+            )
         self._db.execute("COMMIT")
+        self._stored.update(self._verdicts)
         self._samples.clear()
         self._verdicts.clear()
 
@@ -143,8 +149,10 @@ class Store:
 
     def get_verdict(self, key: str) -> tuple[Verdict, Usage] | None:
         """A recorded verdict for an exact grader request, with what its call cost when it was made."""
-        query = "SELECT criteria_met, explanation, usage FROM verdicts WHERE key = ?"
-        row = self._verdicts.get(key) or self._db.execute(query, (key,)).fetchone()
+        row = self._verdicts.get(key)
+        if row is None and key in self._stored:
+            query = "SELECT criteria_met, explanation, usage FROM verdicts WHERE key = ?"
+            row = self._db.execute(query, (key,)).fetchone()
         if row is None:
             return None
         self.hits += 1
