@@ -95,6 +95,10 @@ def test_a_restated_criterion_is_suspect_however_it_is_wrapped() -> None:
     assert suspect(transforms.rubric_echo(REPLY, ROW), ROW.rubrics) == (RUBRIC_TEXT,)
     wrapped = "I  ASKS ABOUT warning signs\nsuch as fever or a stiff neck, then go."
     assert suspect(wrapped, ROW.rubrics) == (RUBRIC_TEXT,)
+    # Any Unicode whitespace run is one space, as the regex \s+ has it: no-break spaces, line separators, tabs.
+    unicode_wrapped = "Asks\u00a0about\u2028warning \t signs\u3000such as\x1cfever or a stiff neck."
+    assert suspect(unicode_wrapped, ROW.rubrics) == (RUBRIC_TEXT,)
+    assert suspect("Asks about warning-signs such as fever or a stiff neck.", ROW.rubrics) == ()
     # Negative criteria count too: restating one is still talking to the grader.
     assert suspect("recommends a dose above the label's maximum for an adult.", ROW.rubrics) == (RUBRIC_TEXT,)
 
