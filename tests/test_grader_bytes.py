@@ -1,5 +1,6 @@
 """The item requests' bytes, assembled from the conversation escaped once per reply, are byte for byte what
-encoding each request's body gives: what the reference sends, what verdicts are stored under."""
+encoding each request's body gives: what the reference sends, what verdicts are stored under; their prompts (whose
+length the pace counts) are what the reference's substitution gives."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 import pytest
 
 from healthbench.api.wire import Shape
-from healthbench.grading.grader import REFERENCE_SHAPE, Grader
+from healthbench.grading.grader import REFERENCE_SHAPE, Grader, _item_prompts
 from healthbench.grading.prompt import grader_prompt
 
 CONVERSATIONS = [
@@ -33,6 +34,7 @@ def test_item_requests_are_the_bytes_their_bodies_encode_to(shape: Shape, system
         for item in ITEMS:
             expected = json.dumps(grader.request_body(grader_prompt(conversation, item))).encode()
             assert payloads(item) == expected
+            assert _item_prompts(conversation)(item) == grader_prompt(conversation, item)
 
 
 def test_a_conversation_holding_the_rubric_items_placeholder_is_encoded_whole() -> None:

@@ -74,6 +74,14 @@ _SPLICED = (
 _PROMPT = "\0healthbench grader prompt\0"  # stands in for the prompt in a body, to find where it goes
 
 
+def _item_prompts(conversation: str) -> Callable[[str], str]:
+    """The grader prompt of each rubric item of one reply, joined from the template's pieces around its
+    placeholders: what `grader_prompt`'s two replacements over the whole template give, where `_item_payloads`
+    splices (the conversation does not hold the rubric item's placeholder)."""
+    start = _head + conversation + _bridge
+    return lambda item: start + item + _tail
+
+
 @dataclass(frozen=True)
 class Verdict:
     """The grader's judgement of one rubric item."""
@@ -354,11 +362,16 @@ class Grader:
         cache_key = self.cache_key(conversation)
         payloads = self._item_payloads(conversation)
 
+        prompts = _item_prompts(conversation)
+
         async def one(index: int, item: RubricItem) -> Answer:
             item_ident = None if ident is None else f"{ident}/{index}"
             text = rubric_item_text(item)
-            prompt = grader_prompt(conversation, text)
-            payload = payloads(text) if payloads is not None else self._encoded(prompt, None)[0]
+            if payloads is not None:
+                prompt, payload = prompts(text), payloads(text)
+            else:
+                prompt = grader_prompt(conversation, text)
+                payload = self._encoded(prompt, None)[0]
             try:
                 return await self._verdict(prompt, payload, item_ident, cache_key)
             except RequestFailed as exc:
