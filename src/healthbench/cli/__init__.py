@@ -35,7 +35,8 @@ def main(log_level: str, verbose: bool) -> None:
     show_logs("info" if verbose and log_level.lower() in ("warning", "error") else log_level)
     # A run allocates dozens of short-lived objects per grader call: at the default threshold (700) the collector
     # ran 500-700 times in `grade` of the 500 sample rows (5,965 calls), four or five of them over every object
-    # loaded, and took 11-16% of its CPU; at 50,000, once in ten (the same peak memory).
+    # loaded, and took 11-16% of its CPU; at 50,000 it runs a handful of times once the modules are imported, and
+    # the peak memory is the same.
     gc.set_threshold(GC_THRESHOLD, *gc.get_threshold()[1:])
 
 
