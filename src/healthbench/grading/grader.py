@@ -75,9 +75,8 @@ _PROMPT = "\0healthbench grader prompt\0"  # stands in for the prompt in a body,
 
 
 def _item_prompts(conversation: str) -> Callable[[str], str]:
-    """The grader prompt of each rubric item of one reply, joined from the template's pieces around its
-    placeholders: what `grader_prompt`'s two replacements over the whole template give, where `_item_payloads`
-    splices (the conversation does not hold the rubric item's placeholder)."""
+    """Each rubric item's grader prompt for one reply, joined from the template's pieces: what `grader_prompt`'s
+    two replacements give, wherever `_item_payloads` splices (no rubric item placeholder in the conversation)."""
     start = _head + conversation + _bridge
     return lambda item: start + item + _tail
 
@@ -360,9 +359,7 @@ class Grader:
     ) -> list[Answer]:
         # Every item's prompt starts with the template's head and the whole conversation, reply included.
         cache_key = self.cache_key(conversation)
-        payloads = self._item_payloads(conversation)
-
-        prompts = _item_prompts(conversation)
+        payloads, prompts = self._item_payloads(conversation), _item_prompts(conversation)
 
         async def one(index: int, item: RubricItem) -> Answer:
             item_ident = None if ident is None else f"{ident}/{index}"
