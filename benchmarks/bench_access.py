@@ -20,11 +20,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,8 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from bench_replicas import free_port
-from bench_serve import make_row, wait_until_answered
+from bench_serve import make_row, served
 
 from healthbench.testing import FakeOpenAI
 
@@ -48,23 +45,10 @@ AUTH = {"X-API-Key": TOKEN}
 def server(data: Path, grader_url: str, src: Path | None) -> Iterator[tuple[str, int]]:
     """`healthbench serve --data DATA` with a token and the server's own key, from `src` if given; its URL and
     process id."""
-    env = dict(os.environ, OPENREWARD_DISABLE_UPDATE_CHECK="1", HEALTHBENCH_GRADER_BASE_URL=grader_url)
     # Unbuffered: a request's lines are in the log file by the time its answer has come.
-    env.update(HEALTHBENCH_SERVER_TOKEN=TOKEN, HEALTHBENCH_GRADER_API_KEY=KEY, PYTHONUNBUFFERED="1")
-    if src is not None:
-        env["PYTHONPATH"] = str(src.resolve())
-    port = free_port()
-    command = [sys.executable, "-m", "healthbench", "serve", "--data", str(data), "--host", "127.0.0.1"]
-    log = (data.parent / "serve.log").open("a")
-    process = subprocess.Popen([*command, f"--port={port}"], env=env, stdout=log, stderr=log, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until_answered(url + "/health", None, time.perf_counter(), process)
-        yield url, process.pid
-    finally:
-        process.terminate()
-        process.wait()
-        log.close()
+    env = {"HEALTHBENCH_SERVER_TOKEN": TOKEN, "HEALTHBENCH_GRADER_API_KEY": KEY, "PYTHONUNBUFFERED": "1"}
+    with served(data, grader_url, src, env) as found:
+        yield found
 
 
 def memory_mb(pid: int, field: str) -> float:

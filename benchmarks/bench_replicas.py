@@ -26,7 +26,6 @@ import json
 import os
 import random
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,16 +35,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import redis
-from bench_serve import make_row, wait_until_answered
+from bench_serve import free_port, make_row, wait_until_answered
 
 from healthbench.testing import FakeOpenAI
 from healthbench.testing.limits import RateLimits
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @contextmanager

@@ -20,10 +20,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from bench_replicas import free_port, redis_server
-from bench_serve import make_row, wait_until_answered
+from bench_replicas import redis_server
+from bench_serve import make_row, served
 
 from healthbench.testing import GRADER_MARKER, FakeOpenAI
 
@@ -45,23 +43,9 @@ KEY = "sk-bench-rewards"
 def server(data: Path, grader_url: str, store: str | None, src: Path | None) -> Iterator[str]:
     """`healthbench serve --data DATA` with default settings (and `--pace-store STORE`), from `src` if given; its
     URL."""
-    env = dict(os.environ, OPENREWARD_DISABLE_UPDATE_CHECK="1", HEALTHBENCH_GRADER_BASE_URL=grader_url)
-    env.pop("HEALTHBENCH_PACE_STORE", None)
-    if src is not None:
-        env["PYTHONPATH"] = str(src.resolve())
-    port = free_port()
-    command = [sys.executable, "-m", "healthbench", "serve", "--data", str(data), "--host", "127.0.0.1"]
-    command += [f"--port={port}", *(["--pace-store", store] if store else [])]
-    log = (data.parent / "serve.log").open("a")
-    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until_answered(url + "/health", None, time.perf_counter(), process)
+    pace = ["--pace-store", store] if store else []
+    with served(data, grader_url, src, {"HEALTHBENCH_PACE_STORE": None}, pace) as (url, _):
         yield url
-    finally:
-        process.terminate()
-        process.wait()
-        log.close()
 
 
 async def one_round(grader_url: str, rounds: int = 3) -> float:

@@ -14,12 +14,15 @@ import asyncio
 import json
 import os
 import random
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +85,38 @@ def wait_until_answered(url: str, body: dict[str, Any] | None, started: float, p
             if process.poll() is not None:
                 raise SystemExit(f"server exited with {process.returncode}") from None
             time.sleep(0.01)
+
+
+def free_port() -> int:
+    """A loopback port no one listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextmanager
+def served(
+    data: Path, grader_url: str, src: Path | None, env: Mapping[str, str | None], args: Sequence[str] = ()
+) -> Iterator[tuple[str, int]]:
+    """`healthbench serve --data DATA [ARGS]` on a free loopback port (from `src` if given), grading at
+    `grader_url`, with `env` over this process's environment (None: unset) and its output in serve.log beside the
+    data; its URL and process id once `/health` answers."""
+    given = {**os.environ, "OPENREWARD_DISABLE_UPDATE_CHECK": "1", "HEALTHBENCH_GRADER_BASE_URL": grader_url, **env}
+    environment = {name: value for name, value in given.items() if value is not None}
+    if src is not None:
+        environment["PYTHONPATH"] = str(src.resolve())
+    port = free_port()
+    command = [sys.executable, "-m", "healthbench", "serve", "--data", str(data), "--host", "127.0.0.1"]
+    log = (data.parent / "serve.log").open("a")
+    process = subprocess.Popen([*command, f"--port={port}", *args], env=environment, stdout=log, stderr=log, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_answered(url + "/health", None, time.perf_counter(), process)
+        yield url, process.pid
+    finally:
+        process.terminate()
+        process.wait()
+        log.close()
 
 
 def rss_mb(pid: int) -> tuple[float, float]:

@@ -21,8 +21,6 @@ import json
 import os
 import random
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -30,8 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench_replicas import free_port
-from bench_serve import make_row, wait_until_answered
+from bench_serve import make_row, served
 
 from healthbench.testing import FakeOpenAI
 from healthbench.testing.policy import tiny_policy
@@ -42,22 +39,8 @@ REPLY = "Rest, drink plenty of fluids, and see a doctor if it is no better in th
 @contextmanager
 def server(data: Path, grader_url: str, src: Path | None) -> Iterator[str]:
     """`healthbench serve --data DATA` (from `src` if given) with the server's own grader key; its URL."""
-    env = dict(os.environ, OPENREWARD_DISABLE_UPDATE_CHECK="1", HEALTHBENCH_GRADER_BASE_URL=grader_url)
-    env["HEALTHBENCH_GRADER_API_KEY"] = "sk-bench-trl"
-    if src is not None:
-        env["PYTHONPATH"] = str(src.resolve())
-    port = free_port()
-    command = [sys.executable, "-m", "healthbench", "serve", "--data", str(data), "--host", "127.0.0.1"]
-    log = (data.parent / "serve.log").open("a")
-    process = subprocess.Popen([*command, f"--port={port}"], env=env, stdout=log, stderr=log, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until_answered(url + "/health", None, time.perf_counter(), process)
+    with served(data, grader_url, src, {"HEALTHBENCH_GRADER_API_KEY": "sk-bench-trl"}) as (url, _):
         yield url
-    finally:
-        process.terminate()
-        process.wait()
-        log.close()
 
 
 class Clock:
