@@ -17,9 +17,9 @@ from __future__ import annotations
 import hashlib
 import re
 
-from healthbench.testing.replies import prompt_verdict
+from healthbench.testing.replies import item_verdict, prompt_verdict
 
-__all__ = ["GRADERS", "fake_verdict", "graded_parts", "item_prompt"]
+__all__ = ["GRADERS", "fake_verdict", "graded_parts", "item_prompt", "list_item_verdict"]
 
 GRADERS: tuple[str, ...] = ("hashed", "fooled", "reply_blind", "coin")
 
@@ -73,3 +73,11 @@ def fake_verdict(grader: str, prompt: str, seed: int = 0) -> tuple[bool, str]:
     elif grader != "reply_blind":
         raise ValueError(f"unknown fake grader {grader!r}; choose from {', '.join(GRADERS)}")
     return _flip(str(seed), criterion), "judged from the rubric item alone"
+
+
+def list_item_verdict(grader: str, conversation: str, item: str, seed: int = 0) -> tuple[bool, str]:
+    """One item of a per-reply prompt, judged by `grader` as it judges the item's own prompt (`hashed` by
+    `item_verdict`, since a per-reply prompt is not the per-item one it hashes)."""
+    if grader == "hashed":
+        return item_verdict(conversation, item), "fake verdict"
+    return fake_verdict(grader, item_prompt(conversation, item), seed)

@@ -27,7 +27,7 @@ from healthbench.testing.caching import PromptCache
 from healthbench.testing.canned import Canned, CannedAnswers
 from healthbench.testing.endpoints import CHAT, ENDPOINTS, Endpoint, Prompt, endpoint_for
 from healthbench.testing.gather import Gathering
-from healthbench.testing.graders import GRADERS, fake_verdict, item_prompt
+from healthbench.testing.graders import GRADERS, fake_verdict, list_item_verdict
 from healthbench.testing.limits import Limiter, RateLimits
 from healthbench.testing.replies import (
     LIST_FAULTS,
@@ -36,7 +36,6 @@ from healthbench.testing.replies import (
     Body,
     error,
     faulty_list,
-    item_verdict,
     json_error,
     per_reply_items,
     policy_reply,
@@ -67,12 +66,11 @@ _SHUTDOWN_TIMEOUT = 2.0
 class FakeOpenAI:
     """A fake OpenAI server, Chat Completions and the Responses API; see the module docstring.
 
-    ``responses_by_kind`` counts answers by kind: ``"ok"``, each fault name in ``FAULT_KINDS``,
-    ``"fail_always"``, ``"refused"`` (a 400 carrying what ``refuse`` returned), ``"rate_limited"``,
-    ``"quota_exhausted"`` and ``"bad_request"``
-    (``limits`` models OpenAI's limiter: see ``healthbench.testing.limits``; it tells time by ``clock``, which a
-    test may stop, so that what it refuses depends on the requests alone). Counters are only mutated on the
-    server's event loop; read them (or call ``reset()``) while no requests are in flight. The
+    ``responses_by_kind`` counts answers by kind: ``"ok"``, each fault name in ``FAULT_KINDS``, ``"fail_always"``,
+    ``"refused"`` (a 400 carrying what ``refuse`` returned), ``"rate_limited"``, ``"quota_exhausted"`` and
+    ``"bad_request"`` (``limits`` models OpenAI's limiter: see ``healthbench.testing.limits``; it tells time by
+    ``clock``, which a test may stop, so that what it refuses depends on the requests alone). Counters are only
+    mutated on the server's event loop; read them (or call ``reset()``) while no requests are in flight. The
     ``respond`` and ``fail_always`` hooks run on that loop too, so they must be quick and not block.
     ``bodies`` records each model request's body and ``paths`` (aligned with it) the path it came to.
 
@@ -327,7 +325,7 @@ class FakeOpenAI:
             met, explanation = fake_verdict(self.grader, text, self.seed)
             return verdict_reply(met, None if self.grader == "hashed" else explanation)
         conversation, items = graded
-        verdicts = [(number, *self._item_verdict(conversation, item)) for number, item in items]
+        verdicts = [(number, *list_item_verdict(self.grader, conversation, item, self.seed)) for number, item in items]
         if self.list_fault is not None:
             digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
             fault = self.list_fault(body, self._lists_answered[digest])
@@ -337,13 +335,6 @@ class FakeOpenAI:
                     raise ValueError(f"unknown list fault {fault!r}; choose from {LIST_FAULTS}")
                 return faulty_list(fault, verdicts)
         return verdicts_reply(verdicts)
-
-    def _item_verdict(self, conversation: str, item: str) -> tuple[bool, str]:
-        """One item of a per-reply prompt, judged by the fake's grader as it judges the item's own prompt (the
-        hashed grader by `item_verdict`, whose prompt is not the per-item one)."""
-        if self.grader == "hashed":
-            return item_verdict(conversation, item), "fake verdict"
-        return fake_verdict(self.grader, item_prompt(conversation, item), self.seed)
 
     def cached_tokens(self, body: Body, prompt: Prompt) -> int:
         """The prompt tokens of this request read from the fake's prompt cache (none without one)."""
