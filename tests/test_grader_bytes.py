@@ -9,8 +9,8 @@ import json
 import pytest
 
 from healthbench.api.wire import Shape
-from healthbench.grading.grader import REFERENCE_SHAPE, Grader, _item_prompts
-from healthbench.grading.prompt import grader_prompt
+from healthbench.grading.grader import REFERENCE_SHAPE, Grader
+from healthbench.grading.prompt import grader_prompt, item_prompts
 
 CONVERSATIONS = [
     "user: I have had a headache since this morning.\n\nassistant: Rest and drink water.",
@@ -34,7 +34,7 @@ def test_item_requests_are_the_bytes_their_bodies_encode_to(shape: Shape, system
         for item in ITEMS:
             expected = json.dumps(grader.request_body(grader_prompt(conversation, item))).encode()
             assert payloads(item) == expected
-            assert _item_prompts(conversation)(item) == grader_prompt(conversation, item)
+            assert item_prompts(conversation)(item) == grader_prompt(conversation, item)
 
 
 def test_a_conversation_holding_the_rubric_items_placeholder_is_encoded_whole() -> None:

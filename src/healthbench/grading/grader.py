@@ -32,8 +32,13 @@ from healthbench.errors import GradingError, InvalidResponse, ReplyGradingError,
 from healthbench.grading.per_reply import output_cap, per_reply_prompt
 from healthbench.grading.prompt import (
     GRADER_SYSTEM_MESSAGE,
-    TEMPLATE,
+    RUBRIC_PLACEHOLDER,
+    SPLICEABLE,
+    TEMPLATE_BRIDGE,
+    TEMPLATE_HEAD,
+    TEMPLATE_TAIL,
     grader_prompt,
+    item_prompts,
     prompt_cache_key,
     render_conversation,
     rubric_item_text,
@@ -58,27 +63,9 @@ def _escaped(text: str) -> str:
     return json.dumps(text)[1:-1]
 
 
-# The template around its placeholders, escaped once, for the bytes of item requests (`Grader._item_payloads`).
-_CONVERSATION_PLACEHOLDER, _RUBRIC_PLACEHOLDER = "<<conversation>>", "<<rubric_item>>"
-_head, _, _rest = TEMPLATE.partition(_CONVERSATION_PLACEHOLDER)
-_bridge, _, _tail = _rest.partition(_RUBRIC_PLACEHOLDER)
-_HEAD, _BRIDGE, _TAIL = _escaped(_head), _escaped(_bridge), _escaped(_tail)
-# The reference substitutes by replacing every placeholder: pieces that stand for its prompt need each just once,
-# the conversation's first.
-_SPLICED = (
-    TEMPLATE.count(_CONVERSATION_PLACEHOLDER)
-    == 1
-    == TEMPLATE.count(_RUBRIC_PLACEHOLDER)
-    == _rest.count(_RUBRIC_PLACEHOLDER)
-)
+# The template's pieces escaped once, for the bytes of item requests (`Grader._item_payloads`).
+_HEAD, _BRIDGE, _TAIL = _escaped(TEMPLATE_HEAD), _escaped(TEMPLATE_BRIDGE), _escaped(TEMPLATE_TAIL)
 _PROMPT = "\0healthbench grader prompt\0"  # stands in for the prompt in a body, to find where it goes
-
-
-def _item_prompts(conversation: str) -> Callable[[str], str]:
-    """Each rubric item's grader prompt for one reply, joined from the template's pieces: what `grader_prompt`'s
-    two replacements give, wherever `_item_payloads` splices (no rubric item placeholder in the conversation)."""
-    start = _head + conversation + _bridge
-    return lambda item: start + item + _tail
 
 
 @dataclass(frozen=True)
@@ -272,7 +259,7 @@ class Grader:
         would not leave the conversation whole (it holds the rubric item's placeholder)."""
         body = json.dumps(self.request_body(_PROMPT))
         before, marker, after = body.partition(json.dumps(_PROMPT))
-        if not (_SPLICED and marker) or _PROMPT in after or _RUBRIC_PLACEHOLDER in conversation:
+        if not (SPLICEABLE and marker) or _PROMPT in after or RUBRIC_PLACEHOLDER in conversation:
             return None
         # JSON escapes each character alone: the pieces escaped apart and joined are the whole escaped.
         start = before + '"' + _HEAD + _escaped(conversation) + _BRIDGE
@@ -359,7 +346,7 @@ class Grader:
     ) -> list[Answer]:
         # Every item's prompt starts with the template's head and the whole conversation, reply included.
         cache_key = self.cache_key(conversation)
-        payloads, prompts = self._item_payloads(conversation), _item_prompts(conversation)
+        payloads, prompts = self._item_payloads(conversation), item_prompts(conversation)
 
         async def one(index: int, item: RubricItem) -> Answer:
             item_ident = None if ident is None else f"{ident}/{index}"

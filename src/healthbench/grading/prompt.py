@@ -10,7 +10,7 @@ A prompt cache key names the text that the requests carrying it share from their
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import resources
 
 from healthbench.data.schema import Message, RubricItem
@@ -18,10 +18,20 @@ from healthbench.data.schema import Message, RubricItem
 TEMPLATE = resources.files("healthbench.grading").joinpath("grader_template.txt").read_bytes().decode("utf-8")
 TEMPLATE_SHA256 = hashlib.sha256(TEMPLATE.encode("utf-8")).hexdigest()
 GRADER_SYSTEM_MESSAGE = "You are a helpful assistant."
-# The characters of the reference prompt before its conversation, and from the conversation's end to its rubric
-# item: what every item of one reply shares besides the conversation (for the dry run's cache estimate).
-REFERENCE_HEAD_CHARS = TEMPLATE.index("<<conversation>>")
-REFERENCE_BRIDGE_CHARS = TEMPLATE.index("<<rubric_item>>") - REFERENCE_HEAD_CHARS - len("<<conversation>>")
+CONVERSATION_PLACEHOLDER, RUBRIC_PLACEHOLDER = "<<conversation>>", "<<rubric_item>>"
+# The template around its placeholders: before the conversation, from it to the rubric item, and after that.
+TEMPLATE_HEAD, _, _REST = TEMPLATE.partition(CONVERSATION_PLACEHOLDER)
+TEMPLATE_BRIDGE, _, TEMPLATE_TAIL = _REST.partition(RUBRIC_PLACEHOLDER)
+# The reference substitutes by replacing every placeholder: the pieces stand for its prompt when each placeholder
+# is there just once, the conversation's first.
+SPLICEABLE = (
+    TEMPLATE.count(CONVERSATION_PLACEHOLDER),
+    TEMPLATE.count(RUBRIC_PLACEHOLDER),
+    _REST.count(RUBRIC_PLACEHOLDER),
+) == (1, 1, 1)
+# What every item of one reply shares besides the conversation (for the dry run's cache estimate).
+REFERENCE_HEAD_CHARS = TEMPLATE.index(CONVERSATION_PLACEHOLDER)
+REFERENCE_BRIDGE_CHARS = TEMPLATE.index(RUBRIC_PLACEHOLDER) - REFERENCE_HEAD_CHARS - len(CONVERSATION_PLACEHOLDER)
 
 
 def render_conversation(messages: Sequence[Message]) -> str:
@@ -36,7 +46,15 @@ def rubric_item_text(item: RubricItem) -> str:
 
 def grader_prompt(conversation: str, rubric_item: str) -> str:
     """The reference grader prompt; the conversation is substituted first, as the reference does."""
-    return TEMPLATE.replace("<<conversation>>", conversation).replace("<<rubric_item>>", rubric_item)
+    return TEMPLATE.replace(CONVERSATION_PLACEHOLDER, conversation).replace(RUBRIC_PLACEHOLDER, rubric_item)
+
+
+def item_prompts(conversation: str) -> Callable[[str], str]:
+    """Each rubric item's grader prompt for one conversation, joined from the template's pieces: what
+    `grader_prompt` gives when the template is `SPLICEABLE` and the conversation holds no rubric item placeholder
+    (the caller's to check), without two replacements over the whole template for every item."""
+    start = TEMPLATE_HEAD + conversation + TEMPLATE_BRIDGE
+    return lambda item: start + item + TEMPLATE_TAIL
 
 
 def prompt_cache_key(shared: str) -> str:
