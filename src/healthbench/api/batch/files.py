@@ -61,6 +61,21 @@ def batch_errors(state: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [error for error in found if isinstance(error, dict)] if isinstance(found, list) else []
 
 
+# The error code of a batch that the organization's enqueued-token limit refused.
+TOKEN_LIMIT_EXCEEDED = "token_limit_exceeded"
+
+
+def batch_missing(batch_id: str | None, state: Mapping[str, Any]) -> tuple[str, bool]:
+    """Why a finished batch holds no line for a request, in words: none came (its status said), or, for a failed
+    batch, its first three errors; and whether the enqueued-token limit refused it (each of its errors that)."""
+    status = state.get("status")
+    if status != "failed":
+        return f"no result in batch {batch_id} ({status})", False
+    errors = batch_errors(state)
+    cause = f"batch {batch_id} failed: " + "; ".join(str(e.get("message")) for e in errors[:3])
+    return cause, bool(errors) and all(e.get("code") == TOKEN_LIMIT_EXCEEDED for e in errors)
+
+
 def refused_batch(failure: RequestFailed) -> str:
     """A batch upload or creation refused outright, in words: the status and the provider's message."""
     message = failure.error.message if failure.error is not None and failure.error.message else failure.cause
