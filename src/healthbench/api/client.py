@@ -212,7 +212,7 @@ class ApiClient:
             raise AttemptFailed(Failure(Kind.UNREADABLE, cause, 200, body, request_id=request_id)) from None
         except InvalidResponse as exc:  # readable, but with nothing to use (no content): the model's doing
             raise AttemptFailed(Failure(Kind.UNUSABLE_CONTENT, str(exc))) from None
-        usage.seconds = on_the_wire
+        usage.wire_microseconds = round(on_the_wire * 1_000_000)
         return content, usage
 
     async def complete(
