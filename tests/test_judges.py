@@ -14,6 +14,7 @@ from click.testing import CliRunner, Result
 
 from healthbench.cli import main
 from healthbench.cli.judges import folder_name, parse_grader, shown_url
+from healthbench.errors import DataError
 from healthbench.runs.judges import ITEMS_PER_REWARD, JudgesRecord
 from healthbench.testing import FakeOpenAI
 from tests.conftest import write_jsonl
@@ -171,18 +172,35 @@ def test_graders_the_rows_cannot_tell_apart_are_said_to_be(tmp_path: Path) -> No
     assert "Too close to choose" in (tmp_path / "out" / "judges.html").read_text()
 
 
-def test_a_grader_that_cannot_be_used_is_named_and_the_others_finish(tmp_path: Path, fake: FakeOpenAI) -> None:
-    data = write_jsonl(tmp_path / "meta.jsonl", made_up_meta_rows(10))
+def test_graders_that_fail_are_named_and_the_others_finish(tmp_path: Path, fake: FakeOpenAI) -> None:
+    rows = made_up_meta_rows(20)
+    data = write_jsonl(tmp_path / "meta.jsonl", rows)
+    failing = sum(row["rubric"].endswith("4") for row in rows)
     args = ["judges", "--data", str(data), "--out", str(tmp_path / "out"), "--no-progress", "--max-attempts", "2"]
     args += ["--grader", "gone@http://127.0.0.1:9/v1", "--grader", f"judge-a@{fake.base_url}"]
-    result = CliRunner().invoke(main, args, env={"HEALTHBENCH_GRADER_API_KEY": KEY})
+    with FakeOpenAI(fail_always=lambda body: "warning sign 4" in body["messages"][1]["content"]) as flaky:
+        result = CliRunner().invoke(
+            main, [*args, "--grader", f"flaky@{flaky.base_url}"], env={"HEALTHBENCH_GRADER_API_KEY": KEY}
+        )
     assert result.exit_code == 1 and "Traceback" not in result.output
     got = record(tmp_path / "out")
-    gone, judged = got.judges
-    assert not gone.finished and gone.failure and "127.0.0.1:9" in gone.failure
+    gone, judged, half = got.judges
+    assert not gone.finished and gone.failure and "127.0.0.1:9" in gone.failure and gone.metrics is None
+    assert not half.finished and half.failed_rows == failing > 0 and half.rows == 20 - failing
+    assert half.metrics is None and half.macro_f1 is None
     assert judged.finished and got.leader == judged.name and got.differences == []
     assert "gone@http://127.0.0.1:9/v1: stopped" in result.output
+    assert f"not finished: {failing} rows failed" in result.output
     assert "run the same command again to finish" in result.output
+    page = (tmp_path / "out" / "judges.html").read_text()
+    assert "stopped: the grader&#39;s endpoint" in page and f"not finished: {failing} rows failed" in page
+
+
+def test_judges_json_of_another_version_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="version 2 is not one this release reads"):
+        JudgesRecord.read({"version": 2}, "runs/judges.json")
+    with pytest.raises(DataError, match=r"not a judges\.json"):
+        JudgesRecord.read({"version": 1, "data": "x"}, "runs/judges.json")
 
 
 def test_bad_input_is_one_line(tmp_path: Path) -> None:

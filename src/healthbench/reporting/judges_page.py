@@ -62,7 +62,7 @@ def _cost(entry: JudgeEntry) -> str:
 
 def _status(entry: JudgeEntry) -> str:
     if entry.failure is not None:
-        return f"stopped: {entry.failure}"
+        return f"stopped: {entry.failure.split(';', 1)[0]}"  # the cause; judges.json keeps all of it
     if not entry.finished:
         return f"not finished: {entry.failed_rows} rows failed" if entry.failed_rows else "not finished"
     return "finished"
@@ -214,8 +214,10 @@ def render_page(record: JudgesRecord) -> str:
             }
         )
     physicians = next((entry.physicians_f1 for entry in record.judges if entry.physicians_f1 is not None), None)
+    unfinished = any(not entry.finished for entry in record.judges)
     return _template().render(
         record=record,
+        warn=unfinished or record.leader is None or bool(record.undecided),
         judges=judges,
         verdict=verdict(record),
         bar_w=BAR_W,
