@@ -178,6 +178,7 @@ def test_graders_that_fail_are_named_and_the_others_finish(tmp_path: Path, fake:
     failing = sum(row["rubric"].endswith("4") for row in rows)
     args = ["judges", "--data", str(data), "--out", str(tmp_path / "out"), "--no-progress", "--max-attempts", "2"]
     args += ["--grader", "gone@http://127.0.0.1:9/v1", "--grader", f"judge-a@{fake.base_url}"]
+    args += ["--grader-key-env", "judge-a="]  # a local server's: no key at all
     with FakeOpenAI(fail_always=lambda body: "warning sign 4" in body["messages"][1]["content"]) as flaky:
         result = CliRunner().invoke(
             main, [*args, "--grader", f"flaky@{flaky.base_url}"], env={"HEALTHBENCH_GRADER_API_KEY": KEY}
@@ -189,6 +190,8 @@ def test_graders_that_fail_are_named_and_the_others_finish(tmp_path: Path, fake:
     assert not half.finished and half.failed_rows == failing > 0 and half.rows == 20 - failing
     assert half.metrics is None and half.macro_f1 is None
     assert judged.finished and got.leader == judged.name and got.differences == []
+    assert fake.auth_headers and set(fake.auth_headers) == {None}
+    assert set(flaky.auth_headers) == {f"Bearer {KEY}"}
     assert "gone@http://127.0.0.1:9/v1: stopped" in result.output
     assert f"not finished: {failing} rows failed" in result.output
     assert "run the same command again to finish" in result.output
