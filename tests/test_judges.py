@@ -15,7 +15,8 @@ from click.testing import CliRunner, Result
 from healthbench.cli import main
 from healthbench.cli.judges import folder_name, parse_grader, shown_url
 from healthbench.errors import DataError
-from healthbench.runs.judges import ITEMS_PER_REWARD, JudgesRecord
+from healthbench.reporting.judges_page import verdict
+from healthbench.runs.judges import ITEMS_PER_REWARD, Difference, JudgeEntry, JudgesRecord
 from healthbench.testing import FakeOpenAI
 from tests.conftest import write_jsonl
 from tests.reference import KEY
@@ -234,3 +235,41 @@ def test_grader_names_and_folders() -> None:
     # a model name may hold an @ that names no endpoint (Vertex's claude-...@20240620)
     assert parse_grader("claude-sonnet@20240620").model == "claude-sonnet@20240620"
     assert shown_url("https://user:secret@example.com:8443/v1") == "https://example.com:8443/v1"
+
+
+def test_the_verdict_says_what_the_rows_can_tell() -> None:
+    def entry(name: str, f1: float | None, finished: bool = True) -> JudgeEntry:
+        return JudgeEntry(
+            name=name,
+            folder=name,
+            model=name,
+            base_url="http://127.0.0.1:8000/v1",
+            calls="per-item",
+            finished=finished,
+            rows=10,
+            macro_f1=f1,
+        )
+
+    def judged(*entries: JudgeEntry, leader: str | None = None, differences: tuple[Difference, ...] = ()) -> str:
+        return verdict(
+            JudgesRecord(
+                data="d",
+                data_sha256="0" * 64,
+                rows=10,
+                seed=0,
+                n_bootstrap=1000,
+                confidence=0.95,
+                judges=list(entries),
+                leader=leader,
+                differences=list(differences),
+            )
+        )
+
+    assert judged(entry("a", None, finished=False)) == "No grader finished: nothing to choose between yet."
+    assert "is defined" in judged(entry("a", None))
+    assert judged(entry("a", 0.7), entry("b", None, finished=False), leader="a").startswith("Only a finished")
+    apart = Difference(name="b", difference=-0.1, interval=(-0.15, -0.05), decided=True)
+    assert judged(entry("a", 0.7), entry("b", 0.6), leader="a", differences=(apart,)).startswith("a agrees")
+    close = Difference(name="b", difference=-0.01, interval=(-0.05, 0.03), decided=False)
+    said = judged(entry("a", 0.7), entry("b", 0.69), leader="a", differences=(close,))
+    assert said.startswith("Too close to choose") and "from b," in said

@@ -71,6 +71,8 @@ def _status(entry: JudgeEntry) -> str:
 def verdict(record: JudgesRecord) -> str:
     """Which grader agrees with physicians best, and whether the rows can tell it from the others."""
     if record.leader is None:
+        if any(entry.finished for entry in record.judges):
+            return "No finished grader's macro F1 is defined (each gave one verdict only): nothing to choose between."
         return "No grader finished: nothing to choose between yet."
     finished = [entry for entry in record.judges if entry.finished]
     if len(finished) < 2:
