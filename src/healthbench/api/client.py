@@ -20,6 +20,7 @@ import asyncio
 import dataclasses
 import hashlib
 import json
+import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
@@ -182,10 +183,12 @@ class ApiClient:
             ticket = await self.gate.start(cost)
             try:
                 self._health.check()  # found unusable while this one waited: it is not sent
+                sent = time.monotonic()
                 async with self._in_flight.out(), session.post(self.url, data=payload, headers=_JSON) as response:
                     body = await response.read()
                     status = response.status
                     headers = response.headers
+                on_the_wire = time.monotonic() - sent
             except TRANSPORT as exc:
                 self.gate.lost(ticket)
                 raise self._transport(exc, self._timeout) from None
@@ -202,13 +205,15 @@ class ApiClient:
         if status != 200:
             raise AttemptFailed(status_failure(status, body, headers))
         try:
-            return self.wire.read(body)
+            content, usage = self.wire.read(body)
         except UnreadableAnswer as exc:
             cause = f"HTTP 200, {exc}: {excerpt(body)}"
             request_id = headers.get("x-request-id")
             raise AttemptFailed(Failure(Kind.UNREADABLE, cause, 200, body, request_id=request_id)) from None
         except InvalidResponse as exc:  # readable, but with nothing to use (no content): the model's doing
             raise AttemptFailed(Failure(Kind.UNUSABLE_CONTENT, str(exc))) from None
+        usage.wire_microseconds = round(on_the_wire * 1_000_000)
+        return content, usage
 
     async def complete(
         self,
