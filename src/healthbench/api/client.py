@@ -31,6 +31,7 @@ from healthbench.api.failures import TRANSPORT, said, shown, transport_failure
 from healthbench.api.inflight import InFlight
 from healthbench.api.pacing import Gate
 from healthbench.api.pacing.gate import Budget as Budget  # re-exported: made with clients
+from healthbench.api.pacing.state import LocalPace, remembered
 from healthbench.api.ratesignals import DEFAULT_OUTPUT_CAP, read_refusal, request_cost
 from healthbench.api.retrying import (
     RETRY_STATUSES as RETRY_STATUSES,  # re-exported: what is worth asking again
@@ -110,7 +111,7 @@ def _gate_for(base_url: str, api_key: str | None, store: PaceStore | None) -> Ga
     entry = (slot, store.url if store else None)
     gate = _GATES.get(entry)
     if gate is None:
-        gate = _GATES[entry] = Gate(store.pace(slot) if store else None)
+        gate = _GATES[entry] = Gate(store.pace(slot) if store else LocalPace(learned=remembered(slot)))
     return gate
 
 
