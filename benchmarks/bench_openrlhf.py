@@ -1,0 +1,129 @@
+"""How long an OpenRLHF step waits for its rewards from `healthbench serve`'s `/openrlhf`, in grader rounds.
+
+OpenRLHF 0.11 posts one request per rollout, every rollout of a step at once, each on an HTTP session of its own
+with the token in the URL (Basic auth). This sends a step that way: `--requests` one-sample requests at once (each
+a different task, with its rubric items to grade), against the fake grader answering in `--latency` seconds, and
+times the step from the first request sent to the last reward back, divided by one grader round (a request sent
+to the fake directly). Per row a fresh server: its first step (a key's first calls start slowly: the pace's slow
+start), then the median of `--steps` more (warm graders, the pace learnt). The last step's rewards are compared
+with `healthbench grade`'s for the same replies against the same fake.
+
+The server runs with its default grader budget (256 calls in flight), unless `--concurrency N` is given, which
+`serve --concurrency` sets; the rows are bench_serve's made-up ones (about 12 rubric items each), so 16 requests
+are about 200 grader calls and 64 about 800.
+
+    .venv/bin/python benchmarks/bench_openrlhf.py [--latency 1,0.25] [--requests 16,64] [--steps 3] [--concurrency N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from bench_rewards import one_round
+from bench_serve import make_row, served
+
+from healthbench.testing import FakeOpenAI
+
+KEY = "sk-bench-openrlhf"
+TOKEN = "bench-openrlhf-token-0123456789"
+PROMPT = "<|im_start|>user\nA question.<|im_end|>\n<|im_start|>assistant\n"
+
+
+def reply(step: int, index: int) -> str:
+    return f"Rest, fluids, and see a doctor if it lasts more than three days. (step {step}, rollout {index})"
+
+
+async def step(url: str, rows: list[dict[str, Any]], number: int) -> tuple[float, list[float]]:
+    """One step: a request per row, all at once, each on a session of its own as OpenRLHF sends them; its seconds
+    and the rewards in row order."""
+    target = url.replace("http://", f"http://trainer:{TOKEN}@") + "/openrlhf"
+
+    async def one(index: int, row: dict[str, Any]) -> float:
+        body = {
+            "query": [PROMPT + reply(number, index) + "<|im_end|>"],
+            "prompts": [PROMPT],
+            "labels": [row["prompt_id"]],
+        }
+        async with aiohttp.ClientSession() as http, http.post(target, json=body) as response:
+            answer = await response.json()
+            if response.status != 200:
+                raise SystemExit(f"the server answered {response.status}: {answer}")
+            return float(answer["rewards"][0])
+
+    started = time.perf_counter()
+    rewards = await asyncio.gather(*(one(index, row) for index, row in enumerate(rows)))
+    return time.perf_counter() - started, list(rewards)
+
+
+def graded(folder: Path, data: Path, rows: list[dict[str, Any]], number: int, grader_url: str) -> list[float]:
+    """`healthbench grade`'s scores for step `number`'s replies, in row order."""
+    responses = folder / f"responses-{number}.jsonl"
+    lines = [json.dumps({"prompt_id": row["prompt_id"], "response": reply(number, i)}) for i, row in enumerate(rows)]
+    responses.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = folder / f"grade-{number}-{time.monotonic_ns()}"
+    command = [sys.executable, "-m", "healthbench", "grade", "--data", str(data), "--responses", str(responses)]
+    command += ["--out", str(out), "--grader-base-url", grader_url, "--concurrency", "1024", "--no-progress"]
+    env = {**os.environ, "HEALTHBENCH_GRADER_API_KEY": KEY}
+    subprocess.run(command, env=env, check=True, capture_output=True)
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text(encoding="utf-8").splitlines()]
+    scores = {record["prompt_id"]: record["score"] for record in records}
+    return [scores[row["prompt_id"]] for row in rows]
+
+
+def main() -> None:
+    """Run each row and print the table."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--latency", default="1,0.25", help="seconds the fake grader takes, comma-separated")
+    parser.add_argument("--requests", default="16,64", help="one-sample requests a step, comma-separated")
+    parser.add_argument("--steps", type=int, default=3, help="steps after the first, for the median")
+    parser.add_argument("--concurrency", type=int, help="serve --concurrency (the grader budget) [default: serve's]")
+    args = parser.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # each row as it is measured
+    folder = Path(tempfile.mkdtemp(prefix="bench-openrlhf-"))
+    tokens = folder / "tokens"
+    tokens.write_text(TOKEN + "\n", encoding="utf-8")
+    counts = [int(count) for count in args.requests.split(",")]
+    rng = random.Random(0)
+    rows = [make_row(rng, i) for i in range(max(counts))]
+    data = folder / "rows.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    budget = f"--concurrency {args.concurrency}" if args.concurrency else "the default budget (256)"
+    print(f"one-sample requests at once to /openrlhf, as OpenRLHF sends a step; serve with {budget}\n")
+    print("| grader latency | requests | grader calls | first step | next steps, median | rewards = grade's |")
+    print("|---|---|---|---|---|---|")
+    flags = ["--auth-token-file", str(tokens), *(["--concurrency", str(args.concurrency)] if args.concurrency else [])]
+    for latency in (float(value) for value in args.latency.split(",")):
+        for count in counts:
+            chosen = rows[:count]
+            with FakeOpenAI(latency=latency, record=False) as fake:
+                assert fake.base_url
+                round_trip = asyncio.run(one_round(fake.base_url))
+                env = {"HEALTHBENCH_GRADER_API_KEY": KEY, "HEALTHBENCH_PACE_STORE": None}
+                with served(data, fake.base_url, None, env, flags) as (url, _):
+                    times = []
+                    for number in range(args.steps + 1):
+                        took, rewards = asyncio.run(step(url, chosen, number))
+                        times.append(took / round_trip)
+                expected = graded(folder, data, chosen, args.steps, fake.base_url)
+            same = all(abs(a - b) <= 1e-9 for a, b in zip(rewards, expected, strict=True))
+            calls = sum(len(row["rubrics"]) for row in chosen)
+            print(
+                f"| {latency:g} s (round {round_trip:.2f} s) | {count} | {calls} | {times[0]:.2f} rounds | "
+                f"{statistics.median(times[1:]):.2f} rounds | {'yes' if same else 'NO'} |"
+            )
+
+
+if __name__ == "__main__":
+    main()
