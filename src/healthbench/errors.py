@@ -21,15 +21,6 @@ class DataError(HealthBenchError, ValueError):
     """A data file that cannot be used as HealthBench data; the message names file, line and field."""
 
 
-class UnknownPromptId(DataError):
-    """A prompt_id that is not a task of the split it was looked up in; the message names both."""
-
-    def __init__(self, prompt_id: str, split: str) -> None:
-        super().__init__(f"no task with prompt_id {prompt_id!r} in split {split!r}")
-        self.prompt_id = prompt_id
-        self.split = split
-
-
 class DownloadFailed(DataError):
     """An official file that could not be downloaded: what failed (the file, the URL, the cause), and the ways to
     work offline. The data layer names the one every command has (`HEALTHBENCH_DATA_DIR`); a caller that takes a
