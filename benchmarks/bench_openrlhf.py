@@ -8,11 +8,14 @@ to the fake directly). Per row a fresh server: its first step (a key's first cal
 start), then the median of `--steps` more (warm graders, the pace learnt). The last step's rewards are compared
 with `healthbench grade`'s for the same replies against the same fake.
 
-The server runs with its default grader budget (256 calls in flight), unless `--concurrency N` is given, which
-`serve --concurrency` sets; the rows are bench_serve's made-up ones (about 12 rubric items each), so 16 requests
-are about 200 grader calls and 64 about 800.
+The server runs with its default settings (a grader budget of 256 calls in flight; the fake names no limits, so a
+key's first calls start slowly: one, then three more for each answer), plus `--serve-args` (for instance
+`"--concurrency 1024"`, the budget, or `"--grader-rpm 30000 --grader-tpm 150000000"`, limits known from the start,
+which skip the slow start and pace the starts instead). The rows are bench_serve's made-up ones (about 12 rubric
+items each), so 16 requests are about 200 grader calls and 64 about 800. Also printed: the server's CPU seconds a
+warm step (median), what the machine's load costs it.
 
-    .venv/bin/python benchmarks/bench_openrlhf.py [--latency 1,0.25] [--requests 16,64] [--steps 3] [--concurrency N]
+    .venv/bin/python benchmarks/bench_openrlhf.py [--latency 1,0.25] [--requests 16,64] [--steps 3] [--serve-args ARGS]
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import asyncio
 import json
 import os
 import random
+import shlex
 import statistics
 import subprocess
 import sys
@@ -32,7 +36,7 @@ from typing import Any
 
 import aiohttp
 from bench_rewards import one_round
-from bench_serve import make_row, served
+from bench_serve import cpu_seconds, make_row, served
 
 from healthbench.testing import FakeOpenAI
 
@@ -88,7 +92,7 @@ def main() -> None:
     parser.add_argument("--latency", default="1,0.25", help="seconds the fake grader takes, comma-separated")
     parser.add_argument("--requests", default="16,64", help="one-sample requests a step, comma-separated")
     parser.add_argument("--steps", type=int, default=3, help="steps after the first, for the median")
-    parser.add_argument("--concurrency", type=int, help="serve --concurrency (the grader budget) [default: serve's]")
+    parser.add_argument("--serve-args", default="", help="more flags for serve, e.g. '--concurrency 1024'")
     args = parser.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # each row as it is measured
     folder = Path(tempfile.mkdtemp(prefix="bench-openrlhf-"))
@@ -99,11 +103,16 @@ def main() -> None:
     rows = [make_row(rng, i) for i in range(max(counts))]
     data = folder / "rows.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    budget = f"--concurrency {args.concurrency}" if args.concurrency else "the default budget (256)"
-    print(f"one-sample requests at once to /openrlhf, as OpenRLHF sends a step; serve with {budget}\n")
-    print("| grader latency | requests | grader calls | first step | next steps, median | rewards = grade's |")
-    print("|---|---|---|---|---|---|")
-    flags = ["--auth-token-file", str(tokens), *(["--concurrency", str(args.concurrency)] if args.concurrency else [])]
+    print(
+        "one-sample requests at once to /openrlhf, as OpenRLHF sends a step; serve's defaults"
+        f"{' and ' + args.serve_args if args.serve_args else ''}\n"
+    )
+    print(
+        "| grader latency | requests | grader calls | first step | next steps, median | server CPU a warm step | "
+        "rewards = grade's |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    flags = ["--auth-token-file", str(tokens), *shlex.split(args.serve_args)]
     for latency in (float(value) for value in args.latency.split(",")):
         for count in counts:
             chosen = rows[:count]
@@ -111,17 +120,20 @@ def main() -> None:
                 assert fake.base_url
                 round_trip = asyncio.run(one_round(fake.base_url))
                 env = {"HEALTHBENCH_GRADER_API_KEY": KEY, "HEALTHBENCH_PACE_STORE": None}
-                with served(data, fake.base_url, None, env, flags) as (url, _):
-                    times = []
+                with served(data, fake.base_url, None, env, flags) as (url, pid):
+                    times, cpu = [], []
                     for number in range(args.steps + 1):
+                        before = cpu_seconds(pid)
                         took, rewards = asyncio.run(step(url, chosen, number))
                         times.append(took / round_trip)
+                        cpu.append(cpu_seconds(pid) - before)
                 expected = graded(folder, data, chosen, args.steps, fake.base_url)
             same = all(abs(a - b) <= 1e-9 for a, b in zip(rewards, expected, strict=True))
             calls = sum(len(row["rubrics"]) for row in chosen)
             print(
                 f"| {latency:g} s (round {round_trip:.2f} s) | {count} | {calls} | {times[0]:.2f} rounds | "
-                f"{statistics.median(times[1:]):.2f} rounds | {'yes' if same else 'NO'} |"
+                f"{statistics.median(times[1:]):.2f} rounds | {statistics.median(cpu[1:]):.2f} s | "
+                f"{'yes' if same else 'NO'} |"
             )
 
 
