@@ -100,7 +100,7 @@ def openrlhf_reply(index: int, query: str, prompt: str, label: str) -> str:
             status_code=400,
             detail=f"sample {index} (task {label}): its query does not start with its prompt, so its reply cannot be "
             "told apart (OpenRLHF sends the prompt's tokens and the reply's, decoded: a prompt cut to fit "
-            "--prompt_max_len, or one the tokenizer does not decode back to itself, breaks that)",
+            "--data.max_len, or one the tokenizer does not decode back to itself, breaks that)",
         )
     return strip_end_tokens(query[len(prompt) :])
 
@@ -164,7 +164,7 @@ class BatchRewards:
             async with asyncio.TaskGroup() as group:
                 tasks = [group.create_task(one(row, item.reply)) for row, item in zip(rows, request.items, strict=True)]
         except* HealthBenchError as failed:  # the grader itself unusable (its key refused, say): no item can be
-            raise _unusable(failed.exceptions[0]) from None
+            raise self._unusable(REWARDS_PATH, split, failed.exceptions[0]) from None
         results = [task.result() for task in tasks]
         failures = sum(result["reward"] is None for result in results)
         self.log.info(
@@ -204,11 +204,17 @@ class BatchRewards:
             self.log.warning("openrlhf_failed", split=split, samples=len(rows), sample=first.index, detail=first.detail)
             raise HTTPException(status_code=first.status, detail=f"sample {first.index}: {first.detail}") from None
         except* HealthBenchError as failed:
-            raise _unusable(failed.exceptions[0]) from None
+            raise self._unusable(OPENRLHF_PATH, split, failed.exceptions[0]) from None
         graded = [task.result() for task in tasks]
         rewards = [sample.reward for sample in graded]
         self.log.info("rewards_graded", route=OPENRLHF_PATH, split=split, items=len(graded), failed=0, **_took(start))
         return {"rewards": rewards, "scores": rewards, "extra_logs": self._extra_logs(split, graded)}
+
+    def _unusable(self, route: str, split: str, failure: BaseException) -> HTTPException:
+        """HTTP 502 for a grader no reply of the request could be graded with (its message names why), said in the
+        log too."""
+        self.log.warning("batch_rewards_failed", route=route, split=split, detail=str(failure))
+        return HTTPException(status_code=502, detail=f"the grader cannot grade: {failure}")
 
     def _extra_logs(self, split: str, graded: Sequence[GradedSample]) -> dict[str, list[float]]:
         """Per-axis scores, one value per sample, under the same keys for every request of the split (OpenRLHF
@@ -237,11 +243,6 @@ class _SampleFailed(Exception):
 def axes(sample: GradedSample) -> dict[str, float]:
     """A graded reply's per-axis scores (`axis:accuracy`, ...): the axes its task has items of."""
     return {tag: value for tag, value in sample.metrics.items() if tag.startswith(AXIS_PREFIX)}
-
-
-def _unusable(failure: BaseException) -> HTTPException:
-    """HTTP 502 for a grader no reply of the request could be graded with (its message names why)."""
-    return HTTPException(status_code=502, detail=f"the grader cannot grade: {failure}")
 
 
 def _took(start: float) -> dict[str, float]:
