@@ -12,8 +12,10 @@ The server runs with its default settings (a grader budget of 256 calls in fligh
 key's first calls start slowly: one, then three more for each answer), plus `--serve-args` (for instance
 `"--concurrency 1024"`, the budget, or `"--grader-rpm 30000 --grader-tpm 150000000"`, limits known from the start,
 which skip the slow start and pace the starts instead). The rows are bench_serve's made-up ones (about 12 rubric
-items each), so 16 requests are about 200 grader calls and 64 about 800. Also printed: the server's CPU seconds a
-warm step (median), what the machine's load costs it.
+items each), so 16 requests are about 200 grader calls and 64 about 800. Also printed, for a machine whose load
+stretches every round: the server's CPU seconds a warm step (median), and the floor the machine allows now: the
+step's grader calls sent straight to the fake, all at once from this process (median, in rounds), before each
+warm step.
 
     .venv/bin/python benchmarks/bench_openrlhf.py [--latency 1,0.25] [--requests 16,64] [--steps 3] [--serve-args ARGS]
 """
@@ -38,7 +40,7 @@ import aiohttp
 from bench_rewards import one_round
 from bench_serve import cpu_seconds, make_row, served
 
-from healthbench.testing import FakeOpenAI
+from healthbench.testing import GRADER_MARKER, FakeOpenAI
 
 KEY = "sk-bench-openrlhf"
 TOKEN = "bench-openrlhf-token-0123456789"
@@ -69,6 +71,20 @@ async def step(url: str, rows: list[dict[str, Any]], number: int) -> tuple[float
     started = time.perf_counter()
     rewards = await asyncio.gather(*(one(index, row) for index, row in enumerate(rows)))
     return time.perf_counter() - started, list(rewards)
+
+
+async def burst(grader_url: str, calls: int) -> float:
+    """Seconds for `calls` grader requests sent straight to the fake at once: what no reward server can beat."""
+    body = {"model": "gpt-4.1", "messages": [{"role": "user", "content": f"{GRADER_MARKER} [5] Says hello"}]}
+
+    async def one(http: aiohttp.ClientSession) -> None:
+        async with http.post(f"{grader_url}/chat/completions", json=body) as response:
+            await response.read()
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+        started = time.perf_counter()
+        await asyncio.gather(*(one(http) for _ in range(calls)))
+        return time.perf_counter() - started
 
 
 def graded(folder: Path, data: Path, rows: list[dict[str, Any]], number: int, grader_url: str) -> list[float]:
@@ -108,31 +124,34 @@ def main() -> None:
         f"{' and ' + args.serve_args if args.serve_args else ''}\n"
     )
     print(
-        "| grader latency | requests | grader calls | first step | next steps, median | server CPU a warm step | "
-        "rewards = grade's |"
+        "| grader latency | requests | grader calls | first step | next steps, median | the calls straight to the "
+        "fake, median | server CPU a warm step | rewards = grade's |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     flags = ["--auth-token-file", str(tokens), *shlex.split(args.serve_args)]
     for latency in (float(value) for value in args.latency.split(",")):
         for count in counts:
             chosen = rows[:count]
+            calls = sum(len(row["rubrics"]) for row in chosen)
             with FakeOpenAI(latency=latency, record=False) as fake:
                 assert fake.base_url
                 round_trip = asyncio.run(one_round(fake.base_url))
                 env = {"HEALTHBENCH_GRADER_API_KEY": KEY, "HEALTHBENCH_PACE_STORE": None}
                 with served(data, fake.base_url, None, env, flags) as (url, pid):
-                    times, cpu = [], []
+                    times, cpu, floor = [], [], []
                     for number in range(args.steps + 1):
+                        if number:
+                            floor.append(asyncio.run(burst(fake.base_url, calls)) / round_trip)
                         before = cpu_seconds(pid)
                         took, rewards = asyncio.run(step(url, chosen, number))
                         times.append(took / round_trip)
                         cpu.append(cpu_seconds(pid) - before)
                 expected = graded(folder, data, chosen, args.steps, fake.base_url)
             same = all(abs(a - b) <= 1e-9 for a, b in zip(rewards, expected, strict=True))
-            calls = sum(len(row["rubrics"]) for row in chosen)
             print(
                 f"| {latency:g} s (round {round_trip:.2f} s) | {count} | {calls} | {times[0]:.2f} rounds | "
-                f"{statistics.median(times[1:]):.2f} rounds | {statistics.median(cpu[1:]):.2f} s | "
+                f"{statistics.median(times[1:]):.2f} rounds | {statistics.median(floor):.2f} rounds | "
+                f"{statistics.median(cpu[1:]):.2f} s | "
                 f"{'yes' if same else 'NO'} |"
             )
 
