@@ -1,5 +1,5 @@
 """OpenRLHF 0.11.2's own remote reward client against `healthbench serve`'s `/openrlhf`, with the token in the URL as
-`--remote_rm_url` carries it.
+`--reward.remote_url` carries it.
 
 The path run is OpenRLHF's: its `SingleTurnAgentExecutor.execute` tokenizes the prompt, takes the rollout, decodes
 prompt and reply with the special tokens (`<|im_end|>` ending it) and posts `{"query", "prompts", "labels"}` to the
@@ -102,7 +102,7 @@ def url(data: Path, fake: FakeOpenAI) -> Iterator[str]:
 
 
 def remote_rm_url(url: str) -> str:
-    """`--remote_rm_url` for the server: the token as the URL's password."""
+    """`--reward.remote_url` for the server: the token as the URL's password."""
     return url.replace("http://", f"http://trainer:{TOKEN}@") + "/openrlhf"
 
 

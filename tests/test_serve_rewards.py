@@ -65,7 +65,7 @@ async def post(url: str, path: str, body: Any, headers: dict[str, str] | None = 
 
 
 def with_userinfo(url: str, user: str, password: str) -> str:
-    """`url` with `user:password@` before its host, as OpenRLHF's --remote_rm_url carries a token."""
+    """`url` with `user:password@` before its host, as OpenRLHF's --reward.remote_url carries a token."""
     scheme, rest = url.split("://")
     return f"{scheme}://{user}:{password}@{rest}"
 

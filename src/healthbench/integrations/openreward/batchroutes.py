@@ -4,7 +4,7 @@
   `{"results": [{"prompt_id", "reward", "error", "axes"}, ...]}` in the items' order. A reply that cannot be
   graded (a grader failure after the retries, or a reply longer than the server grades) has `reward: null` and
   the error; the others are graded all the same.
-- `POST /openrlhf`: OpenRLHF's remote reward protocol (`--remote_rm_url`): `{"query": [...], "prompts": [...],
+- `POST /openrlhf`: OpenRLHF's remote reward protocol (`--reward.remote_url`): `{"query": [...], "prompts": [...],
   "labels": [...]}`, answered with `{"rewards": [...], "scores": [...], "extra_logs": {...}}`. A query is the
   prompt's text and the reply's, decoded with the tokenizer's special tokens; the reply is what follows the
   prompt, less the end-of-turn and padding tokens it ends with. A label is the task's prompt_id (`healthbench
@@ -261,7 +261,7 @@ def batch_app(deployment: Deployment, log: Any) -> FastAPI:
         return await _answered(routes.rewards(body), log)
 
     async def openrlhf(body: OpenRLHFRequest, split: str | None = None) -> dict[str, Any]:
-        """OpenRLHF's remote reward protocol (`--remote_rm_url http://user:TOKEN@host:port/openrlhf`)."""
+        """OpenRLHF's remote reward protocol (`--reward.remote_url http://user:TOKEN@host:port/openrlhf`)."""
         return await _answered(routes.openrlhf(body, split), log)
 
     app.add_api_route(REWARDS_PATH, rewards, methods=["POST"])

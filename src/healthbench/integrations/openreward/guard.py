@@ -56,7 +56,7 @@ CREATE, DELETE = "create", "delete"
 NEEDS_TOKEN = (
     "this server needs its token: send it as the X-API-Key header (the OpenReward SDK client's api_key, or "
     "OPENREWARD_API_KEY), as Authorization: Bearer <token>, or in the URL as http://user:<token>@host:port/... "
-    "(HTTP Basic, what OpenRLHF's --remote_rm_url sends)"
+    "(HTTP Basic, what OpenRLHF's --reward.remote_url sends)"
 )
 
 
