@@ -137,10 +137,14 @@ class ProviderError:
 class RequestFailed(HealthBenchError):
     """A request that did not succeed within the retry bound, or failed in a way not worth retrying."""
 
-    def __init__(self, cause: str, attempts: int, *, status: int | None = None, body: bytes = b"") -> None:
+    def __init__(
+        self, cause: str, attempts: int, *, status: int | None = None, body: bytes = b"", cut_short: bool = False
+    ) -> None:
         super().__init__(f"{cause} (after {attempts} attempt{'s' if attempts != 1 else ''})")
         self.cause = cause
         self.attempts = attempts
+        # The output cap ended the last answer before it could be used: a larger cap cures it, asking again does not.
+        self.cut_short = cut_short
         # The HTTP status and whole body of a refused request, and the body read as the provider's error.
         self.status = status
         self.body = body

@@ -97,7 +97,7 @@ async def grade_meta_rows(
         except RequestFailed as exc:
             for index in group:
                 row = rows[index]
-                sink.fail(MetaGradingError(index, row.prompt_id, row.completion_id, row.rubric, str(exc)))
+                sink.fail(MetaGradingError(index, row.prompt_id, row.completion_id, row.rubric, grader.failure(exc)))
             return
         except Deferred:
             for _ in group:

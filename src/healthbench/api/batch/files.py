@@ -32,6 +32,7 @@ class Outcome:
     usage: Usage
     cause: str = ""
     retryable: bool = True
+    cut: bool = False  # the output cap ended the answer (see `wire.Reading`)
 
 
 def json_object(body: bytes) -> dict[str, Any]:
@@ -139,10 +140,10 @@ def read_output_line(api: Api, record: Mapping[str, Any]) -> Outcome:
         body = response.get("body")
         if status == 200 and isinstance(body, dict):
             try:
-                content, usage = api.read(body, batch=True)
+                reading = api.reading(body, batch=True)
             except InvalidResponse as exc:
                 return Outcome(None, Usage(batch=True), str(exc))
-            return Outcome(content, usage)
+            return Outcome(reading.content, reading.usage, cut=reading.cut)
         text = json.dumps(body)[:200]
         code = status if isinstance(status, int) else 500
         return Outcome(None, Usage(batch=True), f"HTTP {code} in batch: {text}", is_retryable(code))
