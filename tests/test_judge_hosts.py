@@ -6,20 +6,33 @@ requests in all, or fail as what it is."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import re
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import Result
 
 from healthbench.api.client import ApiClient, Retries
 from healthbench.api.hosts import refused_parameter
 from healthbench.api.wire import with_cache_key
+from healthbench.data.schema import Row
 from healthbench.errors import EndpointUnusable, InvalidResponse
 from healthbench.grading.grader import parse_verdict, parse_verdicts
+from healthbench.grading.settings import GraderConfig
+from healthbench.integrations.openreward.deployment import Deployment
+from healthbench.integrations.openreward.environment import HealthBench
 from healthbench.testing import FakeOpenAI, Host, verdict_reply
+from tests.conftest import write_jsonl
 from tests.reference import KEY
+from tests.test_eval import run_eval
+from tests.test_grade_cli import grade
+from tests.test_metaeval import made_up_meta_rows, meta_eval
+from tests.test_probe import made_up_rows, probe, summary
 
 FAST = Retries(max_attempts=12, initial_backoff=0.001, max_backoff=0.01)
 
@@ -253,3 +266,128 @@ def test_a_host_that_refuses_a_parameter_the_reference_sends_stops_the_run_namin
         assert "Unrecognized request argument supplied: temperature" in message
         # Nothing is left out, and the run stops within the first requests, not one refusal per call.
         assert fake.requests_total <= 3 and all(body["temperature"] == 0.5 for body in fake.bodies)
+
+
+# Each command against each host, beside the plain fake: the same metrics, a few extra requests in all.
+HOSTS = {
+    "azure": Host(refuses=("prompt_cache_key",)),
+    "think": Host(think="block"),
+    "closing": Host(think="closing"),
+    "reasoning_content": Host(think="reasoning_content"),
+    "reasoning": Host(think="reasoning"),
+    "no_usage": Host(usage=False),
+    "all_at_once": Host(think="block", refuses=("prompt_cache_key",), usage=False),
+}
+
+
+def metrics_of(out: Path) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((out / "metrics.json").read_text())
+    return loaded
+
+
+def against(host: Host | None, command: Callable[[str], Result]) -> tuple[Result, FakeOpenAI]:
+    """`command` run against a fake playing `host` (None: the plain fake), and the fake, stopped."""
+    with FakeOpenAI(judge_host=host) as fake:
+        result = command(fake.base_url or "")
+    return result, fake
+
+
+def adapted_lines(result: Result) -> list[str]:
+    return [line for line in result.output.splitlines() if "refuses the parameter" in line]
+
+
+def check_same(plain: tuple[Result, FakeOpenAI], hosted: tuple[Result, FakeOpenAI], host: Host) -> None:
+    """`hosted` finished as `plain` did: exit 0, at most one extra request, one line for a refused parameter."""
+    (first, fake), (second, other) = plain, hosted
+    assert first.exit_code == 0, first.output
+    assert second.exit_code == 0, second.output
+    assert other.requests_total - fake.requests_total == len(host.refuses)
+    assert len(adapted_lines(second)) == len(host.refuses), second.output
+    if not host.usage:
+        assert "cost unknown" in second.output and "$0.00" not in second.output, second.output
+
+
+@pytest.mark.parametrize("name", list(HOSTS))
+def test_grade_gives_the_plain_fakes_metrics_against_each_host(tmp_path: Path, name: str) -> None:
+    host = HOSTS[name]
+    rows = made_up_rows()
+    data = write_jsonl(tmp_path / "rows.jsonl", rows)
+    replies = [{"prompt_id": r["prompt_id"], "response": f"Rest, {r['prompt_id']}."} for r in rows]
+    responses = write_jsonl(tmp_path / "replies.jsonl", replies)
+    plain = against(None, lambda url: grade(tmp_path, data, responses, "plain", url))
+    hosted = against(host, lambda url: grade(tmp_path, data, responses, "hosted", url))
+    check_same(plain, hosted, host)
+    assert metrics_of(tmp_path / "hosted") == metrics_of(tmp_path / "plain")
+    usage = json.loads((tmp_path / "hosted" / "usage.json").read_text())["whole_run"]
+    assert (usage["cost_usd"] is None) is (not host.usage)  # unknown, never $0
+    if host.think is not None and host.usage:  # the thinking is paid for, and counted
+        plain_usage = json.loads((tmp_path / "plain" / "usage.json").read_text())["whole_run"]
+        assert usage["grader"]["completion_tokens"] > plain_usage["grader"]["completion_tokens"]
+
+
+def test_eval_probe_and_meta_eval_give_the_plain_fakes_figures_against_a_host_of_every_quirk(tmp_path: Path) -> None:
+    host = HOSTS["all_at_once"]
+    data = write_jsonl(tmp_path / "rows.jsonl", made_up_rows())
+    for command in ("eval", "probe"):
+
+        def run(url: str, out: str, command: str = command) -> Result:
+            if command == "eval":
+                return run_eval(data, tmp_path / out, url)
+            return probe(data, None, tmp_path / out, url, "--model", "fake-model", "--base-url", url)
+
+        plain = against(None, functools.partial(run, out=f"{command}-plain"))
+        hosted = against(host, functools.partial(run, out=f"{command}-hosted"))
+        check_same(plain, hosted, host)
+        if command == "eval":
+            assert metrics_of(tmp_path / "eval-hosted") == metrics_of(tmp_path / "eval-plain")
+        else:
+            hosted_summary, plain_summary = summary(tmp_path / "probe-hosted"), summary(tmp_path / "probe-plain")
+            assert hosted_summary["transforms"] == plain_summary["transforms"]
+            assert hosted_summary["base_mean_score"] == plain_summary["base_mean_score"]
+    meta = write_jsonl(tmp_path / "meta.jsonl", made_up_meta_rows(60))
+    plain = against(None, lambda url: meta_eval(meta, tmp_path / "meta-plain", url))
+    hosted = against(host, lambda url: meta_eval(meta, tmp_path / "meta-hosted", url))
+    check_same(plain, hosted, host)
+    assert metrics_of(tmp_path / "meta-hosted") == metrics_of(tmp_path / "meta-plain")
+
+
+def test_a_served_sessions_reward_is_the_plain_fakes_against_a_host_of_every_quirk() -> None:
+    rows = [Row.model_validate(row) for row in made_up_rows()[:4]]
+
+    def rewards(host: Host | None) -> tuple[list[float], int]:
+        with FakeOpenAI(judge_host=host) as fake:
+            config = GraderConfig(base_url=fake.base_url or "", max_attempts=2)
+            env_cls = HealthBench.bound(Deployment({"test": rows}, config))
+
+            async def sessions() -> list[float]:  # one after another, in one loop, as a server runs them
+                found = []
+                for row in rows:
+                    env = env_cls({"split": "test", "prompt_id": row.prompt_id}, {"OPENAI_API_KEY": KEY})
+                    result = await env.call_terminal_tool(f"Rest, {row.prompt_id}.")
+                    found.append(result.root.output.reward)
+                return found
+
+            found = asyncio.run(sessions())
+        return found, fake.requests_total
+
+    plain, made = rewards(None)
+    hosted, made_hosted = rewards(HOSTS["all_at_once"])
+    assert hosted == plain and made_hosted == made + 1
+
+
+def test_a_thinking_grader_whose_cap_runs_out_fails_as_that_asked_at_most_twice(tmp_path: Path) -> None:
+    rows = made_up_rows()
+    data = write_jsonl(tmp_path / "rows.jsonl", rows)
+    responses = write_jsonl(
+        tmp_path / "replies.jsonl", [{"prompt_id": r["prompt_id"], "response": "Rest."} for r in rows]
+    )
+    calls = sum(len(row["rubrics"]) for row in rows)
+    for think in ("block", "reasoning_content"):
+        host = Host(think=think, thinking_tokens=5000)
+        result, fake = against(host, functools.partial(grade, tmp_path, data, responses, think))
+        assert result.exit_code == 1
+        assert "--grader-max-output-tokens" in result.output and "2,048 tokens now" in result.output
+        assert "not JSON" not in result.output and "(after 2 attempts)" in result.output
+        assert "run the same command again" not in result.output
+        assert "asking again does not cure" in result.output
+        assert fake.requests_total <= 2 * calls

@@ -219,21 +219,24 @@ class Deferred(HealthBenchError):
 
 
 class GradingError(HealthBenchError):
-    """A reply that could not be graded: which task, which rubric item, and the last cause."""
+    """A reply that could not be graded: which task, which rubric item, and the last cause. `lasting`: asking again
+    fails the same way (an output cap that ran out, a request the grader's host refuses), so running the same
+    command again does not finish the run."""
 
-    def __init__(self, prompt_id: str, criterion: str, cause: str) -> None:
+    def __init__(self, prompt_id: str, criterion: str, cause: str, *, lasting: bool = False) -> None:
         short = criterion if len(criterion) <= 100 else criterion[:97] + "..."
         super().__init__(f"task {prompt_id}: rubric item {short!r} could not be graded: {cause}")
         self.prompt_id = prompt_id
         self.criterion = criterion
         self.cause = cause
+        self.lasting = lasting
 
 
 class ReplyGradingError(GradingError):
     """A reply whose rubric, asked in one grader call (`per-reply`), got no valid list of verdicts: which task, how
     many items, and the last cause. There is no verdict for any of its items."""
 
-    def __init__(self, prompt_id: str, items: int, cause: str) -> None:
+    def __init__(self, prompt_id: str, items: int, cause: str, *, lasting: bool = False) -> None:
         HealthBenchError.__init__(
             self,
             f"task {prompt_id}: its {items} rubric items, asked in one grader call (per-reply), could not be graded: "
@@ -243,6 +246,7 @@ class ReplyGradingError(GradingError):
         self.criterion = f"all {items} rubric items (per-reply)"
         self.cause = cause
         self.items = items
+        self.lasting = lasting
 
 
 class CandidateError(HealthBenchError):
@@ -279,9 +283,12 @@ class PolicyMisuse(HealthBenchError):
 class MetaGradingError(HealthBenchError):
     """A meta-eval row the grader could not judge within the retry bound."""
 
-    def __init__(self, index: int, prompt_id: str, completion_id: str, rubric: str, cause: str) -> None:
+    def __init__(
+        self, index: int, prompt_id: str, completion_id: str, rubric: str, cause: str, *, lasting: bool = False
+    ) -> None:
         shown = rubric if len(rubric) <= 80 else rubric[:77] + "..."
         super().__init__(
             f"meta-eval row {index} (prompt {prompt_id}, completion {completion_id}, criterion {shown!r}) could "
             f"not be graded: {cause}"
         )
+        self.lasting = lasting  # as `GradingError.lasting`

@@ -114,6 +114,18 @@ def _gate_for(base_url: str, api_key: str | None, store: PaceStore | None) -> Ga
     return gate
 
 
+# What a host refuses is the host's, whoever's key asks: every client of one endpoint (a served environment's graders
+# of each session's key, say) learns it once, together. Weak values: it lives as long as its clients.
+_HOSTS: weakref.WeakValueDictionary[str, Adaptations] = weakref.WeakValueDictionary()
+
+
+def _hosts_for(url: str) -> Adaptations:
+    hosts = _HOSTS.get(url)
+    if hosts is None:
+        hosts = _HOSTS[url] = Adaptations(shown(url))
+    return hosts
+
+
 class ApiClient:
     """Requests to one API (`wire.CHAT` or `wire.RESPONSES`) of one OpenAI-compatible endpoint, under one
     concurrency budget.
@@ -160,8 +172,8 @@ class ApiClient:
         self.default_output_cap = default_output_cap
         self._health = Health()
         self._in_flight = InFlight()
-        # What this endpoint refuses of the parameters the project adds, learned once for every task of the run.
-        self.hosts = Adaptations(shown(self.url))
+        # What this endpoint refuses of the parameters the project adds, learned once for every client of it.
+        self.hosts = _hosts_for(self.url)
 
     def __repr__(self) -> str:
         return f"ApiClient(url={self.url!r}, concurrency={self.concurrency})"
@@ -216,19 +228,21 @@ class ApiClient:
     async def _adapted(self, payload: bytes, cost: int) -> Reading:
         """One attempt of `payload` as this endpoint takes it (`hosts.Adaptations`): a refusal of a parameter this
         project added is met here, by sending the request again without it, and is no failed attempt."""
+        # Only a request that carries an added parameter says whether the host takes it (a policy's says nothing).
+        carries = bool(self.hosts.carried(payload))
         while True:
             turn = await self.hosts.turn(payload)
             sent = self.hosts.apply(payload)  # as learned by the time it is this request's turn
             try:
                 reading = await self._attempt(sent, cost)
             except AttemptFailed as exc:
-                if self.hosts.learn(exc.failure.status, exc.failure.body, sent):
+                if carries and self.hosts.learn(exc.failure.status, exc.failure.body, sent):
                     continue
                 raise
             finally:
                 if turn is not None:
                     turn.release()
-            self.hosts.settled = True
+            self.hosts.settled = self.hosts.settled or carries
             return reading
 
     async def complete(

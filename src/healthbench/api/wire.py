@@ -40,6 +40,8 @@ class Usage:
     `batch` marks usage billed at Batch API prices. One session sends each side (policy, grader) one way
     only, so a sum keeps the mark of the calls in it; a run that mixed ways across sessions is split by
     the store when it is priced. `completion_tokens` include the reasoning tokens, as OpenAI bills them.
+    `unmetered` counts the calls whose answers carried no usage (some hosts send none): their tokens are not
+    known, so neither is the cost of a sum that holds one.
     """
 
     calls: int = 0
@@ -48,6 +50,7 @@ class Usage:
     completion_tokens: int = 0
     reasoning_tokens: int = 0
     batch: bool = False
+    unmetered: int = 0
 
     def add(self, other: Usage) -> None:
         """Add another usage into this one."""
@@ -58,9 +61,11 @@ class Usage:
         self.cached_prompt_tokens += other.cached_prompt_tokens
         self.completion_tokens += other.completion_tokens
         self.reasoning_tokens += other.reasoning_tokens
+        self.unmetered += other.unmetered
 
     def as_dict(self) -> dict[str, int]:
-        """Plain numbers for JSON output; `"batch": 1` only for batch-priced usage."""
+        """Plain numbers for JSON output; `"batch": 1` only for batch-priced usage, `unmetered` only when some
+        call's usage is unknown."""
         numbers = {
             "calls": self.calls,
             "prompt_tokens": self.prompt_tokens,
@@ -68,6 +73,7 @@ class Usage:
             "completion_tokens": self.completion_tokens,
             "reasoning_tokens": self.reasoning_tokens,
         }
+        numbers |= {"unmetered": self.unmetered} if self.unmetered else {}
         return numbers | {"batch": 1} if self.batch else numbers
 
     @classmethod
@@ -83,7 +89,7 @@ def _count(value: Any) -> int:
 def _usage(usage: Any, names: tuple[str, str, str, str, str, str], batch: bool) -> Usage:
     """A usage object read by field names: (prompt, prompt details, cached, completion, its details, reasoning)."""
     if not isinstance(usage, dict):
-        return Usage(calls=1, batch=batch)
+        return Usage(calls=1, batch=batch, unmetered=1)
     prompt, prompt_details, cached, completion, completion_details, reasoning = names
     prompt_extra = usage.get(prompt_details)
     completion_extra = usage.get(completion_details)

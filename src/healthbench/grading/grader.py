@@ -153,6 +153,12 @@ def parse_verdicts(text: str, count: int) -> list[Verdict]:
     return [found[number] for number in range(1, count + 1)]
 
 
+def lasting(exc: RequestFailed) -> bool:
+    """Whether a grader call that failed so fails again however often it is asked: its answers ran out of output
+    tokens, or its host refused the request itself (a 4xx)."""
+    return exc.cut_short or exc.status is not None
+
+
 @dataclass(frozen=True)
 class GradedItem:
     """A rubric item with the grader's verdict."""
@@ -384,7 +390,7 @@ class Grader:
             try:
                 return await self._verdict(prompt, payload, item_ident, cache_key)
             except RequestFailed as exc:
-                raise GradingError(prompt_id, item.criterion, self.failure(exc)) from None
+                raise GradingError(prompt_id, item.criterion, self.failure(exc), lasting=lasting(exc)) from None
 
         tasks = [asyncio.ensure_future(one(index, item)) for index, item in enumerate(rubrics)]
         try:
@@ -410,4 +416,4 @@ class Grader:
         try:
             return await self.verdicts(prompt, len(rubrics), ident=ident, cache_key=cache_key)
         except RequestFailed as exc:
-            raise ReplyGradingError(prompt_id, len(rubrics), self.failure(exc)) from None
+            raise ReplyGradingError(prompt_id, len(rubrics), self.failure(exc), lasting=lasting(exc)) from None
