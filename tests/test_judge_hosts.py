@@ -391,3 +391,22 @@ def test_a_thinking_grader_whose_cap_runs_out_fails_as_that_asked_at_most_twice(
         assert "run the same command again" not in result.output
         assert "asking again does not cure" in result.output
         assert fake.requests_total <= 2 * calls
+
+
+def test_batch_lines_refused_for_an_added_parameter_go_again_without_it_once(tmp_path: Path) -> None:
+    rows = made_up_rows(10)
+    data = write_jsonl(tmp_path / "rows.jsonl", rows)
+    responses = write_jsonl(
+        tmp_path / "replies.jsonl", [{"prompt_id": r["prompt_id"], "response": "Rest."} for r in rows]
+    )
+    batched = ("--batch", "--poll-interval", "0.05")
+    plain = against(None, lambda url: grade(tmp_path, data, responses, "plain", url, *batched))
+    host = Host(refuses=("prompt_cache_key",))
+    result, fake = against(host, lambda url: grade(tmp_path, data, responses, "hosted", url, *batched))
+    assert plain[0].exit_code == 0 and result.exit_code == 0, result.output
+    assert metrics_of(tmp_path / "hosted") == metrics_of(tmp_path / "plain")
+    assert len(adapted_lines(result)) == 1, result.output
+    assert fake.batches_created == plain[1].batches_created + 1  # one follow-up batch, without the key
+    assert all(
+        "prompt_cache_key" not in json.loads(text) for text in fake.batch_bodies[-plain[1].batch_lines_submitted :]
+    )

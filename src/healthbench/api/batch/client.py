@@ -105,8 +105,9 @@ class BatchClient:
         custom_id = request_key(payload if ident is None else payload + b"\0" + ident.encode())
         request = self._requests.get(custom_id)
         if request is None:
-            line = input_line(self.chat.wire, custom_id, payload)
-            request = self._requests[custom_id] = QueuedRequest(custom_id, line, parse)
+            sent = self.chat.hosts.apply(payload)  # without what the endpoint refuses, as live requests go
+            line = input_line(self.chat.wire, custom_id, sent)
+            request = self._requests[custom_id] = QueuedRequest(custom_id, line, parse, payload=payload, sent=sent)
             self._place(request)
         waiter: asyncio.Future[tuple[Any, Usage]] = asyncio.get_running_loop().create_future()
         request.waiters.append(waiter)
@@ -164,6 +165,13 @@ class BatchClient:
     def _apply(self, request: QueuedRequest, outcome: Outcome) -> None:
         """Settle a request with a batch result: answer its callers, queue a follow-up, or fail it."""
         request.usage.add(outcome.usage)
+        if outcome.status is not None and self.chat.hosts.learn(outcome.status, outcome.body, request.sent):
+            # A parameter the project added, refused: the line goes again without it, and no attempt is spent.
+            request.sent = self.chat.hosts.apply(request.payload)
+            request.line = input_line(self.chat.wire, request.custom_id, request.sent)
+            request.attempts -= 1
+            self._enqueue(request, fresh=False)
+            return
         cause, retryable = outcome.cause, outcome.retryable
         bound = self.chat.retry.max_attempts
         if outcome.content is not None:
