@@ -114,18 +114,6 @@ def _gate_for(base_url: str, api_key: str | None, store: PaceStore | None) -> Ga
     return gate
 
 
-# What a host refuses is the host's, whoever's key asks: every client of one endpoint (a served environment's graders
-# of each session's key, say) learns it once, together. Weak values: it lives as long as its clients.
-_HOSTS: weakref.WeakValueDictionary[str, Adaptations] = weakref.WeakValueDictionary()
-
-
-def _hosts_for(url: str) -> Adaptations:
-    hosts = _HOSTS.get(url)
-    if hosts is None:
-        hosts = _HOSTS[url] = Adaptations(shown(url))
-    return hosts
-
-
 class ApiClient:
     """Requests to one API (`wire.CHAT` or `wire.RESPONSES`) of one OpenAI-compatible endpoint, under one
     concurrency budget.
@@ -172,8 +160,10 @@ class ApiClient:
         self.default_output_cap = default_output_cap
         self._health = Health()
         self._in_flight = InFlight()
-        # What this endpoint refuses of the parameters the project adds, learned once for every client of it.
-        self.hosts = _hosts_for(self.url)
+        # What this endpoint refuses of the parameters the project adds, learned once for every task that uses this
+        # client (a served environment's pooled grader of one key is one client for all its sessions). Not shared
+        # by URL: a URL is no host's identity (a server restarted on it, a port reused, may take other fields).
+        self.hosts = Adaptations(shown(self.url))
 
     def __repr__(self) -> str:
         return f"ApiClient(url={self.url!r}, concurrency={self.concurrency})"
