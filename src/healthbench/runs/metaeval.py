@@ -14,7 +14,7 @@ from healthbench.api.wire import Usage
 from healthbench.data.schema import MetaRow
 from healthbench.errors import Deferred, EndpointUnusable, MetaGradingError, RequestFailed
 from healthbench.grading.agreement import meta_metrics
-from healthbench.grading.grader import Answer, Grader
+from healthbench.grading.grader import Answer, Grader, lasting
 from healthbench.grading.per_reply import per_reply_prompt
 from healthbench.grading.prompt import grader_prompt, render_conversation, transcript_with_reply
 from healthbench.runs.folder import AGREEMENT, RunFolder
@@ -98,7 +98,8 @@ async def grade_meta_rows(
         except RequestFailed as exc:
             for index in group:
                 row = rows[index]
-                sink.fail(MetaGradingError(index, row.prompt_id, row.completion_id, row.rubric, str(exc)))
+                cause, lasts = grader.failure(exc), lasting(exc)
+                sink.fail(MetaGradingError(index, row.prompt_id, row.completion_id, row.rubric, cause, lasting=lasts))
             return
         except Deferred:
             for _ in group:
