@@ -281,3 +281,27 @@ class MetaGradingError(HealthBenchError):
             f"meta-eval row {index} (prompt {prompt_id}, completion {completion_id}, criterion {shown!r}) could "
             f"not be graded: {cause}"
         )
+
+
+class FolderBusy(HealthBenchError):
+    """A run folder another live process is writing: one writer per folder, so this command stops before it sends
+    anything."""
+
+    def __init__(self, path: object, pid: int | None) -> None:
+        holder = "another process" if pid is None else f"process {pid}"
+        super().__init__(
+            f"{path} is being written by {holder}, a run still going: wait for it to end (or stop it), or use "
+            "another `out` folder"
+        )
+        self.path = path
+        self.pid = pid
+
+
+class RunBeingWritten(DataError):
+    """A run folder a live run holds, given to a command that reads runs: it is an unfinished run."""
+
+    def __init__(self, path: object, pid: int | None) -> None:
+        holder = "another process" if pid is None else f"process {pid}"
+        super().__init__(f"{path}: an unfinished run, being written now by {holder}; read it once that run has ended")
+        self.path = path
+        self.pid = pid

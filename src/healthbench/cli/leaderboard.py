@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from healthbench.cli.failures import user_errors
+from healthbench.runs.lock import refuse_if_written
 
 
 @click.command()
@@ -30,6 +31,8 @@ def leaderboard(runs: tuple[Path, ...], out: Path, as_json: bool) -> None:
     from healthbench.reporting.leaderboard import build
     from healthbench.reporting.leaderboard_page import format_markdown, write_page
 
+    for run in runs:
+        refuse_if_written(run)
     board = build(runs)
     page = write_page(board, out)
     click.echo(json.dumps(board | {"page": str(page)}, indent=2) if as_json else format_markdown(board), nl=as_json)

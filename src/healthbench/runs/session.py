@@ -21,6 +21,7 @@ from healthbench.errors import EndpointUnusable, Interrupted, QuotaExhausted
 from healthbench.grading.grader import Grader
 from healthbench.grading.settings import GraderConfig
 from healthbench.runs.folder import STORE, RunFolder
+from healthbench.runs.lock import writing
 from healthbench.runs.policy import Policy, PolicyConfig
 from healthbench.runs.pricing import CostMeter
 from healthbench.runs.progress import Progress, Quiet
@@ -114,12 +115,30 @@ def run_session(
     progress: Progress | None = None,
     report: Callable[[Path], Path] | None = None,
 ) -> SessionResult:
-    """One session of the run `spec` in `folder`: bind its store to the spec's identity (`ConfigMismatch` for a
+    """One session of the run `spec` in `folder`: hold the folder's writer lock (`FolderBusy`, before anything is
+    sent, when another live process holds it), bind its store to the spec's identity (`ConfigMismatch` for a
     folder of another run), run `start`, then write usage.json and run.json and, with `report`, the report.
 
     `QuotaExhausted` when the account has no quota left: what was in flight lands in the store first, and the
     error says the same command goes on from there.
     """
+    with writing(folder.path):
+        return _session(start, folder, spec, grader_config, samples, policy, batch, prices, progress, report)
+
+
+def _session(
+    start: Start,
+    folder: RunFolder,
+    spec: RunSpec,
+    grader_config: GraderConfig,
+    samples: int,
+    policy: PolicyConfig | None,
+    batch: BatchChoice | None,
+    prices: Path | None,
+    progress: Progress | None,
+    report: Callable[[Path], Path] | None,
+) -> SessionResult:
+    """`run_session`, with the folder's writer lock held."""
     progress = progress or Quiet()
     costs = CostMeter(prices, grader_config.model, policy.model if policy else None)
     store = Store(folder / STORE)
