@@ -37,5 +37,12 @@ def write_atomic(path: Path, text: str) -> Path:
 
 
 def write_json(path: Path, value: Any) -> Path:
-    """`value` as indented JSON, written atomically."""
-    return write_atomic(path, json.dumps(value, indent=2) + "\n")
+    """`value` as indented JSON, written atomically. A number that is not finite is no JSON (`Infinity` and `NaN`
+    are Python's, and other readers refuse them): `OutputUnusable`, naming `path`, and nothing is written."""
+    try:
+        text = json.dumps(value, indent=2, allow_nan=False)
+    except ValueError:
+        raise OutputUnusable(
+            path, "it would hold a number that is not finite (infinity or NaN), which is no JSON"
+        ) from None
+    return write_atomic(path, text + "\n")

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from healthbench.cli.failures import user_errors
+from healthbench.cli.options import NamedPath
 from healthbench.runs.lock import refuse_if_written
 
 
@@ -15,7 +16,7 @@ from healthbench.runs.lock import refuse_if_written
 @click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option(
     "--out",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=NamedPath(dir_okay=False, path_type=Path),
     default=Path("leaderboard.html"),
     show_default=True,
     help="The HTML page to write.",
