@@ -62,6 +62,7 @@ from healthbench.integrations.openreward.deployment import (  # noqa: E402
 )
 from healthbench.integrations.openreward.guard import CALLER, Guard  # noqa: E402
 from healthbench.integrations.openreward.logs import guard_logs, logger  # noqa: E402
+from healthbench.integrations.openreward.lost import LostSessions  # noqa: E402
 from healthbench.integrations.openreward.routing import DeploymentRouter  # noqa: E402
 from healthbench.integrations.openreward.usagelog import UsageLog  # noqa: E402
 from healthbench.runs.spec import GraderSpec  # noqa: E402
@@ -331,6 +332,7 @@ def _server(deployment: Deployment, default: str, tracebacks: bool, access: Acce
         splits=list(deployment.splits),
         log=logger.warning,
     )
+    server.app.add_middleware(LostSessions)  # a session this process does not have: named, as lost
     # Added last, so outermost: a request it refuses reaches nothing behind it, and no body it has not bounded
     # is read by the router.
     server.app.add_middleware(Guard, tokens=access.tokens, max_body=deployment.limits.request_bytes, log=logger.warning)
