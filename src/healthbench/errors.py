@@ -305,3 +305,30 @@ class RunBeingWritten(DataError):
         super().__init__(f"{path}: an unfinished run, being written now by {holder}; read it once that run has ended")
         self.path = path
         self.pid = pid
+
+
+class DiskFull(OutputUnusable):
+    """The disk of a run folder filled up mid-run: the run stops, what is in its store stays there, and the same
+    command goes on once there is space. The message names the folder and the space left on its disk."""
+
+    def __init__(self, path: object, free: int, store: object | None = None) -> None:
+        kept = "" if store is None else f"; everything answered so far is kept in {store}"
+        HealthBenchError.__init__(
+            self,
+            f"cannot write {path}: its disk is full ({_size(free)} free){kept}: free some space, then run the same "
+            "command again to go on from there",
+        )
+        self.path = path
+        self.free = free
+
+
+def _size(count: int) -> str:
+    """A byte count as people read it: "0 bytes", "12 KiB", "3.4 MiB"."""
+    if count < 1024:
+        return f"{count} bytes"
+    amount, unit = count / 1024, "KiB"
+    for larger in ("MiB", "GiB", "TiB"):
+        if amount < 1024:
+            break
+        amount, unit = amount / 1024, larger
+    return f"{amount:.3g} {unit}"

@@ -15,7 +15,7 @@ from healthbench.api.batch.client import BatchClient
 from healthbench.api.batch.records import BatchSettings
 from healthbench.api.client import ApiClient, Completer, describe_pace
 from healthbench.api.wire import Usage
-from healthbench.errors import EndpointUnusable, Interrupted, QuotaExhausted
+from healthbench.errors import EndpointUnusable, Interrupted, OutputUnusable, QuotaExhausted
 from healthbench.grading.grader import Grader
 from healthbench.grading.settings import GraderConfig
 from healthbench.runs.folder import STORE, RunFolder
@@ -149,6 +149,8 @@ def _session(
         result = _account(folder, outcome, built, store, costs, samples, paid_before)
     finally:
         store.close()
+    if store.failure is not None:  # the last answers could not be committed: the run is not finished
+        raise store.failure
     folder.write_failures(outcome.failed)
     stats = RunStats(
         samples=samples,
@@ -208,6 +210,8 @@ def _run(
         task = asyncio.current_task()
         assert task is not None
         stopping = Stopping(task)
+        store.on_failure = task.cancel  # a store the disk has no room for: the run stops, as on a signal
+        api_clients = [c for c in clients.values() if isinstance(c, ApiClient)]
         # Shielded, so that a signal reaches this task alone and the work can land what is out before it stops.
         work = asyncio.ensure_future(start(wiring))
         with signals_stop(stopping):
@@ -221,9 +225,19 @@ def _run(
                 stopping.winding_down = True
                 await _land_in_flight(stopping)
                 raise
+            except OutputUnusable:
+                # results.jsonl could not be written (a full disk): what is on the wire cannot be kept either.
+                stopping.winding_down = True
+                stopping.hurry.set()
+                await _land_and_stop(work, api_clients, stopping)
+                raise
             except asyncio.CancelledError:
                 stopping.winding_down = True
-                await _land_and_stop(work, [c for c in clients.values() if isinstance(c, ApiClient)], stopping)
+                if store.failure is not None:
+                    stopping.hurry.set()
+                await _land_and_stop(work, api_clients, stopping)
+                if store.failure is not None:
+                    raise store.failure from None
                 signal_name = stopping.signal or "SIGINT"
                 raise Interrupted(folder.count_results(), samples, str(folder / STORE), signal_name) from None
             finally:
