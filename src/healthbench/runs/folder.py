@@ -13,7 +13,9 @@ missing or broken file means are decided once:
 - `run.json` (`RunRecord`: the spec and the last session's counts), `usage.json` (`UsageRecord`);
 - `failures.jsonl` (`FailureRecord`): each sample the last session could not grade, written with run.json and
   removed by a session without failures, so a report can say what a failed run is missing;
-- `progress.sqlite`: the store of replies and verdicts; `report.html`, and a meta-eval's `agreement.json`;
+- `progress.sqlite`: the store of replies and verdicts (and `progress.sqlite.reserve`, the room it keeps for its
+  last commit on a disk that fills up); `report.html`, and a meta-eval's `agreement.json`;
+- `writer.lock`: the lock a live run holds on the folder (`runs.lock`), with its pid;
 - a probe's `probe.json` (`ProbeRecord`: what each transform gains) and `probe.html`.
 
 JSON files are written atomically (`files.write_json`).
