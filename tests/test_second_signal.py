@@ -76,7 +76,7 @@ def test_a_second_signal_ends_the_wind_down_at_once_in_one_line(tmp_path: Path, 
             while not said and process.poll() is None and time.monotonic() < deadline:
                 process.send_signal(stop)
                 with contextlib.suppress(subprocess.TimeoutExpired):
-                    process.wait(timeout=1)
+                    process.wait(timeout=10)  # it stops in about a second: sent again only if it did not hear
             process.wait(timeout=60)
             assert not release.is_set()  # ended while its calls were still held
             reader.join(timeout=60)

@@ -43,10 +43,6 @@ def sigterm_as_ctrl_c() -> Iterator[None]:
 
 
 def stopped(line: str, by_sigterm: bool) -> NoReturn:
-    """Say how a command was stopped, in one line, and exit as a shell reports it. Ctrl-C or SIGTERM once more, as
-    the process exits, changes nothing: the stop is said and its status set."""
-    if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, signal.SIG_IGN)
+    """Say how a command was stopped, in one line, and exit as a shell reports it."""
     click.echo(f"healthbench: {line}", err=True)
     sys.exit(TERMINATED if by_sigterm else INTERRUPTED)
