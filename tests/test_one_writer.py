@@ -55,7 +55,12 @@ def test_a_second_run_on_a_folder_a_live_run_writes_stops_before_any_call(tmp_pa
             second = run_cli(*eval_args(data, out, server.base_url))
             assert server.requests_total == seen  # the second run asked nothing
             assert writer(out) == first.pid
-            for reader in (("report", str(out)), ("leaderboard", str(out), "--out", str(tmp_path / "board.html"))):
+            readers = (
+                ("report", str(out)),
+                ("compare", str(out), str(out)),
+                ("leaderboard", str(out), "--out", str(tmp_path / "board.html")),
+            )
+            for reader in readers:
                 read = run_cli(*reader)
                 assert read.exit_code == 1
                 assert read.output.strip().splitlines()[-1] == (
