@@ -7,7 +7,7 @@ Prints, section by section (`--sections`, all but `tier5` by default):
   one window and gives exact retry hints, the hard one (`RateLimits.hard`) counts every refusal into a debt
   without bound and gives hints worked out before the refusal is counted, one request short: the share of the
   binding limit the whole command reached and the share of requests answered 429 (`--refusal-latency`: the
-  limiter's 429s come back that much later; `--windows 1,10,60`, `--hints ms,seconds,message`, `--fixed-window`
+  limiter's 429s come back that much later; `--windows 1,10,60`, `--hints ms,seconds,message`, `--window-kind`
   and `--rows SUBSTRING` run issue 38's variants of each row chosen: burst windows, retry hints in milliseconds,
   in whole seconds only or in the message only; the share is then also given against what a large window's
   bucket adds: answered / (rate x wall + bucket));
@@ -28,7 +28,7 @@ grader on the one endpoint and key. The tasks are the first `--tasks` of the sam
 in tokens.
 
     .venv/bin/python benchmarks/bench_ratelimit.py [--tasks 200] [--rate 100] [--sections matrix,noise,...]
-        [--refusal-latency 0.0] [--windows 1,10,60] [--hints ms,seconds,message] [--fixed-window] [--rows TEXT]
+        [--refusal-latency 0.0] [--windows 1,10,60] [--hints ms,seconds,message] [--window-kind log] [--rows TEXT]
 """
 
 from __future__ import annotations
@@ -185,15 +185,15 @@ def variants(args: argparse.Namespace, tpm: float) -> dict[str, RateLimits]:
                 if hints not in ("ms", "seconds", "message"):
                     raise SystemExit(f"--hints: {hints!r} is none of ms, seconds, message")
                 name = kind
-                if (window, hints, args.fixed_window) != (1.0, "ms", False):
-                    fixed = ", fixed" if args.fixed_window else ""
-                    name += f", {window:g} s window{fixed}, hints in {hints}"
+                if (window, hints, args.window_kind) != (1.0, "ms", "bucket"):
+                    kind = "" if args.window_kind == "bucket" else f" ({args.window_kind})"
+                    name += f", {window:g} s window{kind}, hints in {hints}"
                 chosen[name] = replace(
                     limits,
                     refusal_latency=args.refusal_latency,
                     window=window,
                     hints=hints,
-                    fixed=args.fixed_window,
+                    kind=args.window_kind,
                 )
     return chosen
 
@@ -303,7 +303,9 @@ def main() -> None:
     parser.add_argument("--refusal-latency", type=float, default=0.0, help="seconds before a limiter's 429 comes back")
     parser.add_argument("--windows", default="1", help="matrix: burst windows in seconds, comma-separated")
     parser.add_argument("--hints", default="ms", help="matrix: retry hint styles, of ms,seconds,message")
-    parser.add_argument("--fixed-window", action="store_true", help="matrix: windows fixed, not refilled smoothly")
+    parser.add_argument(
+        "--window-kind", choices=("bucket", "fixed", "log"), default="bucket", help="matrix: how windows refill"
+    )
     parser.add_argument("--rows", default="", help="matrix: only the rows whose name holds this")
     parser.add_argument("--quota", type=int, default=600, help="answered requests before the quota runs out")
     parser.add_argument("--grade-tasks", type=int, default=500, help="tasks graded in the faults section")

@@ -145,7 +145,7 @@ def test_used_may_count_the_refused_request_itself() -> None:
 
 
 def test_a_fixed_window_empties_at_its_boundary_and_forgives_its_debt_there() -> None:
-    limiter = Limiter(replace(RateLimits.hard(rpm=600), window=10.0, fixed=True), now=0.0)  # 100 each 10 s
+    limiter = Limiter(replace(RateLimits.hard(rpm=600), window=10.0, kind="fixed"), now=0.0)  # 100 each 10 s
     assert all(limiter.decide(body(), 0.0).refused is None for _ in range(100))
     refused = limiter.decide(body(), 2.5)  # a sliding bucket would have refilled 25 by now: a fixed one none
     assert refused.refused == "requests" and refused.headers["retry-after-ms"] == "7500"
@@ -153,6 +153,18 @@ def test_a_fixed_window_empties_at_its_boundary_and_forgives_its_debt_there() ->
         limiter.decide(body(), 9.0)  # refusals into a debt without bound
     assert limiter.decide(body(), 9.99).refused == "requests"
     assert all(limiter.decide(body(), 10.0).refused is None for _ in range(100))
+
+
+def test_a_sliding_log_gives_back_each_request_a_window_after_it_came() -> None:
+    limiter = Limiter(replace(RateLimits.hard(rpm=600), window=10.0, kind="log"), now=0.0)  # 100 in any 10 s
+    assert all(limiter.decide(body(), 0.0).refused is None for _ in range(50))
+    assert all(limiter.decide(body(), 5.0).refused is None for _ in range(50))
+    refused = limiter.decide(body(), 9.0)  # counted too: it leaves the log at 19 s
+    assert refused.refused == "requests" and refused.headers["retry-after-ms"] == "1000"
+    assert all(limiter.decide(body(), 10.0).refused is None for _ in range(49))
+    assert limiter.decide(body(), 10.0).refused == "requests"  # the refusal at 9 s holds its place
+    # At 15 s the 50 of 5 s leave; the 49 of 10 s and the two refusals (until 19 s and 20 s) stay.
+    assert sum(limiter.decide(body(), 15.0).refused is None for _ in range(60)) == 49
 
 
 def test_an_injected_429_is_a_gateway_slow_down_with_a_retry_time_and_no_limit() -> None:

@@ -110,7 +110,7 @@ def test_a_fixed_window_is_kept_to_its_rate_and_costs_one_bucket_at_most(window:
     # boundary (it cannot tell a fixed window from a bucket in debt without sending into it), so it falls short
     # of rate x wall + bucket by up to a bucket, not of the rate.
     rate = WINDOWS[window]
-    limits = replace(RateLimits.hard(rpm=rate * 60, headers=False), window=window, fixed=True, hints="seconds")
+    limits = replace(RateLimits.hard(rpm=rate * 60, headers=False), window=window, kind="fixed", hints="seconds")
     run = simulate(limits, calls=int(2000 + 2 * rate * window))
     assert run.answered / (rate * run.seconds) >= 0.95
     assert run.share_refused < 0.05

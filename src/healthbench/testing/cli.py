@@ -40,7 +40,7 @@ def _limits(args: argparse.Namespace) -> RateLimits | None:
         refusal_latency=args.refusal_latency,
         hints=args.retry_hints,
         used_counts_request=args.used_counts_request,
-        fixed=args.fixed_window,
+        kind=args.window_kind,
     )
 
 
@@ -85,7 +85,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--used-counts-request", action="store_true", help="a 429 message's Used counts the refused request too"
     )
     parser.add_argument(
-        "--fixed-window", action="store_true", help="limits counted per fixed --limit-window, not refilled smoothly"
+        "--window-kind",
+        choices=("bucket", "fixed", "log"),
+        default="bucket",
+        help="the window refilled continuously, emptied at each multiple of --limit-window, or a sliding log",
     )
     parser.add_argument("--quota", type=int, help="answered requests before insufficient_quota")
     parser.add_argument("--seed", type=int, default=0)

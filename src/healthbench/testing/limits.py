@@ -8,7 +8,8 @@ names the limit in OpenAI's words, or says only that there was one; its retry hi
 (computed before the refused request itself is counted), and carried by ``retry-after-ms`` and ``Retry-After``, by
 ``Retry-After`` and the message in whole seconds only, or by the message alone (``hints``); the message's "Used"
 may count the refused request itself; a window may be a fixed one (a counter emptied at each multiple of it, as a
-limiter counting per calendar minute does) instead of a bucket refilled continuously. After ``quota`` answered requests the account has no
+limiter counting per calendar minute does) or a sliding log (each request counted leaves it a window later) instead
+of a bucket refilled continuously. After ``quota`` answered requests the account has no
 credit left and every request is refused with ``insufficient_quota``.
 
 ``RateLimits.hard`` is the limiter at its least forgiving, as OpenAI's behaves: every refused request takes its
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -36,6 +38,7 @@ from healthbench.testing.replies import estimate_tokens
 __all__ = ["QUOTA_MESSAGE", "Decision", "Limiter", "RateLimits"]
 
 QUOTA_MESSAGE = "You exceeded your current quota, please check your plan and billing details."
+WindowKind = Literal["bucket", "fixed", "log"]
 _DOCS = " For more information on this error, read the docs: https://platform.openai.com/docs/guides/error-codes/api-errors."
 
 
@@ -67,9 +70,11 @@ class RateLimits:
     hints: Literal["ms", "seconds", "message"] = "ms"
     # Whether the message's "Used" counts the refused request too (some limiters count it before they word it).
     used_counts_request: bool = False
-    # A fixed window (a counter that empties at each multiple of ``window`` seconds, as a limiter that counts per
-    # calendar minute does) instead of a bucket refilled continuously; a refusal's debt ends with its window.
-    fixed: bool = False
+    # How the window refills: "bucket", continuously; "fixed", a counter emptied at each multiple of ``window``
+    # seconds (as a limiter counting per calendar minute does; a refusal's debt ends with its window); "log", a
+    # sliding log where each request counted leaves the window ``window`` seconds after it came (a burst comes
+    # back as room a window later, all at once; a refusal counted stays a whole window).
+    kind: WindowKind = "bucket"
 
     def __post_init__(self) -> None:
         if any(limit is not None and limit <= 0 for limit in (self.rpm, self.tpm)):
@@ -118,23 +123,27 @@ def _duration(seconds: float) -> str:
 
 class _Bucket:
     """One per-minute limit, enforced over ``window`` seconds: holds up to that window's share of it, refilled
-    continuously or (``fixed``) all at once at each multiple of the window."""
+    continuously ("bucket"), all at once at each multiple of the window ("fixed"), or as each request counted
+    leaves the last window ("log": a sliding log of what was counted)."""
 
-    def __init__(self, per_minute: float, window: float, debt: float | None, now: float, fixed: bool) -> None:
+    def __init__(self, per_minute: float, window: float, debt: float | None, now: float, kind: WindowKind) -> None:
         self.per_minute = per_minute
         self.rate = per_minute / 60
         self.window = window
-        self.fixed = fixed
+        self.kind = kind
         self.capacity = max(1.0, self.rate * window)
         self.floor = -math.inf if debt is None else -debt * self.capacity
         self.level = self.capacity
         self.updated = now
+        self.log: deque[tuple[float, float]] = deque()  # when each request was counted, and its cost
 
     def refill(self, now: float) -> None:
-        if not self.fixed:
+        if self.kind == "bucket":
             self.level = min(self.capacity, self.level + (now - self.updated) * self.rate)
-        elif math.floor(now / self.window) > math.floor(self.updated / self.window):
+        elif self.kind == "fixed" and math.floor(now / self.window) > math.floor(self.updated / self.window):
             self.level = self.capacity
+        while self.kind == "log" and self.log and self.log[0][0] <= now - self.window:
+            self.level += self.log.popleft()[1]
         self.updated = now
 
     def fits(self, cost: float) -> bool:
@@ -144,20 +153,28 @@ class _Bucket:
     def take(self, cost: float) -> None:
         # A bounded debt forgives a storm of refused requests past it; an unbounded one starves its client for as
         # long as the storm lasts.
-        self.level = max(self.floor, self.level - cost)
+        spent = min(cost, self.level - self.floor)
+        self.level -= spent
+        if self.kind == "log" and spent > 0:
+            self.log.append((self.updated, spent))
 
     def wait(self, cost: float) -> float:
         """Seconds until a request of ``cost`` would fit."""
-        if self.fixed:
-            fits = self.level >= min(cost, self.capacity)
-            return 0.0 if fits else (math.floor(self.updated / self.window) + 1) * self.window - self.updated
-        return max(0.0, (min(cost, self.capacity) - self.level) / self.rate)
+        need = min(cost, self.capacity) - self.level
+        if need <= 0:
+            return 0.0
+        if self.kind == "fixed":
+            return (math.floor(self.updated / self.window) + 1) * self.window - self.updated
+        if self.kind == "log":
+            for at, spent in self.log:
+                need -= spent
+                if need <= 0:
+                    return at + self.window - self.updated
+        return need / self.rate
 
     def until_full(self) -> float:
         """Seconds until the bucket is full again."""
-        if self.fixed:
-            return 0.0 if self.level >= self.capacity else self.wait(self.capacity)
-        return (self.capacity - self.level) / self.rate
+        return self.wait(self.capacity) if self.kind != "bucket" else (self.capacity - self.level) / self.rate
 
     def headers(self, suffix: str) -> dict[str, str]:
         return {
@@ -197,9 +214,9 @@ class Limiter:
         self._requests: _Bucket | None = None
         self._tokens: _Bucket | None = None
         if limits is not None and limits.rpm:
-            self._requests = _Bucket(limits.rpm, limits.window, limits.debt, now, limits.fixed)
+            self._requests = _Bucket(limits.rpm, limits.window, limits.debt, now, limits.kind)
         if limits is not None and limits.tpm:
-            self._tokens = _Bucket(limits.tpm, limits.window, limits.debt, now, limits.fixed)
+            self._tokens = _Bucket(limits.tpm, limits.window, limits.debt, now, limits.kind)
 
     @property
     def quota_spent(self) -> bool:
