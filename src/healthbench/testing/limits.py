@@ -35,7 +35,7 @@ from aiohttp import web
 
 from healthbench.testing.replies import estimate_tokens
 
-__all__ = ["QUOTA_MESSAGE", "Decision", "Limiter", "RateLimits"]
+__all__ = ["QUOTA_MESSAGE", "Decision", "Limiter", "RateLimits", "WindowKind"]
 
 QUOTA_MESSAGE = "You exceeded your current quota, please check your plan and billing details."
 WindowKind = Literal["bucket", "fixed", "log"]
