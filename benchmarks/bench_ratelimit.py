@@ -186,8 +186,8 @@ def variants(args: argparse.Namespace, tpm: float) -> dict[str, RateLimits]:
                     raise SystemExit(f"--hints: {hints!r} is none of ms, seconds, message")
                 name = kind
                 if (window, hints, args.window_kind) != (1.0, "ms", "bucket"):
-                    kind = "" if args.window_kind == "bucket" else f" ({args.window_kind})"
-                    name += f", {window:g} s window{kind}, hints in {hints}"
+                    refill = "" if args.window_kind == "bucket" else f" ({args.window_kind})"
+                    name += f", {window:g} s window{refill}, hints in {hints}"
                 chosen[name] = replace(
                     limits,
                     refusal_latency=args.refusal_latency,
