@@ -14,6 +14,7 @@ from click.testing import CliRunner, Result
 
 from healthbench.cli import main
 from healthbench.data.loading import load_rows
+from healthbench.data.source import TaskSource
 from healthbench.data.splits import SPLITS, split_rows
 from healthbench.data.subsets import SUBSETS
 from tests.conftest import make_row, write_jsonl
@@ -104,6 +105,10 @@ def test_verl_parquet(tmp_path: Path, data: Path) -> None:
             }
         assert "CRITERION" not in json.dumps(records)
         seen += [record["reward_model"]["ground_truth"] for record in records]
+        # What the reward side does: the split's rows found again from a row's extra_info alone.
+        info = records[0]["extra_info"]
+        found = TaskSource.given(info["data"]).splitting(info["split"], info["heldout"], info["seed"]).rows()
+        assert [row.prompt_id for row in found] == [record["reward_model"]["ground_truth"] for record in records]
     # The three splits are disjoint and cover the data.
     assert sorted(seen) == sorted(row.prompt_id for row in rows)
 
@@ -120,6 +125,8 @@ def test_verl_of_the_official_set_names_it(tmp_path: Path, monkeypatch: pytest.M
     records = pq.read_table(tmp_path / "out" / "heldout.parquet").to_pylist()
     assert [r["reward_model"]["ground_truth"] for r in records] == [row["prompt_id"] for row in rows[::4]]
     assert {(r["extra_info"]["data"], r["extra_info"]["heldout"]) for r in records} == {("full", None)}
+    found = TaskSource.given("full").splitting("heldout", None, records[0]["extra_info"]["seed"]).rows()
+    assert [row.prompt_id for row in found] == [row["prompt_id"] for row in rows[::4]]
 
 
 def test_bad_input_is_one_line(tmp_path: Path, data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
