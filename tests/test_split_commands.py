@@ -70,6 +70,7 @@ def test_grade_the_official_heldout_and_name_it(
     flags = ["--responses", str(replies(tmp_path, rows)), "--grader-base-url", fake.base_url, "--no-progress"]
     result = invoke("grade", "--subset", "full", "--split", "heldout", "--out", str(out), "--report", *flags)
     assert result.exit_code == 0, result.output
+    assert "the heldout split of subset:full: 5 tasks" in result.stderr
     assert graded_ids(out) == sorted(hard)
     data = RunFolder(out).require_run().spec.data
     hard_file = Path(str(tmp_path / "official" / SUBSETS["hard"].filename))

@@ -82,6 +82,7 @@ def load_tasks(tasks: TaskSource) -> tuple[list[Row], DataSpec]:
         if tasks.split is None:
             return rows, data
         held = tasks.heldout_sha256()
+    click.echo(f"healthbench: the {tasks.split} split of {tasks.name}: {len(rows):,} tasks", err=True)
     split = {"split": tasks.split, "split_seed": tasks.split_seed, "heldout": tasks.heldout_name}
     return rows, data.model_copy(update=split | {"heldout_sha256": held})
 
