@@ -20,6 +20,7 @@ import asyncio
 import dataclasses
 import hashlib
 import json
+import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
@@ -30,6 +31,7 @@ from healthbench.api.failures import TRANSPORT, said, shown, transport_failure
 from healthbench.api.inflight import InFlight
 from healthbench.api.pacing import Gate
 from healthbench.api.pacing.gate import Budget as Budget  # re-exported: made with clients
+from healthbench.api.pacing.state import LocalPace, remembered
 from healthbench.api.ratesignals import DEFAULT_OUTPUT_CAP, read_refusal, request_cost
 from healthbench.api.retrying import (
     RETRY_STATUSES as RETRY_STATUSES,  # re-exported: what is worth asking again
@@ -109,7 +111,7 @@ def _gate_for(base_url: str, api_key: str | None, store: PaceStore | None) -> Ga
     entry = (slot, store.url if store else None)
     gate = _GATES.get(entry)
     if gate is None:
-        gate = _GATES[entry] = Gate(store.pace(slot) if store else None)
+        gate = _GATES[entry] = Gate(store.pace(slot) if store else LocalPace(learned=remembered(slot)))
     return gate
 
 
@@ -182,10 +184,12 @@ class ApiClient:
             ticket = await self.gate.start(cost)
             try:
                 self._health.check()  # found unusable while this one waited: it is not sent
+                sent = time.monotonic()
                 async with self._in_flight.out(), session.post(self.url, data=payload, headers=_JSON) as response:
                     body = await response.read()
                     status = response.status
                     headers = response.headers
+                on_the_wire = time.monotonic() - sent
             except TRANSPORT as exc:
                 self.gate.lost(ticket)
                 raise self._transport(exc, self._timeout) from None
@@ -202,13 +206,15 @@ class ApiClient:
         if status != 200:
             raise AttemptFailed(status_failure(status, body, headers))
         try:
-            return self.wire.read(body)
+            content, usage = self.wire.read(body)
         except UnreadableAnswer as exc:
             cause = f"HTTP 200, {exc}: {excerpt(body)}"
             request_id = headers.get("x-request-id")
             raise AttemptFailed(Failure(Kind.UNREADABLE, cause, 200, body, request_id=request_id)) from None
         except InvalidResponse as exc:  # readable, but with nothing to use (no content): the model's doing
             raise AttemptFailed(Failure(Kind.UNUSABLE_CONTENT, str(exc))) from None
+        usage.wire_microseconds = round(on_the_wire * 1_000_000)
+        return content, usage
 
     async def complete(
         self,

@@ -40,6 +40,9 @@ class Usage:
     `batch` marks usage billed at Batch API prices. One session sends each side (policy, grader) one way
     only, so a sum keeps the mark of the calls in it; a run that mixed ways across sessions is split by
     the store when it is priced. `completion_tokens` include the reasoning tokens, as OpenAI bills them.
+    `wire_microseconds` is the time the answered live attempts spent on the wire (request sent to answer read;
+    no wait for a place in the budget, no backoff), whole microseconds so the numbers stay integers: what
+    `healthbench judges` reports as a grader's latency.
     """
 
     calls: int = 0
@@ -48,6 +51,7 @@ class Usage:
     completion_tokens: int = 0
     reasoning_tokens: int = 0
     batch: bool = False
+    wire_microseconds: int = 0
 
     def add(self, other: Usage) -> None:
         """Add another usage into this one."""
@@ -58,9 +62,11 @@ class Usage:
         self.cached_prompt_tokens += other.cached_prompt_tokens
         self.completion_tokens += other.completion_tokens
         self.reasoning_tokens += other.reasoning_tokens
+        self.wire_microseconds += other.wire_microseconds
 
     def as_dict(self) -> dict[str, int]:
-        """Plain numbers for JSON output; `"batch": 1` only for batch-priced usage."""
+        """Plain numbers for JSON output; `"batch": 1` only for batch-priced usage, `wire_microseconds` only when
+        timed (so the verdict store keeps a call's latency for a resumed run)."""
         numbers = {
             "calls": self.calls,
             "prompt_tokens": self.prompt_tokens,
@@ -68,6 +74,8 @@ class Usage:
             "completion_tokens": self.completion_tokens,
             "reasoning_tokens": self.reasoning_tokens,
         }
+        if self.wire_microseconds:
+            numbers["wire_microseconds"] = self.wire_microseconds
         return numbers | {"batch": 1} if self.batch else numbers
 
     @classmethod

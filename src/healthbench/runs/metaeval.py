@@ -80,6 +80,7 @@ async def grade_meta_rows(
                 anonymized_physician_ids=list(row.anonymized_physician_ids),
                 usage=UsageNumbers.of(answer.usage),  # the row's own, whichever session asked
                 grader_model=grader.model,
+                seconds=answer.usage.wire_microseconds / 1_000_000 if answer.usage.wire_microseconds else None,
             )
         )
 

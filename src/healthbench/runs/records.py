@@ -175,6 +175,10 @@ class MetaRecord(Record):
     anonymized_physician_ids: list[str]
     usage: UsageNumbers | None = None
     grader_model: str | None = None
+    # Seconds the row's grader call spent on the wire (`Usage.wire_microseconds`), whichever session asked; None
+    # for a row without a call of its own (a per-reply call's later items), a batch, or a verdict asked before
+    # latency was kept.
+    seconds: float | None = None
 
 
 class FailureRecord(Record):
