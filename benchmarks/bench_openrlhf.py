@@ -54,7 +54,9 @@ def reply(step: int, index: int) -> str:
 async def step(url: str, rows: list[dict[str, Any]], number: int) -> tuple[float, list[float]]:
     """One step: a request per row, all at once, each on a session of its own as OpenRLHF sends them; its seconds
     and the rewards in row order."""
-    target = url.replace("http://", f"http://trainer:{TOKEN}@") + "/openrlhf"
+    # Every row's label is looked up in `test` (the whole data): `/openrlhf` would look in `train` by default, which
+    # holds only some of them.
+    target = url.replace("http://", f"http://trainer:{TOKEN}@") + "/openrlhf?split=test"
 
     async def one(index: int, row: dict[str, Any]) -> float:
         body = {

@@ -20,6 +20,8 @@ from typing import Any
 import aiohttp
 import pytest
 
+from healthbench.data.loading import load_rows
+from healthbench.data.splits import split_rows
 from healthbench.integrations.openreward.deployment import answer_prompt_text
 from healthbench.testing import FakeOpenAI
 from healthbench.testing.agent import answer_reply
@@ -179,7 +181,9 @@ def test_the_documented_recipe_trains_on_the_cpu_with_grades_rewards(
             recipe: dict[str, Any] = {"__name__": "__main__"}
             exec(compile(doc_block("train_grpo.py"), str(DOC), "exec"), recipe)
         assert set(grader.auth_headers) == {f"Bearer {KEY}"}
-        graded = graded_by_cli(tmp_path, data, {row["prompt_id"]: REPLY for row in ROWS[:2]}, grader.base_url)
+        # The recipe trains on the train split: its first two tasks are the two steps'.
+        trained = split_rows(load_rows(data), "train")[:2]
+        graded = graded_by_cli(tmp_path, data, {row.prompt_id: REPLY for row in trained}, grader.base_url)
     steps = [entry for entry in recipe["trainer"].state.log_history if "reward" in entry]
     assert len(steps) == 2 and all(entry["tools/call_frequency"] == 1 for entry in steps)
     # Each step is one task's 8 rollouts, all with the same reply: its mean reward is that task's score, spread 0.

@@ -29,6 +29,8 @@ from typing import Any
 
 import pytest
 
+from healthbench.data.schema import Row
+from healthbench.data.splits import split_rows
 from healthbench.testing import FakeOpenAI
 from tests.conftest import write_jsonl
 from tests.reference import KEY, made_up_rows
@@ -40,7 +42,10 @@ tokenizers: Any = pytest.importorskip("tokenizers")
 transformers: Any = pytest.importorskip("transformers")
 pytest.importorskip("openreward")
 
-ROWS = made_up_rows()[:17]
+ROWS = made_up_rows()[:21]
+# The 16 of them in the train split `serve` serves beside `test`, where `/openrlhf` looks labels up by default.
+TRAIN_IDS = {row.prompt_id for row in split_rows([Row.model_validate(row) for row in ROWS], "train")}
+TRAIN = [row for row in ROWS if row["prompt_id"] in TRAIN_IDS]
 TOKEN = "token-o-5f0c1e9d8b7a6f5e4d3c2b1a"
 CHATML = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
@@ -131,7 +136,8 @@ async def rollouts(url: str, rows: list[dict[str, Any]], replies: list[str]) -> 
 
 
 def test_sixteen_rollouts_at_once_get_grades_rewards(url: str, fake: FakeOpenAI, data: Path, tmp_path: Path) -> None:
-    rows = ROWS[:16]
+    rows = TRAIN
+    assert len(rows) == 16
     replies = [f"Rest and fluids ({row['prompt_id']}); see a doctor if it gets worse.\n" for row in rows]
     fake.reset()
     outputs = asyncio.run(rollouts(url, [exported(row) for row in rows], replies))
@@ -150,7 +156,7 @@ def test_sixteen_rollouts_at_once_get_grades_rewards(url: str, fake: FakeOpenAI,
 
 
 def test_an_ungradable_reply_or_an_unknown_label_gets_no_reward(url: str) -> None:
-    rows = [exported(ROWS[0]), exported(ROWS[1], prompt_id="no-such-task"), exported(ROWS[2])]
+    rows = [exported(TRAIN[0]), exported(TRAIN[1], prompt_id="no-such-task"), exported(TRAIN[2])]
     replies = ["Rest.", "Rest.", f"{UNGRADABLE} reply"]
     first, unknown, ungradable = asyncio.run(rollouts(url, rows, replies))
     assert first["reward"] is not None

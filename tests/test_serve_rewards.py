@@ -22,6 +22,8 @@ pytest.importorskip("openreward")
 
 from starlette.datastructures import Headers
 
+from healthbench.data.schema import Row
+from healthbench.data.splits import split_rows
 from healthbench.integrations.openreward.batchroutes import strip_end_tokens
 from healthbench.integrations.openreward.guard import presented_token
 from healthbench.testing import FakeOpenAI
@@ -31,6 +33,8 @@ from tests.serving import UNGRADABLE, fails_marked, graded_by_cli, log_until_mar
 
 ROWS = made_up_rows()[:6]
 IDS = [row["prompt_id"] for row in ROWS]
+# The tasks of the train split `serve` serves beside `test`, where `/openrlhf` looks labels up by default.
+TRAIN = [row.prompt_id for row in split_rows([Row.model_validate(row) for row in ROWS], "train")]
 TOKEN = "token-r-5f0c1e9d8b7a6f5e4d3c2b1a"
 MOST = 8  # the server's --max-batch-size here
 PROMPT = "<|im_start|>user\nMy child has a fever.<|im_end|>\n<|im_start|>assistant\n"
@@ -113,7 +117,7 @@ def test_openrlhf_with_the_token_in_the_url_gets_grades_rewards(
     server: tuple[str, list[str]], fake: FakeOpenAI, data: Path, tmp_path: Path
 ) -> None:
     url, _ = server
-    replies = {pid: f"Call your doctor about {pid}.\n" for pid in IDS[:3]}
+    replies = {pid: f"Call your doctor about {pid}.\n" for pid in TRAIN[:3]}
     body = openrlhf_body(replies, end="<|im_end|><|endoftext|><|endoftext|>")
     status, answer = asyncio.run(post(with_userinfo(url, "anyone", TOKEN), "/openrlhf", body))
     assert status == 200, answer
@@ -160,12 +164,13 @@ def test_unknown_prompt_ids_and_splits_are_refused_naming_them(server: tuple[str
     items = [{"prompt_id": IDS[0], "reply": "Rest."}, {"prompt_id": "no-such-task", "reply": "Rest."}]
     status, answer = asyncio.run(post(url, "/rewards", {"split": "test", "items": items}, auth))
     assert status == 400 and "'no-such-task'" in answer["detail"] and "'test'" in answer["detail"], answer
-    body = openrlhf_body({IDS[0]: "Rest.", "no-such-task": "Rest."})
+    # OpenRLHF's labels are looked up in the train split by default.
+    body = openrlhf_body({TRAIN[0]: "Rest.", "no-such-task": "Rest."})
     status, answer = asyncio.run(post(url, "/openrlhf", body, auth))
-    assert status == 400 and "'no-such-task'" in answer["detail"] and "'test'" in answer["detail"], answer
-    for path, payload in (("/rewards", {"split": "train", "items": items[:1]}), ("/openrlhf?split=train", body)):
+    assert status == 400 and "'no-such-task'" in answer["detail"] and "'train'" in answer["detail"], answer
+    for path, payload in (("/rewards", {"split": "dev", "items": items[:1]}), ("/openrlhf?split=dev", body)):
         status, answer = asyncio.run(post(url, path, payload, auth))
-        assert status == 400 and "'train'" in answer["detail"] and "'test'" in answer["detail"], answer
+        assert status == 400 and "'dev'" in answer["detail"] and "'test'" in answer["detail"], answer
     assert fake.requests_total == 0
 
 

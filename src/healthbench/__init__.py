@@ -1,7 +1,8 @@
 """HealthBench: OpenAI's physician-rubric health benchmark, graded exactly as the reference does.
 
 The public API: rows and their loading, the grader and its settings, one graded sample (`grade_sample`), pure
-scoring, the client of an OpenAI-compatible endpoint, and every error the package raises (`HealthBenchError`).
+scoring, the client of an OpenAI-compatible endpoint, and every error the package raises (`HealthBenchError`);
+training splits of the rows (`split_rows`, `assign_splits`).
 """
 
 from typing import Any
@@ -12,6 +13,7 @@ from healthbench.api.client import ApiClient, Completer, Retries
 from healthbench.api.wire import CHAT, RESPONSES, Api, Shape, Usage, is_reasoning_model
 from healthbench.data.loading import load_meta_rows, load_professional_rows, load_rows
 from healthbench.data.schema import IdealCompletions, Message, MetaRow, Row, RubricItem
+from healthbench.data.splits import SPLITS, SplitName, assign_splits, split_rows
 from healthbench.data.subsets import SUBSETS, TASK_SUBSETS, load_meta_subset, load_subset, subset_path
 from healthbench.errors import DataError, GradingError, HealthBenchError, InvalidResponse, RequestFailed, SettingsError
 from healthbench.grading.aggregate import aggregate_samples
@@ -45,6 +47,7 @@ __all__ = [
     "PROFESSIONAL_GRADER",
     "PROFESSIONAL_LENGTH_ADJUSTMENT",
     "RESPONSES",
+    "SPLITS",
     "SUBSETS",
     "TASK_SUBSETS",
     "TEMPLATE",
@@ -83,11 +86,13 @@ __all__ = [
     "SampleRecord",
     "SettingsError",
     "Shape",
+    "SplitName",
     "Usage",
     "UsageRecord",
     "Verdict",
     "aggregate",
     "aggregate_samples",
+    "assign_splits",
     "clipped_mean",
     "grade_sample",
     "grader_prompt",
@@ -103,6 +108,7 @@ __all__ = [
     "rubric_item_text",
     "run_spec",
     "score",
+    "split_rows",
     "subset_path",
     "task_metrics",
     "transcript_with_reply",
