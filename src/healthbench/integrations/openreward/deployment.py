@@ -7,6 +7,7 @@ and tested without it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -302,7 +303,8 @@ class Deployment:
             # `per-reply` (one grader call for all of the reply's items) is not the official grading.
             "grader_calls": config.calls,
             "per_reply_template_sha256": config.per_reply_template_sha256,
-            "usage": sample.usage.as_dict(),
+            # Tokens and calls, as a client compares two gradings by: not the time the calls spent on the wire.
+            "usage": dataclasses.replace(sample.usage, wire_microseconds=0).as_dict(),
             "suspect": list(sample.suspect),
         }
 
