@@ -23,7 +23,7 @@ from healthbench.cli.tasks import data_flag_offered, professional_note
 from healthbench.data.source import TaskSource
 from healthbench.data.subsets import DOWNLOADABLE, TASK_SUBSETS
 from healthbench.errors import RequestFailed
-from healthbench.grading.scoring import Bootstraps, Seed
+from healthbench.grading.bootstrap import Bootstraps, Seed
 from healthbench.grading.settings import GraderConfig, GradingOptions
 from healthbench.integrations.openreward.deployment import ENVIRONMENT, ENVIRONMENTS, SERVED_CONCURRENCY
 from healthbench.reporting.report import rebuild, unfinished, write_meta_report, write_report

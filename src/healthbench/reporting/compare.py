@@ -31,6 +31,7 @@ from typing import Any
 
 from healthbench.data.tags import EXAMPLE_FAMILIES, UNSLICED_FAMILIES
 from healthbench.errors import DataError, SettingsError
+from healthbench.grading.bootstrap import percentile_interval, resample_means
 from healthbench.grading.scoring import LengthAdjustment
 from healthbench.runs.folder import RESULTS, RunFolder
 from healthbench.runs.records import RunRecord, SampleRecord
@@ -198,11 +199,11 @@ def compare_runs(
             continue
         array = np.asarray(values, dtype=np.float64)
         diffs = array[:, 1] - array[:, 0]
-        # A fresh generator per metric: each interval depends only on its own tasks, not on which other
-        # metrics happen to be present in the runs.
-        rng = np.random.default_rng(seed)
-        means = diffs[rng.integers(0, len(diffs), size=(n_bootstrap, len(diffs)))].mean(axis=1)
-        low, high = (float(x) for x in np.percentile(means, [2.5, 97.5]))
+        # A fresh stream per metric: each interval depends only on its own tasks, not on which other metrics
+        # happen to be present in the runs.
+        interval = percentile_interval(resample_means(diffs, seed=seed, n_bootstrap=n_bootstrap))
+        assert interval is not None  # a mean of finite differences is finite in every resample
+        low, high = interval
         mean_a, mean_b = float(array[:, 0].mean()), float(array[:, 1].mean())
         metrics[name] = {
             "n": len(diffs),

@@ -14,23 +14,13 @@ from typing import Any
 
 from healthbench.errors import DataError
 from healthbench.grading.agreement import MODEL_F1, macro_f1_resamples
+from healthbench.grading.bootstrap import percentile_interval
 from healthbench.reporting.compare import grader_calls_mismatch
 from healthbench.runs.folder import RunFolder
 from healthbench.runs.records import MetaRecord, SideUsage
 
 # HealthBench's paper, Table 6: each grader's macro F1 against physicians on the meta-eval, graded per item.
 PAPER_MACRO_F1 = {"gpt-4.1": 0.709, "o4-mini": 0.692, "o3": 0.681, "gpt-4.1-mini": 0.661, "gpt-4.1-nano": 0.580}
-CONFIDENCE = 0.95
-
-
-def _interval(values: Any) -> tuple[float, float] | None:
-    import numpy as np  # deferred: numpy costs 0.2 s of CLI start-up
-
-    finite = values[np.isfinite(values)]
-    if not len(finite):
-        return None
-    tail = (1 - CONFIDENCE) / 2 * 100
-    return float(np.percentile(finite, tail)), float(np.percentile(finite, 100 - tail))
 
 
 @dataclass(frozen=True)
@@ -110,7 +100,7 @@ def side_by_side(folders: Sequence[RunFolder], *, seed: int = 0, n_bootstrap: in
                 grader_model=run.spec.grader.model,
                 grader_calls=run.spec.grader.calls,
                 macro_f1=None if f1 is None else float(f1),
-                interval=_interval(_resamples([rows], seed, n_bootstrap)[:, 0]),
+                interval=percentile_interval(_resamples([rows], seed, n_bootstrap)[:, 0]),
                 rows=len(rows),
                 completions=len({_cluster(row) for row in rows}),
                 usage=(usage.whole_run.grader if usage is not None else None) or SideUsage(),
@@ -122,7 +112,7 @@ def side_by_side(folders: Sequence[RunFolder], *, seed: int = 0, n_bootstrap: in
     both = _resamples(records, seed, n_bootstrap)
     a, b = runs[0].macro_f1, runs[1].macro_f1
     value = None if a is None or b is None else b - a
-    return SideBySide(runs, value, _interval(both[:, 1] - both[:, 0]), paired=True)
+    return SideBySide(runs, value, percentile_interval(both[:, 1] - both[:, 0]), paired=True)
 
 
 def _f1(value: float | None, interval: tuple[float, float] | None) -> str:
