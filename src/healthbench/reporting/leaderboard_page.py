@@ -5,12 +5,11 @@ family) and one self-contained HTML page (no scripts, fonts or stylesheets from 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from healthbench.files import write_atomic
+from healthbench.reporting.pages import template
 from healthbench.reporting.report.common import label
 
 if TYPE_CHECKING:
@@ -89,14 +88,8 @@ def _slice_cell(figure: Mapping[str, Any] | None, name: str) -> dict[str, str] |
     }
 
 
-@cache
 def _template() -> Template:
-    # Deferred, as for the report: jinja2's import is paid by this command only.
-    from jinja2 import Environment, StrictUndefined
-
-    env = Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=StrictUndefined)
-    source = resources.files("healthbench.reporting").joinpath("leaderboard.html.j2").read_text(encoding="utf-8")
-    return env.from_string(source)
+    return template("healthbench.reporting", "leaderboard.html.j2")
 
 
 def render_page(board: Mapping[str, Any]) -> str:

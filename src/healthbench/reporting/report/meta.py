@@ -4,11 +4,11 @@ criterion, as one self-contained, autoescaped page."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from healthbench.files import write_atomic
+from healthbench.reporting.pages import template
 from healthbench.reporting.report.common import settings
 from healthbench.reporting.report.spending import spending
 from healthbench.reporting.report.status import counts, status
@@ -54,8 +54,6 @@ def render_meta_report(
     """The report of a meta-eval run (metrics.json, agreement.json, run.json, the records of results.jsonl
     and failures.jsonl, usage.json; each may be empty) as one self-contained, autoescaped HTML page; a run
     that is not finished says what is missing and lists the rows that could not be graded."""
-    from jinja2 import Environment
-
     notes = []
     state = status(run, metrics, results, counts(run, results), failures, unit="rows")
     metrics = metrics or {}
@@ -73,23 +71,18 @@ def render_meta_report(
             ("By consensus criterion", "category", "by_category"),
         )
     ]
-    source = resources.files("healthbench.reporting.report").joinpath("meta.html.j2").read_text(encoding="utf-8")
-    return (
-        Environment(autoescape=True)
-        .from_string(source)
-        .render(
-            grader="unknown" if run is None else run.spec.grader.model,
-            per_reply=run is not None and not run.spec.grader.official_calls,
-            score=_figure(metrics.get("score")) or "undefined",
-            physicians=_figure(metrics.get("pairwise_physician_f1_balanced")) or "undefined",
-            rows=metrics.get("score:n_samples", len(results)),
-            notes=notes,
-            state=state,
-            tables=tables,
-            pooled=pooled,
-            spending=spending(spent, run, results),
-            settings=settings(run),
-        )
+    return template("healthbench.reporting.report", "meta.html.j2").render(
+        grader="unknown" if run is None else run.spec.grader.model,
+        per_reply=run is not None and not run.spec.grader.official_calls,
+        score=_figure(metrics.get("score")) or "undefined",
+        physicians=_figure(metrics.get("pairwise_physician_f1_balanced")) or "undefined",
+        rows=metrics.get("score:n_samples", len(results)),
+        notes=notes,
+        state=state,
+        tables=tables,
+        pooled=pooled,
+        spending=spending(spent, run, results),
+        settings=settings(run),
     )
 
 
