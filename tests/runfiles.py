@@ -26,7 +26,7 @@ def metas(records: Sequence[Json]) -> list[MetaRecord]:
 
 def run(value: Json | None) -> RunRecord | None:
     """A run.json, of either schema version; an empty object is no run.json."""
-    return RunRecord.read(dict(value)) if value else None
+    return RunRecord.model_validate(dict(value)) if value else None
 
 
 def usage(value: Json | None) -> UsageRecord | None:

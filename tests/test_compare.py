@@ -26,7 +26,7 @@ def record(prompt_id: str, score: float, repeat: int = 0, **tags: float) -> Samp
 
 def run_json(**fields: Any) -> RunRecord:
     """A run.json of a grade run with these fields, as the release before typed records wrote it (flat)."""
-    return RunRecord.read({"command": "grade", **fields})
+    return RunRecord.model_validate({"command": "grade", **fields})
 
 
 def update(records: list[SampleRecord], **fields: Any) -> list[SampleRecord]:
@@ -258,7 +258,7 @@ def test_professional_slices_are_compared_per_example_tag_family() -> None:
 
 
 def test_compare_dirs_reads_each_runs_settings(tmp_path: Path) -> None:
-    for name, records, run in (("a", adjusted(A, 0.0), {"length_adjustment": PRO}), ("b", B, None)):
+    for name, records, run in (("a", adjusted(A, 0.0), {"command": "grade", "length_adjustment": PRO}), ("b", B, None)):
         write_run(tmp_path / name, records, run)
     result = compare_dirs(tmp_path / "a", tmp_path / "b", seed=2, n_bootstrap=50)
     assert result["headlines"]["a"] == {"length_adjusted": True, "length_adjustment": PRO}

@@ -117,7 +117,22 @@ def test_a_new_run_json_is_versioned_and_read_back_as_written(tmp_path: Path) ->
     assert result.exit_code == 0, result.output
     raw = json.loads((tmp_path / "out" / "run.json").read_text(encoding="utf-8"))
     assert raw["version"] == RUN_SCHEMA_VERSION and set(raw) == {"version", "spec", "stats"}
-    record = RunRecord.read(raw)
+    record = RunRecord.model_validate(raw)
     assert record.model_dump(mode="json") == raw
     assert record.spec.responses == str(replies) and record.stats.samples == 3 and record.stats.finished
     assert KEY not in json.dumps(raw)
+
+
+@pytest.mark.parametrize("version", [3, "2", 0, True, None])
+def test_a_run_json_of_a_version_this_release_does_not_read_is_refused_naming_both(runs: Path, version: object) -> None:
+    folder = runs / "grade-b"
+    flat = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+    record = RunRecord.model_validate(flat)  # migrated by the record's own validator
+    assert record.version == 1 and record.spec.command == "grade"
+    (folder / "run.json").write_text(json.dumps(record.model_dump(mode="json") | {"version": version}))
+    said = f"run.json of version {version!r}, which this release does not read (it reads version 1 or 2)"
+    readers = [["report", str(folder)], ["compare", str(runs / "grade"), str(folder)], ["leaderboard", str(folder)]]
+    for command in readers:
+        result = CliRunner().invoke(main, command)
+        assert result.exit_code != 0 and f"run.json: field version: {said}" in result.output, result.output
+        assert "Traceback" not in result.output

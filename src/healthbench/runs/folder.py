@@ -55,10 +55,12 @@ PROBE_PAGE = "probe.html"
 RecordT = TypeVar("RecordT", bound=BaseModel)
 
 
-def invalid(where: str, exc: ValidationError, hint: str = "") -> DataError:
-    """A record that does not validate, said as "FILE: line 3: field score: Input should be a valid number"."""
+def invalid(where: str, exc: ValidationError, hint: str = "", *, flat: bool = False) -> DataError:
+    """A record that does not validate, said as "FILE: line 3: field score: Input should be a valid number"; a
+    `flat` record (run.json of version 1) names its fields as that file does, without the part they move to."""
     error = exc.errors(include_url=False)[0]
-    field = ".".join(str(part) for part in error["loc"]) or "(record)"
+    loc = error["loc"][1:] if flat and error["loc"] else error["loc"]
+    field = ".".join(str(part) for part in loc) or "(record)"
     missing = hint if error["type"] == "missing" else ""
     return DataError(f"{where}: field {field}: {error['msg']}{missing}")
 
@@ -147,9 +149,9 @@ class RunFolder:
         if value is None:
             return None
         try:
-            return RunRecord.read(value)
+            return RunRecord.model_validate(value)
         except ValidationError as exc:
-            raise invalid(str(self.path / RUN), exc) from None
+            raise invalid(str(self.path / RUN), exc, flat="version" not in value) from None
 
     def require_run(self) -> RunRecord:
         """run.json, or a `DataError` saying the folder holds no finished run."""
