@@ -13,7 +13,8 @@ missing or broken file means are decided once:
 - `run.json` (`RunRecord`: the spec and the last session's counts), `usage.json` (`UsageRecord`);
 - `failures.jsonl` (`FailureRecord`): each sample the last session could not grade, written with run.json and
   removed by a session without failures, so a report can say what a failed run is missing;
-- `progress.sqlite`: the store of replies and verdicts; `report.html`, and a meta-eval's `agreement.json`;
+- `progress.sqlite`: the store of replies and verdicts; `report.html`, and a meta-eval's `agreement.json`
+  (`AgreementRecord`);
 - a probe's `probe.json` (`ProbeRecord`: what each transform gains) and `probe.html`.
 
 JSON files are written atomically (`files.write_json`).
@@ -32,6 +33,7 @@ from pydantic import BaseModel, ValidationError
 from healthbench.errors import DataError
 from healthbench.files import write_atomic, write_json
 from healthbench.runs.records import (
+    AgreementRecord,
     FailureRecord,
     MetaRecord,
     Metrics,
@@ -214,13 +216,19 @@ class RunFolder:
         """A probe's probe.json."""
         return self._write(PROBE, record.model_dump(mode="json"))
 
-    def read_agreement(self) -> dict[str, Any]:
-        """A meta-eval's agreement.json (its figures with intervals); {} when there is none."""
-        return self._json(AGREEMENT) or {}
+    def read_agreement(self) -> AgreementRecord | None:
+        """A meta-eval's agreement.json, or None when there is none (a meta-eval not finished)."""
+        value = self._json(AGREEMENT)
+        if value is None:
+            return None
+        try:
+            return AgreementRecord.model_validate(value)
+        except ValidationError as exc:
+            raise invalid(str(self.path / AGREEMENT), exc) from None
 
-    def write_agreement(self, agreement: dict[str, Any]) -> Path:
+    def write_agreement(self, record: AgreementRecord) -> Path:
         """A meta-eval's agreement.json."""
-        return self._write(AGREEMENT, agreement)
+        return self._write(AGREEMENT, record.model_dump(mode="json"))
 
     def _json(self, name: str) -> dict[str, Any] | None:
         path = self.path / name

@@ -1,6 +1,7 @@
 """What a run folder holds, as types: run.json (`RunRecord`: the `RunSpec` and how the run went), each line of
 results.jsonl (`SampleRecord` for a graded sample, `MetaRecord` for a meta-eval row), failures.jsonl
-(`FailureRecord`), usage.json (`UsageRecord`) and a probe's probe.json (`ProbeRecord`); metrics.json stays a
+(`FailureRecord`), usage.json (`UsageRecord`), a probe's probe.json (`ProbeRecord`) and a meta-eval's
+agreement.json (`AgreementRecord`); metrics.json stays a
 plain object of numbers, exactly the reference's keys (`Metrics`).
 
 These are read and written by `runs.folder` alone. run.json carries a schema version (`Versioned`): a run.json
@@ -304,6 +305,44 @@ class ProbeRecord(Record):
     def gains(self) -> dict[str, Gain]:
         """Each transform's figures, as `grading.gains` computes with them."""
         return {name: figures.gain() for name, figures in self.transforms.items()}
+
+
+class AgreementFigure(Record):
+    """One agreement figure and the number of label pairs behind it (the reference's `{"n", "value"}`)."""
+
+    n: int
+    value: float
+
+
+class GroupAgreement(Record):
+    """The grader's macro F1 in one group of meta-eval rows (a theme, a consensus criterion, or "all") beside the
+    physicians' (pooled, and spread over the physicians whose own is defined there); None where undefined."""
+
+    group: str
+    rows: int
+    pairs: int
+    model_f1: float | None = None
+    physicians_pooled_f1: float | None = None
+    physicians: int = 0
+    physician_min: float | None = None
+    physician_median: float | None = None
+    physician_max: float | None = None
+
+
+class AgreementRecord(Versioned):
+    """A meta-eval's agreement.json: the grader's figures and the pooled physicians' with their pair counts,
+    each physician's (by figure, then physician: the reference's metadata), and the report's comparison by
+    theme (the first row all rows) and by consensus criterion. A file of the releases before it was versioned
+    is version 1."""
+
+    FILE: ClassVar[str] = "agreement.json"
+
+    version: Literal[1] = 1
+    model_agreement_metrics: dict[str, AgreementFigure] = Field(default_factory=dict)
+    physician_agreement_pooled: dict[str, AgreementFigure] = Field(default_factory=dict)
+    physician_agreement_metric_lists: dict[str, dict[str, AgreementFigure]] = Field(default_factory=dict)
+    by_theme: list[GroupAgreement] = Field(default_factory=list)
+    by_category: list[GroupAgreement] = Field(default_factory=list)
 
 
 class RunStats(Record):
