@@ -171,7 +171,7 @@ def compare(run_a: Path, run_b: Path, seed: int, n_bootstrap: int, as_json: bool
         click.echo(json.dumps(figures.as_dict(), indent=2) if as_json else "\n".join(side_by_side_lines(figures)))
         return
     result = compare_dirs(run_a, run_b, seed=seed, n_bootstrap=n_bootstrap)
-    click.echo(json.dumps(result, indent=2) if as_json else format_comparison(result))
+    click.echo(result.model_dump_json(indent=2) if as_json else format_comparison(result))
 
 
 @click.command()

@@ -162,6 +162,18 @@ class RunFolder:
             raise DataError(f"{self.path}: not a finished run ({RUN} is missing)")
         return run
 
+    def unfinished(self, run: RunRecord | None) -> str | None:
+        """Why the folder, whose run.json is `run`, is not a finished run ("not a finished run (3 samples could not
+        be graded)"), or None when it is one."""
+        if run is None:
+            return f"not a finished run ({RUN} is missing)"
+        for count, why in ((run.stats.failed, "could not be graded"), (run.stats.deferred, "waiting on batches")):
+            if count:
+                return f"not a finished run ({count} sample{'s' if count != 1 else ''} {why})"
+        if not self.exists(METRICS):
+            return f"not a finished run ({METRICS} is missing)"
+        return None
+
     def write_run(self, record: RunRecord) -> Path:
         """run.json."""
         return self._write(RUN, record.model_dump(mode="json"))
