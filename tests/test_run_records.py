@@ -10,12 +10,14 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
 from healthbench.cli import main
+from healthbench.grading.bootstrap import percentile_interval, resample_means
 from healthbench.reporting import leaderboard
-from healthbench.reporting.compare import compare_dirs
+from healthbench.reporting.compare import compare_dirs, task_headlines
 from healthbench.runs.folder import RunFolder
 from healthbench.runs.records import RUN_SCHEMA_VERSION, RunRecord
 from healthbench.runs.store import Store
@@ -78,12 +80,35 @@ def test_leaderboard_of_version_1_folders_is_the_same(runs: Path, monkeypatch: p
     names += ["professional", "professional-unofficial"]
     board = expected("leaderboard.json")
     del board["page"]  # where the command wrote its page, which build() does not write
-    built = leaderboard.build([Path(name) for name in names])
+    built = leaderboard.build([Path(name) for name in names]).model_dump(mode="json")
+    assert built.pop("version") == 1 and built.pop("page") is None
+    by_run = {run["run"]: run for run in built["runs"]}
     for run in built["runs"]:
         # Fields added after these folders were written: how the grader was called, and the cost column.
         assert run.pop("grader_calls") == "per-item"
         for added in ("cost_usd", "grader_cache_hit_rate", "grader_cache_saved_usd", "cost"):
             run.pop(added)
+    # What issue 36 changed, and nothing else: the headline's interval is a bootstrap over tasks (each task's
+    # repeats averaged, as compare takes them), and runs on other tasks (the two Professional runs) are ranked
+    # apart and marked, with a sentence saying so.
+    for old in board["runs"]:
+        run = by_run[old["run"]]
+        records = RunFolder(Path(old["run"])).read_results()
+        headlines = task_headlines(records, RunFolder(Path(old["run"])).require_run(), old["run"])
+        means = np.clip(resample_means([headlines[t] for t in sorted(headlines)], seed=0), 0.0, 1.0)
+        assert (run.pop("ci_low"), run.pop("ci_high")) == percentile_interval(means)
+        old.pop("ci_low"), old.pop("ci_high")
+        assert run.pop("n_tasks") == len(headlines) == len({record.prompt_id for record in records})
+        assert run.pop("task_set") == f"{old['subset']}: {len(headlines)} tasks"
+        apart = [mark for mark in run["marks"] if mark["kind"] == "not comparable"]
+        run["marks"] = [mark for mark in run["marks"] if mark["kind"] != "not comparable"]
+        if old["subset"].startswith("pro"):
+            assert len(apart) == 1 and (old["rank"], run["rank"]) == (8, 1)
+            old["rank"] = 1
+        else:
+            assert apart == []
+    sentence = built["differences"].pop()
+    assert sentence.startswith("task sets differ: rows.jsonl sha256:6c7108f787a8: 8 tasks (7 runs); pro.jsonl")
     assert built == board
 
 

@@ -144,6 +144,13 @@ def _task_values(
     return means, {task: len(graded) for task, graded in samples.items()}
 
 
+def task_headlines(records: Sequence[SampleRecord], run: RunRecord | None, side: str) -> dict[str, float]:
+    """Each task's headline score as `compare` takes it (the mean over its samples), by task id; `side` names the
+    run in an error."""
+    means, _ = _task_values(records, _adjustment(run), side)
+    return {task: values[HEADLINE] for task, values in means.items()}
+
+
 def _compared_names(
     pairs: Sequence[tuple[Mapping[str, float], Mapping[str, float]]], prefixes: Sequence[str]
 ) -> list[str]:

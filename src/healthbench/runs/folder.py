@@ -6,9 +6,10 @@ Every command that grades writes here, and every command that reads a run (`repo
 missing or broken file means are decided once:
 
 - `results.jsonl`: one graded sample a line (`SampleRecord`; `MetaRecord` for a meta-eval), appended the moment
-  it is graded. A line that cannot be read stops the reader with the file, the line and the field; only a last
-  line cut short by a crash mid-write (no newline at its end) is passed over, as the next session rewrites the
-  file anyway;
+  it is graded. A line that cannot be read stops the reader with the file, the line and the field, and so does
+  a line whose sample (task, repeat and a probe's transform; a meta-eval's row index) an earlier line holds:
+  every reader reads the file alike. Only a last line cut short by a crash mid-write (no newline at its end) is
+  passed over, as the next session rewrites the file anyway (from its store: a resumed run never reads it);
 - `metrics.json`: the aggregate, written only once every sample is graded: the reference's keys, plain numbers;
 - `run.json` (`RunRecord`: the spec and the last session's counts), `usage.json` (`UsageRecord`);
 - `failures.jsonl` (`FailureRecord`): each sample the last session could not grade, written with run.json and
@@ -23,7 +24,7 @@ JSON files are written atomically (`files.write_json`).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -83,12 +84,35 @@ class RunFolder:
     # results.jsonl
 
     def read_results(self) -> list[SampleRecord]:
-        """The graded samples of results.jsonl, in file order; [] when there is no such file."""
-        return list(self._records(RESULTS, SampleRecord, "; is it a graded run's results.jsonl?"))
+        """The graded samples of results.jsonl, in file order; [] when there is no such file. A sample on two
+        lines is a `DataError` naming the second."""
+        records = self._records(RESULTS, SampleRecord, "; is it a graded run's results.jsonl?")
+        return self._once(records, lambda r: (r.prompt_id, r.repeat, r.transform), _sample_words)
 
     def read_meta_results(self) -> list[MetaRecord]:
-        """The graded rows of a meta-eval's results.jsonl, in file order; [] when there is no such file."""
-        return list(self._records(RESULTS, MetaRecord, "; is it a meta-eval run's results.jsonl?"))
+        """The graded rows of a meta-eval's results.jsonl, in file order; [] when there is no such file. A row on
+        two lines is a `DataError` naming the second."""
+        records = self._records(RESULTS, MetaRecord, "; is it a meta-eval run's results.jsonl?")
+        return self._once(records, lambda r: r.index, lambda r: f"row {r.index}")
+
+    def _once(
+        self,
+        records: Iterable[tuple[int, RecordT]],
+        key: Callable[[RecordT], Hashable],
+        words: Callable[[RecordT], str],
+    ) -> list[RecordT]:
+        """The records, each sample once; a second line of one is refused with both lines."""
+        first: dict[Hashable, int] = {}
+        found = []
+        for number, record in records:
+            seen = first.setdefault(key(record), number)
+            if seen != number:
+                raise DataError(
+                    f"{self.path / RESULTS}: line {number}: {words(record)} appears twice (first on line {seen}); "
+                    "a run writes each sample once: were two runs writing this folder at once?"
+                )
+            found.append(record)
+        return found
 
     def count_results(self) -> int:
         """How many lines results.jsonl holds (samples graded so far), without reading them as records."""
@@ -103,9 +127,9 @@ class RunFolder:
         self.path.mkdir(parents=True, exist_ok=True)
         return ResultsWriter((self.path / RESULTS).open("w", encoding="utf-8"))
 
-    def _records(self, name: str, model: type[RecordT], hint: str) -> Iterator[RecordT]:
-        """Each line of a JSONL file of the folder as `model`. Lines are split on "\\n" only: replies may contain
-        U+2028, which `str.splitlines` would split on."""
+    def _records(self, name: str, model: type[RecordT], hint: str) -> Iterator[tuple[int, RecordT]]:
+        """Each line of a JSONL file of the folder as `model`, with its line number. Lines are split on "\\n"
+        only: replies may contain U+2028, which `str.splitlines` would split on."""
         path = self.path / name
         try:
             handle = path.open(encoding="utf-8", newline="\n")
@@ -117,7 +141,7 @@ class RunFolder:
                     if not line.strip():
                         continue
                     try:
-                        yield model.model_validate_json(line)
+                        yield number, model.model_validate_json(line)
                     except ValidationError as exc:
                         if not line.endswith("\n") and exc.errors()[0]["type"] == "json_invalid":
                             return  # the last line, cut short by a crash while it was written
@@ -131,7 +155,7 @@ class RunFolder:
 
     def read_failures(self) -> list[FailureRecord]:
         """The failures of the last session (see `FailureRecord`); [] when it had none."""
-        return list(self._records(FAILURES, FailureRecord, ""))
+        return [record for _, record in self._records(FAILURES, FailureRecord, "")]
 
     def write_failures(self, records: Sequence[FailureRecord]) -> None:
         """failures.jsonl, written atomically; removed when there are no failures."""
@@ -261,6 +285,11 @@ class RunFolder:
     def discard(self, name: str) -> None:
         """Remove a file an earlier session wrote and this one will write afresh (if at all)."""
         (self.path / name).unlink(missing_ok=True)
+
+
+def _sample_words(record: SampleRecord) -> str:
+    rewritten = "" if record.transform is None else f" rewritten by {record.transform}"
+    return f"sample {record.prompt_id!r} repeat {record.repeat}{rewritten}"
 
 
 class ResultsWriter:

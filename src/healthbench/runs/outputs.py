@@ -1,7 +1,8 @@
-"""What commands write about runs, beside a run folder's own files, as typed, versioned records: `compare`'s result
-(`Comparison`, what `compare --json` prints). Each is built by the code that computes it and read by its
-consumers field by field; `version` says which shape a reader holds, and one this release does not know is
-refused naming both (`records.Versioned`).
+"""What commands write about runs, beside a run folder's own files, as typed, versioned records: `compare`'s
+result (`Comparison`, what `compare --json` prints) and the leaderboard (`Leaderboard`, its rows
+`LeaderboardRow`). Each is built by the code that computes it and read by its consumers field by field;
+`version` says which shape a reader holds, and one this release does not know is refused naming both
+(`records.Versioned`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pydantic import Field
 
 from healthbench.grading.grader import GraderCalls
 from healthbench.runs.records import Record, Versioned
-from healthbench.runs.spec import LengthSpec
+from healthbench.runs.spec import Command, GraderRequest, LengthSpec
 
 
 class MetricDifference(Record):
@@ -88,3 +89,72 @@ class Comparison(Versioned):
     headlines: Headlines
     headline_mismatch: str | None = None
     metrics: dict[str, MetricDifference]
+
+
+class FigureRecord(Record):
+    """One clipped mean of metrics.json with its bootstrap std and sample count, and its 95% interval (None
+    where not known)."""
+
+    value: float
+    bootstrap_std: float | None = None
+    n_samples: int | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+
+
+class MarkRecord(Record):
+    """How one run's setting differs from the other runs'."""
+
+    kind: str
+    detail: str
+
+
+class LeaderboardRow(Record):
+    """One run on the leaderboard: its rank among the runs on its task set (`task_set`; runs on other tasks are
+    ranked apart), what was graded and by which grader, its data, its headline `score` (metrics.json's) with
+    metrics.json's `bootstrap_std` and `n_samples` and the 95% interval [`ci_low`, `ci_high`] of a percentile
+    bootstrap over its `n_tasks` tasks (each task's samples averaged, tasks resampled, as `compare` does), its
+    cost, its marks, and its slices as metrics.json has them (interval: score ± 1.96 bootstrap std)."""
+
+    rank: int
+    run: str
+    command: Command
+    model: str
+    grader_model: str
+    grader_request: GraderRequest | None = None
+    grader_calls: GraderCalls = "per-item"
+    grader: str
+    subset: str
+    data: str
+    data_sha256: str | None = None
+    task_set: str
+    n_tasks: int
+    headline: str
+    length_adjustment: LengthSpec | None = None
+    score: float
+    bootstrap_std: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    n_samples: int | None = None
+    official_configuration: bool | None = None
+    official_differences: list[str] = Field(default_factory=list)
+    cost_usd: float | None = None
+    grader_cache_hit_rate: float | None = None
+    grader_cache_saved_usd: float | None = None
+    cost: str
+    marks: list[MarkRecord] = Field(default_factory=list)
+    metrics: dict[str, FigureRecord] = Field(default_factory=dict)
+
+
+class Leaderboard(Versioned):
+    """The leaderboard (`leaderboard --json`): its rows, runs on one task set together and ranked among
+    themselves (best first), the slice names per family over all runs, a sentence per setting that differs
+    across runs, and the page written (None until it is)."""
+
+    FILE: ClassVar[str] = "the leaderboard's JSON"
+
+    version: Literal[1] = 1
+    runs: list[LeaderboardRow]
+    families: dict[str, list[str]] = Field(default_factory=dict)
+    differences: list[str] = Field(default_factory=list)
+    page: str | None = None
