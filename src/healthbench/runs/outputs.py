@@ -1,8 +1,8 @@
 """What commands write about runs, beside a run folder's own files, as typed, versioned records: `compare`'s
-result (`Comparison`, what `compare --json` prints) and the leaderboard (`Leaderboard`, its rows
-`LeaderboardRow`). Each is built by the code that computes it and read by its consumers field by field;
-`version` says which shape a reader holds, and one this release does not know is refused naming both
-(`records.Versioned`).
+result (`Comparison`, what `compare --json` prints), the leaderboard (`Leaderboard`, its rows
+`LeaderboardRow`) and the dry run's estimate (`DryRunEstimate`). Each is built by the code that computes it
+and read by its consumers field by field; `version` says which shape a reader holds, and one this release
+does not know is refused naming both (`records.Versioned`).
 """
 
 from __future__ import annotations
@@ -158,3 +158,76 @@ class Leaderboard(Versioned):
     families: dict[str, list[str]] = Field(default_factory=dict)
     differences: list[str] = Field(default_factory=list)
     page: str | None = None
+
+
+class SideEstimate(Record):
+    """One side's (policy or grader) expected calls and tokens in a dry run, its model and endpoint, and its cost
+    live and in batch (None where the model has no price)."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    completion_tokens: int = 0
+    reasoning_tokens: int = 0
+    model: str
+    cost_usd: float | None = None
+    batch_cost_usd: float | None = None
+    base_url: str | None = None
+
+
+class PromptCacheEstimate(Record):
+    """The prompt cache hit rate a dry run assumes, by which rule, and what it takes off the live cost."""
+
+    prompt_cache_key: bool
+    assumed_hit_rate: float
+    rule: str
+    saved_usd: float | None = None
+
+
+class GraderEstimate(SideEstimate):
+    """The grader's side of a dry run, with how it is called and the prompt cache it assumes."""
+
+    grader_calls: GraderCalls = "per-item"
+    prompt_cache: PromptCacheEstimate | None = None
+
+
+class CostTotals(Record):
+    """Both sides' cost live and in batch; None when a side has no price (never a total that hides a side)."""
+
+    live: float | None = None
+    batch: float | None = None
+
+
+class KeyPace(Record):
+    """The least wall time of one key's calls under its rate limits (None: no limit known, so none assumed),
+    which limit binds, the limits reckoned with and where they come from, and the key's endpoint."""
+
+    seconds: float | None = None
+    binding: Literal["RPM", "TPM"] | None = None
+    rpm: float | None = None
+    tpm: float | None = None
+    limits: str
+    base_url: str | None = None
+
+
+class WallTime(Record):
+    """A dry run's least wall time: the slowest key's (keys run side by side; None when no key has a limit
+    known), and each key's, named by the sides that use it ("grader", "policy", "grader+policy")."""
+
+    seconds: float | None = None
+    keys: dict[str, KeyPace] = Field(default_factory=dict)
+
+
+class DryRunEstimate(Versioned):
+    """What `--dry-run` says before anything is sent (`--json` prints it): the samples (and tasks, where the
+    command counts them), each side's calls, tokens and cost, the total cost, and the least wall time."""
+
+    FILE: ClassVar[str] = "the dry run's JSON"
+
+    version: Literal[1] = 1
+    tasks: int | None = None
+    samples: int
+    policy: SideEstimate | None = None
+    grader: GraderEstimate
+    total_cost_usd: CostTotals
+    wall_time: WallTime
