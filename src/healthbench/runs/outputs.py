@@ -231,3 +231,34 @@ class DryRunEstimate(Versioned):
     grader: GraderEstimate
     total_cost_usd: CostTotals
     wall_time: WallTime
+
+
+class RewardItem(Record):
+    """One rubric item's verdict as `serve` returns it (its explanation cut short)."""
+
+    criteria_met: bool
+    points: int
+    tags: list[str] = Field(default_factory=list)
+    explanation: str = ""
+
+
+class RewardMetadata(Record):
+    """What `serve` returns beside a graded reply's reward (the tool output's metadata): every verdict, the task's
+    metrics, both scores, how the grader was asked and how often (`per-reply` is not the official grading), the
+    calls' usage, and `suspect`: the rules of `grading.suspect` the reply trips, which a trainer may penalise.
+    Its keys are what clients of `serve` have always read, so it carries no `version` key of its own; numbers
+    keep the type they were given (a center of 2000 stays 2000, not 2000.0)."""
+
+    prompt_id: str
+    items: list[RewardItem]
+    metrics: dict[str, float]
+    score: float
+    length_adjusted_score: float | None = None
+    length_adjustment: dict[str, int | float] | None = None
+    grader_model: str
+    grader_request: GraderRequest
+    template_sha256: str
+    grader_calls: GraderCalls
+    per_reply_template_sha256: str | None = None
+    usage: dict[str, int]
+    suspect: list[str] = Field(default_factory=list)
