@@ -13,6 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from healthbench.cli import main
+from healthbench.testing import FakeOpenAI
+from tests.conftest import make_row, write_jsonl
 
 V1 = Path(__file__).parent / "data" / "v1-runs"
 
@@ -86,3 +88,27 @@ def test_the_leaderboard_ranks_runs_on_other_task_sets_apart(runs: Path) -> None
     assert (rows["eval"]["n_samples"], rows["eval"]["n_tasks"]) == (16, 8)
     markdown = CliRunner().invoke(main, ["leaderboard", *names, "--out", str(runs / "board.html")])
     assert "| not comparable |" in markdown.stdout
+
+
+def test_a_resumed_run_writes_results_afresh_from_its_store(tmp_path: Path) -> None:
+    # A resumed run never reads results.jsonl: a broken or duplicated line is replaced by what its store holds,
+    # and nothing is graded twice (every verdict is in the store already).
+    rows = write_jsonl(tmp_path / "rows.jsonl", [make_row(f"p{i}") for i in range(3)])
+    replies = write_jsonl(tmp_path / "r.jsonl", [{"prompt_id": f"p{i}", "response": "Rest."} for i in range(3)])
+    out = tmp_path / "out"
+    with FakeOpenAI() as fake:
+        args = ["grade", "--data", str(rows), "--responses", str(replies), "--grader-base-url", str(fake.base_url)]
+        command = [*args, "--no-progress", "--out", str(out)]
+        first = CliRunner().invoke(main, command, env={"OPENAI_API_KEY": "sk-never-stored-4242"})
+        assert first.exit_code == 0, first.output
+        metrics = (out / "metrics.json").read_text(encoding="utf-8")
+        lines = (out / "results.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+        (out / "results.jsonl").write_text("".join([lines[0], "garbage\n", *lines[1:], lines[1]]), encoding="utf-8")
+        assert CliRunner().invoke(main, ["report", str(out)]).exit_code == 1
+        asked = fake.requests_total
+        again = CliRunner().invoke(main, command, env={"OPENAI_API_KEY": "sk-never-stored-4242"})
+        assert again.exit_code == 0, again.output
+        assert fake.requests_total == asked
+    assert (out / "results.jsonl").read_text(encoding="utf-8").count("\n") == 3
+    assert (out / "metrics.json").read_text(encoding="utf-8") == metrics
+    assert CliRunner().invoke(main, ["report", str(out)]).exit_code == 0
