@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -168,7 +167,7 @@ def compare(run_a: Path, run_b: Path, seed: int, n_bootstrap: int, as_json: bool
 
     if meta_pair([RunFolder(run_a), RunFolder(run_b)]):
         figures = side_by_side([RunFolder(run_a), RunFolder(run_b)], seed=seed, n_bootstrap=n_bootstrap)
-        click.echo(json.dumps(figures.as_dict(), indent=2) if as_json else "\n".join(side_by_side_lines(figures)))
+        click.echo(figures.model_dump_json(indent=2) if as_json else "\n".join(side_by_side_lines(figures)))
         return
     result = compare_dirs(run_a, run_b, seed=seed, n_bootstrap=n_bootstrap)
     click.echo(result.model_dump_json(indent=2) if as_json else format_comparison(result))

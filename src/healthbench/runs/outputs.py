@@ -1,8 +1,9 @@
 """What commands write about runs, beside a run folder's own files, as typed, versioned records: `compare`'s
-result (`Comparison`, what `compare --json` prints), the leaderboard (`Leaderboard`, its rows
-`LeaderboardRow`) and the dry run's estimate (`DryRunEstimate`). Each is built by the code that computes it
-and read by its consumers field by field; `version` says which shape a reader holds, and one this release
-does not know is refused naming both (`records.Versioned`).
+result (`Comparison`, what `compare --json` prints; `MetaComparison` for meta-eval runs), the leaderboard
+(`Leaderboard`, its rows `LeaderboardRow`), the dry run's estimate (`DryRunEstimate`) and the metadata `serve`
+returns beside a reward (`RewardMetadata`). Each is built by the code that computes it and read by its
+consumers field by field; `version` says which shape a reader holds, and one this release does not know is
+refused naming both (`records.Versioned`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from healthbench.grading.grader import GraderCalls
-from healthbench.runs.records import Record, Versioned
+from healthbench.runs.records import Record, SideUsage, Versioned
 from healthbench.runs.spec import Command, GraderRequest, LengthSpec
 
 
@@ -262,3 +263,32 @@ class RewardMetadata(Record):
     per_reply_template_sha256: str | None = None
     usage: dict[str, int]
     suspect: list[str] = Field(default_factory=list)
+
+
+class MetaRunFigures(Record):
+    """One finished meta-eval run as `compare` sets it beside another: its folder, grader and how it was called,
+    macro F1 with its 95% interval (completions resampled; None where undefined), rows and completions, and the
+    grader's calls, tokens and cost."""
+
+    folder: str
+    grader_model: str
+    grader_calls: GraderCalls
+    macro_f1: float | None = None
+    interval: tuple[float, float] | None = None
+    rows: int
+    completions: int
+    usage: SideUsage
+
+
+class MetaComparison(Versioned):
+    """`compare` of meta-eval runs (what `--json` prints for them): each run's figures, B - A's macro F1 with its
+    paired interval when the first two graded the same rows (`paired`), and the paper's figures beside them."""
+
+    FILE: ClassVar[str] = "compare's JSON"
+
+    version: Literal[1] = 1
+    runs: list[MetaRunFigures]
+    difference: float | None = None
+    difference_interval: tuple[float, float] | None = None
+    paired: bool = False
+    paper_macro_f1: dict[str, float] = Field(default_factory=dict)
