@@ -31,7 +31,7 @@ CHUNK = 100
 # them: each resample is a row of unit indices, so 10,000 of a 5,000-task run are 0.4 GB drawn at once.
 Seed = Annotated[int, Field(ge=0)]
 Bootstraps = Annotated[int, Field(ge=1, le=10_000)]
-CONFIDENCE = 95.0
+CONFIDENCE = 0.95
 
 
 class Bootstrap:
@@ -87,13 +87,14 @@ def resample_means(
 
 
 def percentile_interval(resampled: NDArray[np.float64], confidence: float = CONFIDENCE) -> tuple[float, float] | None:
-    """The percentile interval of a resampled statistic at `confidence` percent, over the resamples where it is
-    defined (finite); None when it is defined in none."""
+    """The percentile interval of a resampled statistic at `confidence` (0.95: the 2.5th and 97.5th
+    percentiles), over the resamples where it is defined (finite); None when it is defined in none."""
     import numpy as np
 
     finite = resampled[np.isfinite(resampled)]
     if not len(finite):
         return None
-    tail = (100.0 - confidence) / 2
+    # Rounded: 50 * (1 - 0.95) is 2.500000000000002 in floating point, and the percentile of 2.5 is meant.
+    tail = round(50 * (1 - confidence), 12)
     low, high = np.percentile(finite, [tail, 100.0 - tail])
     return float(low), float(high)

@@ -43,6 +43,7 @@ from healthbench.grading.prompt import (
     render_conversation,
     rubric_item_text,
 )
+from healthbench.grading.thinking import after_thinking, still_thinking
 
 DEFAULT_GRADER_MODEL = "gpt-4.1-2025-04-14"
 GRADER_TEMPERATURE = 0.5
@@ -76,11 +77,26 @@ class Verdict:
     explanation: str
 
 
+def _json(text: str) -> Any:
+    """The reference's reading of an answer: a leading "```json" and a trailing "```" stripped, the rest JSON."""
+    return json.loads(_FENCE.sub("", text.strip()))
+
+
 def _decoded(text: str) -> Any:
+    """An answer's JSON as the reference reads it; failing that, what follows the grader's thinking
+    (`thinking.after_thinking`), which no answer the reference reads has."""
     try:
-        return json.loads(_FENCE.sub("", text.strip()))
+        return _json(text)
     except ValueError:
-        raise InvalidResponse("grader answer is not JSON") from None
+        pass
+    for rest in after_thinking(text):
+        try:
+            return _json(rest)
+        except ValueError:
+            continue
+    if still_thinking(text):
+        raise InvalidResponse("the answer ends inside the grader's thinking (a <think> block never closed)")
+    raise InvalidResponse("grader answer is not JSON")
 
 
 def _verdict(parsed: Mapping[str, Any], where: str = "") -> Verdict:
@@ -135,6 +151,12 @@ def parse_verdicts(text: str, count: int) -> list[Verdict]:
         shown = ", ".join(missing[:10]) + (", ..." if len(missing) > 10 else "")
         raise InvalidResponse(f"the grader's list has no verdict for id {shown}")
     return [found[number] for number in range(1, count + 1)]
+
+
+def lasting(exc: RequestFailed) -> bool:
+    """Whether a grader call that failed so fails again however often it is asked: its answers ran out of output
+    tokens, or its host refused the request itself (a 4xx)."""
+    return exc.cut_short or exc.status is not None
 
 
 @dataclass(frozen=True)
@@ -228,6 +250,15 @@ class Grader:
         self.calls = calls
         self.prompt_cache_keys = prompt_cache_keys
         self.per_reply_caps = per_reply_caps
+
+    def failure(self, exc: RequestFailed) -> str:
+        """Why a grader call failed, in words, with the cure of an output cap that ran out before a verdict (a
+        thinking grader's, say): a larger `grader_max_output_tokens`, which asking again does not give."""
+        if not exc.cut_short:
+            return str(exc)
+        cap = self.shape.max_output_tokens
+        now = f", {cap:,} tokens now" if cap is not None else ""
+        return f"{exc}; give the grader a larger output cap (`grader_max_output_tokens`{now})"
 
     def request_body(self, prompt: str, *, items: int | None = None) -> dict[str, Any]:
         """The request body for one grader prompt (of `items` rubric items, for a per-reply prompt); with the
@@ -359,7 +390,7 @@ class Grader:
             try:
                 return await self._verdict(prompt, payload, item_ident, cache_key)
             except RequestFailed as exc:
-                raise GradingError(prompt_id, item.criterion, str(exc)) from None
+                raise GradingError(prompt_id, item.criterion, self.failure(exc), lasting=lasting(exc)) from None
 
         tasks = [asyncio.ensure_future(one(index, item)) for index, item in enumerate(rubrics)]
         try:
@@ -385,4 +416,4 @@ class Grader:
         try:
             return await self.verdicts(prompt, len(rubrics), ident=ident, cache_key=cache_key)
         except RequestFailed as exc:
-            raise ReplyGradingError(prompt_id, len(rubrics), str(exc)) from None
+            raise ReplyGradingError(prompt_id, len(rubrics), self.failure(exc), lasting=lasting(exc)) from None

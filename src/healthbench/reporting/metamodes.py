@@ -43,7 +43,8 @@ def _rows(folder: RunFolder) -> list[MetaRecord]:
     return records
 
 
-def _cluster(record: MetaRecord) -> str:
+def cluster_of(record: MetaRecord) -> str:
+    """The completion a row belongs to: the unit a bootstrap over completions draws."""
     return f"{record.prompt_id}\0{record.completion_id}"
 
 
@@ -51,7 +52,7 @@ def _resamples(raters: Sequence[Sequence[MetaRecord]], seed: int, n_bootstrap: i
     """Macro F1 resamples of each run's verdicts on the first run's rows, clusters and labels."""
     rows = raters[0]
     verdicts = [[row.criteria_met for row in run] for run in raters]
-    labels, clusters = [row.binary_labels for row in rows], [_cluster(row) for row in rows]
+    labels, clusters = [row.binary_labels for row in rows], [cluster_of(row) for row in rows]
     return macro_f1_resamples(verdicts, labels, clusters, seed=seed, n_bootstrap=n_bootstrap)
 
 
@@ -71,7 +72,7 @@ def side_by_side(folders: Sequence[RunFolder], *, seed: int = 0, n_bootstrap: in
                 macro_f1=None if f1 is None else float(f1),
                 interval=percentile_interval(_resamples([rows], seed, n_bootstrap)[:, 0]),
                 rows=len(rows),
-                completions=len({_cluster(row) for row in rows}),
+                completions=len({cluster_of(row) for row in rows}),
                 usage=(usage.whole_run.grader if usage is not None else None) or SideUsage(),
             )
         )

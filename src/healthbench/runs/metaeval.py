@@ -14,7 +14,7 @@ from healthbench.api.wire import Usage
 from healthbench.data.schema import MetaRow
 from healthbench.errors import Deferred, EndpointUnusable, MetaGradingError, RequestFailed
 from healthbench.grading.agreement import meta_metrics
-from healthbench.grading.grader import Answer, Grader
+from healthbench.grading.grader import Answer, Grader, lasting
 from healthbench.grading.per_reply import per_reply_prompt
 from healthbench.grading.prompt import grader_prompt, render_conversation, transcript_with_reply
 from healthbench.runs.folder import AGREEMENT, RunFolder
@@ -80,6 +80,7 @@ async def grade_meta_rows(
                 anonymized_physician_ids=list(row.anonymized_physician_ids),
                 usage=UsageNumbers.of(answer.usage),  # the row's own, whichever session asked
                 grader_model=grader.model,
+                seconds=answer.usage.wire_microseconds / 1_000_000 if answer.usage.wire_microseconds else None,
             )
         )
 
@@ -97,7 +98,8 @@ async def grade_meta_rows(
         except RequestFailed as exc:
             for index in group:
                 row = rows[index]
-                sink.fail(MetaGradingError(index, row.prompt_id, row.completion_id, row.rubric, str(exc)))
+                cause, lasts = grader.failure(exc), lasting(exc)
+                sink.fail(MetaGradingError(index, row.prompt_id, row.completion_id, row.rubric, cause, lasting=lasts))
             return
         except Deferred:
             for _ in group:
