@@ -9,7 +9,7 @@ from typing import Any
 from healthbench.grading.aggregate import aggregate_samples
 from healthbench.grading.scoring import LengthAdjustment
 from healthbench.reporting import report
-from healthbench.runs.records import FailureRecord, MetaRecord, RunRecord, SampleRecord, UsageRecord
+from healthbench.runs.records import AgreementRecord, FailureRecord, MetaRecord, RunRecord, SampleRecord, UsageRecord
 
 Json = Mapping[str, Any]
 
@@ -26,7 +26,7 @@ def metas(records: Sequence[Json]) -> list[MetaRecord]:
 
 def run(value: Json | None) -> RunRecord | None:
     """A run.json, of either schema version; an empty object is no run.json."""
-    return RunRecord.read(dict(value)) if value else None
+    return RunRecord.model_validate(dict(value)) if value else None
 
 
 def usage(value: Json | None) -> UsageRecord | None:
@@ -62,7 +62,12 @@ def render_meta_report(
 ) -> str:
     """`report.render_meta_report` of a meta-eval folder's files."""
     return report.render_meta_report(
-        dict(metrics or {}) or None, agreement, run(run_json), metas(records), failures(failed), usage(spent)
+        dict(metrics or {}) or None,
+        AgreementRecord.model_validate(agreement) if agreement else None,
+        run(run_json),
+        metas(records),
+        failures(failed),
+        usage(spent),
     )
 
 

@@ -9,11 +9,13 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from pydantic import ValidationError
 
 from healthbench.cli import main
 from healthbench.data.schema import Message
 from healthbench.grading.prompt import TEMPLATE
 from healthbench.runs.estimate import DEFAULT_LIMITS, Load, Unit, estimate, estimate_report, wall_time
+from healthbench.runs.outputs import CostTotals, DryRunEstimate, GraderEstimate
 from healthbench.runs.pricing import Price
 from healthbench.testing import FakeOpenAI
 from tests.conftest import make_row, write_jsonl
@@ -35,12 +37,12 @@ def test_estimate_counted_by_hand() -> None:
 
     prices = {"m": Price(input=1.0, cached_input=0.5, output=2.0, batch_output=0.5)}
     report = estimate_report(guess, prices, "m", "unpriced-model")
-    grader = report["grader"]
-    assert grader["cost_usd"] == pytest.approx((grader["prompt_tokens"] + 2 * 180) / 1e6)
-    assert grader["batch_cost_usd"] == pytest.approx((grader["prompt_tokens"] * 0.5 + 0.5 * 180) / 1e6)
-    assert report["policy"]["cost_usd"] is None
-    assert report["total_cost_usd"] == {"live": None, "batch": None}  # not a total that hides a side
-    assert estimate_report(guess, prices, "m", None)["total_cost_usd"]["live"] == grader["cost_usd"]
+    grader = report.grader
+    assert grader.cost_usd == pytest.approx((grader.prompt_tokens + 2 * 180) / 1e6)
+    assert grader.batch_cost_usd == pytest.approx((grader.prompt_tokens * 0.5 + 0.5 * 180) / 1e6)
+    assert report.policy is not None and report.policy.cost_usd is None
+    assert (report.total.live, report.total.batch) == (None, None)  # not a total that hides a side
+    assert estimate_report(guess, prices, "m", None).total.live == grader.cost_usd
 
 
 def dry_run(tmp_path: Path, fake: FakeOpenAI, command: str, *extra: str) -> dict[str, Any]:
@@ -69,13 +71,13 @@ def test_every_grading_command_estimates_live_and_batch_cost_without_calling(
 ) -> None:
     guess = dry_run(tmp_path, fake, command)
     assert guess["samples"] == samples and guess["grader"]["calls"] == calls
-    assert "policy" not in guess
+    assert guess["policy"] is None and guess["version"] == 1
     assert 0 < guess["total_cost_usd"]["batch"] == pytest.approx(guess["total_cost_usd"]["live"] / 2)
     assert fake.requests_total == 0 and fake.files_uploaded == 0
     assert not (tmp_path / "out").exists()
     assert guess["grader"]["base_url"] == fake.base_url
     # The fake's limits are its own: none is assumed for it, so there is no least wall time to give.
-    assert guess["wall_time"]["seconds"] is None and guess["wall_time"]["grader"]["limits"] == "none known"
+    assert guess["wall_time"]["seconds"] is None and guess["wall_time"]["keys"]["grader"]["limits"] == "none known"
 
 
 def eval_dry_run(tmp_path: Path, *args: str) -> tuple[str, str]:
@@ -113,8 +115,8 @@ def test_the_summary_says_calls_tokens_cost_time_limits_and_endpoints(tmp_path: 
     assert "at 500 RPM and 30,000 TPM (OpenAI usage tier 1 for gpt-4.1, assumed), TPM-bound" in lines[6]
     assert lines[7] == f"  policy key at {local}: no rate limit known, so none assumed (give --rpm/--tpm)"
     assert lines[8] == "(--json prints these figures as JSON)" and len(lines) == 9
-    assert figures["wall_time"]["policy"]["seconds"] is None
-    assert figures["wall_time"]["seconds"] == figures["wall_time"]["grader"]["seconds"] > 0
+    assert figures["wall_time"]["keys"]["policy"]["seconds"] is None
+    assert figures["wall_time"]["seconds"] == figures["wall_time"]["keys"]["grader"]["seconds"] > 0
 
 
 def test_given_limits_are_used_at_any_endpoint(tmp_path: Path) -> None:
@@ -133,8 +135,8 @@ def test_wall_time_by_key_and_endpoint() -> None:
         "policy": Load("b", calls=10, tokens=0, base_url="http://localhost:8000/v1"),
     }
     wall = wall_time(loads)
-    assert wall["grader"]["limits"] == DEFAULT_LIMITS and wall["grader"]["seconds"] == 60.0  # 500 at 500 RPM
-    assert wall["policy"] == {
+    assert wall.keys["grader"].limits == DEFAULT_LIMITS and wall.keys["grader"].seconds == 60.0  # 500 at 500 RPM
+    assert wall.keys["policy"].model_dump() == {
         "seconds": None,
         "binding": None,
         "rpm": None,
@@ -142,8 +144,8 @@ def test_wall_time_by_key_and_endpoint() -> None:
         "limits": "none known",
         "base_url": "http://localhost:8000/v1",
     }
-    assert wall["seconds"] == 60.0
-    assert wall_time({"policy": loads["policy"]})["seconds"] is None
+    assert wall.seconds == 60.0
+    assert wall_time({"policy": loads["policy"]}).seconds is None
 
 
 def test_json_only_with_dry_run(tmp_path: Path) -> None:
@@ -151,3 +153,16 @@ def test_json_only_with_dry_run(tmp_path: Path) -> None:
     args = ["eval", "--model", "m", "--data", str(data), "--out", str(tmp_path / "out"), "--json"]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 2 and "--json goes with --dry-run" in result.output
+
+
+def test_the_json_is_its_record_and_the_wall_time_keeps_keys_apart_from_seconds() -> None:
+    loads = {"grader": Load("a", calls=500, tokens=0), "policy": Load("a", calls=100, tokens=0)}
+    wall = wall_time(loads)
+    # One key for both sides: their calls add up under its limits; `seconds` is never one of the keys.
+    assert list(wall.keys) == ["grader+policy"] and wall.seconds == wall.keys["grader+policy"].seconds == 72.0
+    written = DryRunEstimate(
+        samples=3, grader=GraderEstimate(model="m"), total_cost_usd=CostTotals(), wall_time=wall
+    ).model_dump(mode="json")
+    assert DryRunEstimate.model_validate(written).model_dump(mode="json") == written
+    with pytest.raises(ValidationError, match="the dry run's JSON of version 2, which this release does not read"):
+        DryRunEstimate.model_validate(written | {"version": 2})

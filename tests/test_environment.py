@@ -34,6 +34,7 @@ from healthbench.grading.prompt import TEMPLATE
 from healthbench.grading.settings import GraderConfig
 from healthbench.integrations.openreward.deployment import MULTI_TURN_INSTRUCTION, Deployment, load_splits
 from healthbench.integrations.openreward.environment import HealthBench, build_server
+from healthbench.runs.outputs import RewardMetadata
 from healthbench.testing import FakeOpenAI, prompt_verdict
 from tests.serving import server_process
 
@@ -189,6 +190,14 @@ def test_reward_is_the_reference_score_and_the_episode_ends(rows: list[Row], fak
         assert meta["grader_model"] == "gpt-4.1-2025-04-14" and len(meta["template_sha256"]) == 64
         assert meta["usage"]["calls"] == len(row.rubrics)
         assert meta["suspect"] == []
+        # The keys clients have always read, no more and no fewer, written by the record.
+        assert list(meta) == [
+            *("prompt_id", "items", "metrics", "score", "length_adjusted_score", "length_adjustment"),
+            *("grader_model", "grader_request", "template_sha256", "grader_calls", "per_reply_template_sha256"),
+            *("usage", "suspect"),
+        ]
+        assert RewardMetadata.model_validate(meta).model_dump(mode="json") == meta
+        assert set(meta["grader_request"]) == {*GraderConfig().request_settings()}
         again = asyncio.run(env.call_terminal_tool("a second answer")).root
         assert again.ok is False and again.reason == "episode_finished"
     assert min(rewards) < 0 < max(rewards)  # unclipped both ways with these rows

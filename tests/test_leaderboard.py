@@ -13,11 +13,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from click.testing import CliRunner, Result
 
 from healthbench.cli import main
 from healthbench.data.professional import PROFESSIONAL_FILENAME
+from healthbench.grading.bootstrap import percentile_interval, resample_means
+from healthbench.reporting.compare import task_headlines
 from healthbench.runs.folder import RunFolder
 from healthbench.testing import FakeOpenAI
 from tests.conftest import make_row, write_jsonl
@@ -93,22 +96,31 @@ def metrics_of(folder: Path) -> dict[str, Any]:
     return dict(json.loads((folder / "metrics.json").read_text()))
 
 
+def task_interval(folder: Path) -> tuple[float, float] | None:
+    """The headline's 95% interval as the board gives it: its tasks resampled, each task's samples averaged."""
+    run = RunFolder(folder)
+    headlines = task_headlines(run.read_results(), run.require_run(), str(folder))
+    means = resample_means([headlines[task] for task in sorted(headlines)], seed=0)
+    return percentile_interval(np.clip(means, 0.0, 1.0))
+
+
 def test_json_is_each_runs_metrics_ranked_with_the_odd_settings_marked(runs: dict[str, Path], tmp_path: Path) -> None:
     page = tmp_path / "board.html"
     result = leaderboard(runs["rest"], runs["pro"], runs["doctor"], "--out", page, "--json")
     assert result.exit_code == 0, result.output
     board = json.loads(result.stdout)
     assert board["page"] == str(page) and page.is_file()
-    scores = [run["score"] for run in board["runs"]]
-    assert scores == sorted(scores, reverse=True) and len(set(scores)) == 3
-    assert [run["rank"] for run in board["runs"]] == [1, 2, 3]
     by_name = {Path(run["run"]).name: run for run in board["runs"]}
+    # pro's tasks are not rest's and doctor's: it is ranked apart, first of its own task set.
+    same = [run for run in board["runs"] if Path(run["run"]).name != "pro"]
+    assert [run["score"] for run in same] == sorted((run["score"] for run in same), reverse=True)
+    assert [run["rank"] for run in same] == [1, 2] and by_name["pro"]["rank"] == 1
+    assert same[0]["task_set"] == same[1]["task_set"] != by_name["pro"]["task_set"]
     for name, run in by_name.items():
         metrics = metrics_of(runs[name])
         assert run["score"] == metrics["score"] and run["bootstrap_std"] == metrics["score:bootstrap_std"]
         assert run["n_samples"] == metrics["score:n_samples"]
-        assert run["ci_low"] == max(0.0, metrics["score"] - 1.96 * metrics["score:bootstrap_std"])
-        assert run["ci_high"] == min(1.0, metrics["score"] + 1.96 * metrics["score:bootstrap_std"])
+        assert (run["ci_low"], run["ci_high"]) == task_interval(runs[name])
         for metric, figure in run["metrics"].items():
             assert figure["value"] == metrics[metric] and figure["n_samples"] == metrics[f"{metric}:n_samples"]
 
@@ -129,7 +141,7 @@ def test_json_is_each_runs_metrics_ranked_with_the_odd_settings_marked(runs: dic
         ("grader model", f"{MINI} (other runs: gpt-4.1-2025-04-14)")
     ]
     kinds = [m["kind"] for m in pro["marks"]]
-    assert kinds == ["grader request", "data", "length adjustment", "not official"]
+    assert kinds == ["grader request", "data", "length adjustment", "not comparable", "not official"]
     official = pro["marks"][-1]["detail"]
     assert "grader model gpt-4.1-2025-04-14 (official: gpt-5.4-2026-03-05)" in official
     assert pro["official_configuration"] is False and pro["official_differences"]
@@ -155,17 +167,18 @@ def test_markdown_table(runs: dict[str, Path], tmp_path: Path, monkeypatch: pyte
     header = lines.index("| # | run | model | grader | subset | differs | n | score | 95% interval | cost |")
     assert lines[header + 1] == "| --- | --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: |"
     table = [line.split(" | ") for line in lines[header + 2 : header + 5]]
-    order = sorted(runs, key=lambda name: -metrics_of(runs[name])["score"])
-    assert [Path(cells[1]).name for cells in table] == order
+    same = sorted(["rest", "doctor"], key=lambda name: -metrics_of(runs[name])["score"])
+    assert [Path(cells[1]).name for cells in table if Path(cells[1]).name != "pro"] == same
     for cells in table:
         metrics = metrics_of(Path(cells[1]))
         assert cells[7].rstrip("†") == f"{metrics['score']:.3f}"
-        low, high = (metrics["score"] + s * 1.96 * metrics["score:bootstrap_std"] for s in (-1, 1))
-        assert cells[8] == f"[{max(low, 0):.3f}, {min(high, 1):.3f}]"
+        low, high = task_interval(Path(cells[1])) or (None, None)
+        assert cells[8] == f"[{low:.3f}, {high:.3f}]"
         assert cells[9].startswith("$") and cells[9].endswith(" |")  # the whole run's cost, from its usage.json
     row = {Path(cells[1]).name: cells for cells in table}
     assert row["pro"][7].endswith("†") and not row["rest"][7].endswith("†")
-    assert row["pro"][5] == "grader request, data, length adjustment, not official"
+    assert row["pro"][5] == "grader request, data, length adjustment, not comparable, not official"
+    assert "Runs on different task sets are not comparable: each task set's runs are ranked by themselves." in lines
     assert row["doctor"][5] == "grader model" and row["rest"][5] == ""
     assert "† the headline is the length-adjusted score (center 2000 characters, 0.0147 per 500 characters)" in lines
     assert f"- {runs['doctor']}: grader model: {MINI} (other runs: gpt-4.1-2025-04-14)" in lines
@@ -199,7 +212,7 @@ def test_page_is_escaped_self_contained_and_opens_in_a_browser(runs: dict[str, P
         check=True,
     ).stdout
     assert "HealthBench leaderboard" in dom and "These runs were not all graded alike" in dom
-    assert dom.count('class="mark"') == 1 + 4  # doctor's grader model; pro's four marks
+    assert dom.count('class="mark"') == 1 + 5  # doctor's grader model; pro's five marks
     assert dom.count("<h2>By ") == 6
 
 

@@ -23,6 +23,7 @@ from healthbench.grading.agreement import (
     row_statistics,
     theme_of,
 )
+from healthbench.runs.records import AgreementRecord
 from healthbench.testing import FakeOpenAI, prompt_verdict
 from tests.conftest import write_jsonl
 from tests.reference import KEY, TEMPLATE, sent_prompts
@@ -276,6 +277,9 @@ def test_meta_eval_matches_the_reference(tmp_path: Path, fake: FakeOpenAI) -> No
         {k: v["value"] for k, v in pooled.items()}, abs=1e-9
     )
     agreement = json.loads((tmp_path / "out" / "agreement.json").read_text())
+    # Written by its record, and read back as written: every key a typed field, the version first.
+    assert AgreementRecord.model_validate(agreement).model_dump(mode="json") == agreement
+    assert next(iter(agreement)) == "version" and agreement["version"] == 1
     assert agreement["physician_agreement_metric_lists"].keys() == physician_lists.keys()
     for key, by_physician in physician_lists.items():
         got = agreement["physician_agreement_metric_lists"][key]

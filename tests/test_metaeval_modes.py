@@ -13,6 +13,7 @@ from healthbench.cli import main
 from healthbench.grading.agreement import MODEL_F1, macro_f1_resamples, meta_metrics
 from healthbench.grading.prompt import render_conversation
 from healthbench.runs.folder import RunFolder
+from healthbench.runs.outputs import MetaComparison
 from healthbench.testing import FakeOpenAI
 from healthbench.testing.replies import item_verdict, per_reply_items
 from tests.conftest import write_jsonl
@@ -87,6 +88,13 @@ def test_both_modes_side_by_side(tmp_path: Path, fake: FakeOpenAI) -> None:
     assert "prompt tokens (cached)" in table and "per-reply - per-item macro F1" in table
     assert "gpt-4.1 0.709, o4-mini 0.692, o3 0.681, gpt-4.1-mini 0.661, gpt-4.1-nano 0.580" in table
     assert "is what this meta-eval shows for your grader" in table
+    # compare's JSON of two meta-eval runs is its record, read back as written.
+    shown = CliRunner().invoke(main, ["compare", str(item), str(reply), "--json", "--n-bootstrap", "50"])
+    assert shown.exit_code == 0, shown.output
+    written = json.loads(shown.output)
+    assert MetaComparison.model_validate(written).model_dump(mode="json") == written
+    assert written["version"] == 1 and written["paired"] is True
+    assert [run["macro_f1"] for run in written["runs"]] == [f1[item], f1[reply]]
 
 
 def test_the_interval_is_over_completions_and_paired() -> None:

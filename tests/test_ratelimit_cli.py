@@ -62,17 +62,20 @@ def test_dry_run_estimates_the_wall_time_at_the_given_or_default_limits(tmp_path
     given = run_eval(data, tmp_path / "out", "http://127.0.0.1:9/v1", "--dry-run", "--json", "--grader-rpm", "30")
     assert given.exit_code == 0, given.output
     wall = json.loads(given.output)["wall_time"]
-    assert wall["seconds"] == 120.0 and wall["grader+policy"]["binding"] == "RPM"
+    assert wall["seconds"] == 120.0 and wall["keys"]["grader+policy"]["binding"] == "RPM"
     # OpenAI's own endpoint (nothing is sent in a dry run): its tier 1 limits are assumed.
     assumed = run_eval(data, tmp_path / "out", "https://api.openai.com/v1", "--dry-run", "--json")
     report = json.loads(assumed.output)
-    side = report["wall_time"]["grader+policy"]
+    side = report["wall_time"]["keys"]["grader+policy"]
     assert side["limits"].startswith("default") and side["binding"] == "TPM"
     tokens = sum(report[s]["prompt_tokens"] for s in ("grader", "policy")) + 40 * 2048 + 20 * 4096
     assert side["seconds"] == round(tokens / 30_000 * 60, 1)
     # Any other endpoint's limits are its own: none is assumed.
     unknown = json.loads(run_eval(data, tmp_path / "out", "http://127.0.0.1:9/v1", "--dry-run", "--json").output)
-    assert unknown["wall_time"]["seconds"] is None and unknown["wall_time"]["grader+policy"]["limits"] == "none known"
+    assert (
+        unknown["wall_time"]["seconds"] is None
+        and unknown["wall_time"]["keys"]["grader+policy"]["limits"] == "none known"
+    )
     assert not (tmp_path / "out").exists()
 
 

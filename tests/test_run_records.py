@@ -10,12 +10,14 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
 from healthbench.cli import main
+from healthbench.grading.bootstrap import percentile_interval, resample_means
 from healthbench.reporting import leaderboard
-from healthbench.reporting.compare import compare_dirs
+from healthbench.reporting.compare import compare_dirs, task_headlines
 from healthbench.runs.folder import RunFolder
 from healthbench.runs.records import RUN_SCHEMA_VERSION, RunRecord
 from healthbench.runs.store import Store
@@ -54,7 +56,7 @@ def test_report_of_a_version_1_folder_writes_the_same_metrics(runs: Path, name: 
 def test_compare_of_version_1_folders_gives_the_same_means(runs: Path, pair: str) -> None:
     a, b = pair.split()
     old = expected(f"compare-{a}-{b}.json")
-    new = compare_dirs(runs / a, runs / b)
+    new = compare_dirs(runs / a, runs / b).model_dump(mode="json")
     assert new["headline"] == old["headline"] and new["headlines"] == old["headlines"]
     assert new["headline_mismatch"] == old["headline_mismatch"]
     assert new["metrics"].keys() == old["metrics"].keys()
@@ -78,13 +80,36 @@ def test_leaderboard_of_version_1_folders_is_the_same(runs: Path, monkeypatch: p
     names += ["professional", "professional-unofficial"]
     board = expected("leaderboard.json")
     del board["page"]  # where the command wrote its page, which build() does not write
-    built = leaderboard.build([Path(name) for name in names])
+    built = leaderboard.build([Path(name) for name in names]).model_dump(mode="json")
+    assert built.pop("version") == 1 and built.pop("page") is None
+    by_run = {run["run"]: run for run in built["runs"]}
     for run in built["runs"]:
         # Fields added after these folders were written: how the grader was called, and the cost column.
         assert run.pop("grader_calls") == "per-item"
         assert run.pop("split") is None  # the training split graded: none before splits existed
         for added in ("cost_usd", "grader_cache_hit_rate", "grader_cache_saved_usd", "cost"):
             run.pop(added)
+    # What issue 36 changed, and nothing else: the headline's interval is a bootstrap over tasks (each task's
+    # repeats averaged, as compare takes them), and runs on other tasks (the two Professional runs) are ranked
+    # apart and marked, with a sentence saying so.
+    for old in board["runs"]:
+        run = by_run[old["run"]]
+        records = RunFolder(Path(old["run"])).read_results()
+        headlines = task_headlines(records, RunFolder(Path(old["run"])).require_run(), old["run"])
+        means = np.clip(resample_means([headlines[t] for t in sorted(headlines)], seed=0), 0.0, 1.0)
+        assert (run.pop("ci_low"), run.pop("ci_high")) == percentile_interval(means)
+        old.pop("ci_low"), old.pop("ci_high")
+        assert run.pop("n_tasks") == len(headlines) == len({record.prompt_id for record in records})
+        assert run.pop("task_set") == f"{old['subset']}: {len(headlines)} tasks"
+        apart = [mark for mark in run["marks"] if mark["kind"] == "not comparable"]
+        run["marks"] = [mark for mark in run["marks"] if mark["kind"] != "not comparable"]
+        if old["subset"].startswith("pro"):
+            assert len(apart) == 1 and (old["rank"], run["rank"]) == (8, 1)
+            old["rank"] = 1
+        else:
+            assert apart == []
+    sentence = built["differences"].pop()
+    assert sentence.startswith("task sets differ: rows.jsonl sha256:6c7108f787a8: 8 tasks (7 runs); pro.jsonl")
     assert built == board
 
 
@@ -118,7 +143,22 @@ def test_a_new_run_json_is_versioned_and_read_back_as_written(tmp_path: Path) ->
     assert result.exit_code == 0, result.output
     raw = json.loads((tmp_path / "out" / "run.json").read_text(encoding="utf-8"))
     assert raw["version"] == RUN_SCHEMA_VERSION and set(raw) == {"version", "spec", "stats"}
-    record = RunRecord.read(raw)
+    record = RunRecord.model_validate(raw)
     assert record.model_dump(mode="json") == raw
     assert record.spec.responses == str(replies) and record.stats.samples == 3 and record.stats.finished
     assert KEY not in json.dumps(raw)
+
+
+@pytest.mark.parametrize("version", [3, "2", 0, True, None])
+def test_a_run_json_of_a_version_this_release_does_not_read_is_refused_naming_both(runs: Path, version: object) -> None:
+    folder = runs / "grade-b"
+    flat = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+    record = RunRecord.model_validate(flat)  # migrated by the record's own validator
+    assert record.version == 1 and record.spec.command == "grade"
+    (folder / "run.json").write_text(json.dumps(record.model_dump(mode="json") | {"version": version}))
+    said = f"run.json of version {version!r}, which this release does not read (it reads version 1 or 2)"
+    readers = [["report", str(folder)], ["compare", str(runs / "grade"), str(folder)], ["leaderboard", str(folder)]]
+    for command in readers:
+        result = CliRunner().invoke(main, command)
+        assert result.exit_code != 0 and f"run.json: field version: {said}" in result.output, result.output
+        assert "Traceback" not in result.output

@@ -77,8 +77,8 @@ def test_grade_the_official_heldout_and_name_it(
     assert (data.source, data.split, data.split_seed) == ("subset:full", "heldout", 0)
     assert (data.heldout, data.heldout_sha256) == ("subset:hard", hashlib.sha256(hard_file.read_bytes()).hexdigest())
     assert '<dd id="split">heldout' in (out / "report.html").read_text()
-    [entry] = leaderboard.build([out])["runs"]
-    assert (entry["subset"], entry["split"]) == ("full, split heldout", "heldout")
+    [entry] = leaderboard.build([out]).runs
+    assert (entry.subset, entry.split) == ("full, split heldout", "heldout")
 
     # Validation is one of the 20 rows left (5%), train the other 19.
     result = invoke("grade", "--subset", "full", "--split", "validation", "--out", str(tmp_path / "v"), *flags)

@@ -3,10 +3,8 @@ over."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -16,6 +14,7 @@ from healthbench.grading.settings import GraderConfig
 from healthbench.reporting.report import write_report
 from healthbench.runs.estimate import Unit, dry_run
 from healthbench.runs.folder import RunFolder
+from healthbench.runs.outputs import DryRunEstimate, GraderEstimate, KeyPace
 from healthbench.runs.policy import PolicyConfig
 from healthbench.runs.pricing import load_prices
 from healthbench.runs.runner import Job
@@ -34,11 +33,11 @@ def print_estimate(
     prices: Path | None,
     form: DryRun,
     policy: PolicyConfig | None = None,
-    **counts: int,
+    tasks: int | None = None,
 ) -> None:
     """The `--dry-run` answer, as a summary or as JSON (`form`): nothing is sent and nothing is written."""
-    estimate = counts | dry_run(units, grader, load_prices(prices), policy)
-    click.echo(json.dumps(estimate, indent=2) if form == "json" else "\n".join(estimate_lines(estimate)))
+    estimate = dry_run(units, grader, load_prices(prices), policy, tasks=tasks)
+    click.echo(estimate.model_dump_json(indent=2) if form == "json" else "\n".join(estimate_lines(estimate)))
 
 
 def _duration(seconds: float) -> str:
@@ -58,59 +57,56 @@ def _cost(usd: float | None) -> str:
 _LIMIT_FLAGS = {"grader": "--grader-rpm/--grader-tpm", "policy": "--rpm/--tpm"}
 
 
-def _pace(name: str, key: dict[str, Any]) -> str:
+def _pace(name: str, key: KeyPace) -> str:
     """One key's line of the wall time: its endpoint, its time and the limits it was reckoned at."""
-    where = f"  {name} key at {key['base_url']}: "
-    if key["seconds"] is None:
+    where = f"  {name} key at {key.base_url}: "
+    if key.seconds is None:
         flags = " or ".join(_LIMIT_FLAGS[side] for side in name.split("+"))
         return f"{where}no rate limit known, so none assumed (give {flags})"
-    limits = " and ".join(f"{value:,g} {unit}" for unit in ("RPM", "TPM") if (value := key[unit.lower()]))
-    source = "given" if key["limits"] == "given" else key["limits"].removeprefix("default: ") + ", assumed"
-    return f"{where}{_duration(key['seconds'])} at {limits} ({source}), {key['binding']}-bound"
+    limits = " and ".join(f"{value:,g} {unit}" for unit, value in (("RPM", key.rpm), ("TPM", key.tpm)) if value)
+    source = "given" if key.limits == "given" else key.limits.removeprefix("default: ") + ", assumed"
+    return f"{where}{_duration(key.seconds)} at {limits} ({source}), {key.binding}-bound"
 
 
-def _grader_notes(grader: dict[str, Any]) -> list[str]:
+def _grader_notes(grader: GraderEstimate) -> list[str]:
     """The dry run's lines on how the grader is called and the prompt cache hit rate it assumes."""
     notes = []
-    if grader.get("grader_calls") == "per-reply":
+    if grader.grader_calls == "per-reply":
         notes.append("    one call per reply for all its items (--grader-calls per-reply): not the official grading")
-    cache = grader.get("prompt_cache")
-    if cache is not None and cache["prompt_cache_key"]:
-        saved = "" if cache["saved_usd"] is None else f", ${cache['saved_usd']:,.2f} off the live cost"
-        rate = f"{100 * cache['assumed_hit_rate']:.0f}%"
-        notes.append(f"    prompt cache: {rate} of prompt tokens assumed cached{saved}: {cache['rule']}")
+    cache = grader.prompt_cache
+    if cache is not None and cache.prompt_cache_key:
+        saved = "" if cache.saved_usd is None else f", ${cache.saved_usd:,.2f} off the live cost"
+        rate = f"{100 * cache.assumed_hit_rate:.0f}%"
+        notes.append(f"    prompt cache: {rate} of prompt tokens assumed cached{saved}: {cache.rule}")
     elif cache is not None:
         notes.append("    prompt cache: no hit assumed (--no-prompt-cache-key: no prompt_cache_key is sent)")
     return notes
 
 
-def estimate_lines(estimate: dict[str, Any]) -> list[str]:
+def estimate_lines(estimate: DryRunEstimate) -> list[str]:
     """The `--dry-run` summary: the samples, each side's calls, tokens, cost and endpoint, the total cost, and
     the least wall time with the limits it assumes."""
-    tasks = f" of {estimate['tasks']} tasks" if "tasks" in estimate else ""
-    lines = [f"dry run (nothing sent, nothing written): {estimate['samples']:,} samples{tasks}"]
-    for side in ("policy", "grader"):
-        if side in estimate:
-            usage = estimate[side]
-            reasoning = usage.get("reasoning_tokens", 0)
+    tasks = f" of {estimate.tasks} tasks" if estimate.tasks is not None else ""
+    lines = [f"dry run (nothing sent, nothing written): {estimate.samples:,} samples{tasks}"]
+    for side, usage in (("policy", estimate.policy), ("grader", estimate.grader)):
+        if usage is not None:
+            reasoning = usage.reasoning_tokens
             thinking = f", {reasoning:,} of them reasoning" if reasoning else ""
             lines.append(
-                f"  {side} {usage['model']} at {usage['base_url']}: {usage['calls']:,} calls, "
-                f"{usage['prompt_tokens']:,} prompt and {usage['completion_tokens']:,} output tokens{thinking}; "
-                f"{_cost(usage['cost_usd'])} live, {_cost(usage['batch_cost_usd'])} batch"
+                f"  {side} {usage.model} at {usage.base_url}: {usage.calls:,} calls, "
+                f"{usage.prompt_tokens:,} prompt and {usage.completion_tokens:,} output tokens{thinking}; "
+                f"{_cost(usage.cost_usd)} live, {_cost(usage.batch_cost_usd)} batch"
             )
-    if "grader" in estimate:
-        lines += _grader_notes(estimate["grader"])
-    total = estimate["total_cost_usd"]
-    lines.append(f"  total {_cost(total['live'])} live, {_cost(total['batch'])} batch")
-    wall = estimate["wall_time"]
-    keys = {name: key for name, key in wall.items() if name != "seconds"}
-    if wall["seconds"] is None:
+    lines += _grader_notes(estimate.grader)
+    total = estimate.total_cost_usd
+    lines.append(f"  total {_cost(total.live)} live, {_cost(total.batch)} batch")
+    wall = estimate.wall_time
+    if wall.seconds is None:
         lines.append("least wall time unknown:")
     else:
-        slowest = " (the slowest key's)" if len(keys) > 1 else ""
-        lines.append(f"least wall time {_duration(wall['seconds'])}{slowest}:")
-    lines += [_pace(name, key) for name, key in keys.items()]
+        slowest = " (the slowest key's)" if len(wall.keys) > 1 else ""
+        lines.append(f"least wall time {_duration(wall.seconds)}{slowest}:")
+    lines += [_pace(name, key) for name, key in wall.keys.items()]
     lines.append("(--json prints these figures as JSON)")
     return lines
 

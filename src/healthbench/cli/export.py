@@ -13,7 +13,7 @@ from healthbench.cli.tasks import HELDOUT_HELP, data_flag_offered
 from healthbench.data.source import TaskSource
 from healthbench.data.splits import SPLITS, SplitName
 from healthbench.data.subsets import TASK_SUBSETS
-from healthbench.grading.scoring import Seed
+from healthbench.grading.bootstrap import Seed
 from healthbench.integrations.export import FORMATS, export_split
 
 

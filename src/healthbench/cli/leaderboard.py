@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -36,5 +35,6 @@ def leaderboard(runs: tuple[Path, ...], out: Path, as_json: bool) -> None:
         refuse_if_written(run)
     board = build(runs)
     page = write_page(board, out)
-    click.echo(json.dumps(board | {"page": str(page)}, indent=2) if as_json else format_markdown(board), nl=as_json)
+    shown = board.model_copy(update={"page": str(page)}).model_dump_json(indent=2)
+    click.echo(shown if as_json else format_markdown(board), nl=as_json)
     click.echo(f"leaderboard page: {page}", err=True)

@@ -26,8 +26,8 @@ from healthbench.api.pacing.store import PACE_STORE_VARIABLE
 from healthbench.api.wire import EFFORTS
 from healthbench.cli.bounds import bounded
 from healthbench.data.source import TaskSource
+from healthbench.grading.bootstrap import Seed
 from healthbench.grading.grader import GRADER_CALLS
-from healthbench.grading.scoring import Seed
 from healthbench.grading.settings import DEFAULT_CONCURRENCY, GraderConfig, GradingOptions, LengthCenter, LengthPenalty
 from healthbench.runs.policy import PolicyConfig, Temperature
 from healthbench.runs.session import BatchChoice

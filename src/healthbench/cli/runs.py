@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,7 +23,7 @@ from healthbench.data.source import TaskSource
 from healthbench.data.splits import SPLITS
 from healthbench.data.subsets import DOWNLOADABLE, TASK_SUBSETS
 from healthbench.errors import RequestFailed
-from healthbench.grading.scoring import Bootstraps, Seed
+from healthbench.grading.bootstrap import Bootstraps, Seed
 from healthbench.grading.settings import GraderConfig, GradingOptions
 from healthbench.integrations.openreward.deployment import ENVIRONMENT, ENVIRONMENTS, SERVED_CONCURRENCY
 from healthbench.reporting.report import rebuild, unfinished, write_meta_report, write_report
@@ -173,10 +172,10 @@ def compare(run_a: Path, run_b: Path, seed: int, n_bootstrap: int, as_json: bool
         refuse_if_written(run)
     if meta_pair([RunFolder(run_a), RunFolder(run_b)]):
         figures = side_by_side([RunFolder(run_a), RunFolder(run_b)], seed=seed, n_bootstrap=n_bootstrap)
-        click.echo(json.dumps(figures.as_dict(), indent=2) if as_json else "\n".join(side_by_side_lines(figures)))
+        click.echo(figures.model_dump_json(indent=2) if as_json else "\n".join(side_by_side_lines(figures)))
         return
     result = compare_dirs(run_a, run_b, seed=seed, n_bootstrap=n_bootstrap)
-    click.echo(json.dumps(result, indent=2) if as_json else format_comparison(result))
+    click.echo(result.model_dump_json(indent=2) if as_json else format_comparison(result))
 
 
 @click.command()

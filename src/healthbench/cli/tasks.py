@@ -19,7 +19,7 @@ from healthbench.data.source import TaskSource
 from healthbench.data.splits import SPLITS
 from healthbench.data.subsets import TASK_SUBSETS
 from healthbench.errors import DownloadFailed
-from healthbench.grading.scoring import Seed
+from healthbench.grading.bootstrap import Seed
 from healthbench.runs.spec import DataSpec
 
 HELDOUT_HELP = (

@@ -21,11 +21,10 @@ from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 from healthbench.data.tags import THEMES
+from healthbench.grading.bootstrap import N_BOOTSTRAP, Bootstrap
 
 MODEL_F1 = "pairwise_model_f1_balanced"
 PHYSICIAN_F1 = "pairwise_physician_f1_balanced"
-N_BOOTSTRAP = 1000
-_CHUNK = 100  # resamples drawn at once
 
 
 @dataclass(frozen=True)
@@ -165,25 +164,21 @@ def row_statistics(
         }
         for name, value in [*row.items(), *((f"{category}: {k}", v) for k, v in row.items()), ("score", verdict)]:
             series.setdefault(name, []).append(value)
-    rng = np.random.default_rng(seed)
-    # One stream of resamples per sample count, shared by the series of that count, drawn in chunks: a full
-    # 1000 x 29,511 index matrix would take a quarter of a gigabyte.
+    # One stream of resamples, each sample count's drawn in turn and shared by the series of that count.
     by_count: dict[int, list[str]] = {}
     for name, values in series.items():
         by_count.setdefault(len(values), []).append(name)
     arrays = {name: np.asarray(values, dtype=np.float64) for name, values in series.items()}
-    means: dict[str, list[Any]] = {name: [] for name in series}
-    for n, names in by_count.items():
-        for start in range(0, n_bootstrap, _CHUNK):
-            indices = rng.integers(0, n, size=(min(_CHUNK, n_bootstrap - start), n))
-            for name in names:
-                means[name].append(arrays[name][indices].mean(axis=1))
+    bootstrap = Bootstrap(seed, n_bootstrap)
+    means: dict[str, Any] = {}
+    for names in by_count.values():
+        means |= zip(names, bootstrap.means(*(arrays[name] for name in names)), strict=True)
     out: dict[str, float | int] = {}
     for name, array in arrays.items():
         if name != "score":  # the reference replaces the mean of `score` by the macro F1
             out[name] = float(np.mean(array))
         out[f"{name}:n_samples"] = len(array)
-        out[f"{name}:bootstrap_std"] = float(np.std(np.concatenate(means[name])))
+        out[f"{name}:bootstrap_std"] = float(np.std(means[name]))
     return out
 
 
@@ -317,12 +312,7 @@ def macro_f1_resamples(
         met = np.asarray(said, dtype=np.float64)
         for kind, pairs in enumerate((met * positive, met * negative, (1 - met) * positive, (1 - met) * negative)):
             np.add.at(counts[:, rater, kind], where, pairs)
-    rng = np.random.default_rng(seed)
-    draws = []
-    for start in range(0, n_bootstrap, _CHUNK):
-        chosen = rng.integers(0, len(names), size=(min(_CHUNK, n_bootstrap - start), len(names)))
-        draws.append(counts[chosen].sum(axis=1))
-    tp, fp, fn, tn = np.moveaxis(np.concatenate(draws), -1, 0)
+    tp, fp, fn, tn = np.moveaxis(Bootstrap(seed, n_bootstrap).sums(counts), -1, 0)
     with np.errstate(divide="ignore", invalid="ignore"):
         f1_pos = 2 * tp / (2 * tp + fp + fn)
         f1_neg = 2 * tn / (2 * tn + fn + fp)

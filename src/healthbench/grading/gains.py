@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from healthbench.grading.scoring import N_BOOTSTRAP
+from healthbench.grading.bootstrap import N_BOOTSTRAP, Bootstrap, percentile_interval
 
 MIN_VERDICT_TASKS = 10
 """Tasks a transform's verdict needs, as `compare` stars no slice of fewer: over fewer tasks the bootstrap resamples
@@ -55,17 +55,19 @@ def gains(
             raise ValueError(f"transform {name}: no score for tasks {missing[:3]}")
     if not ids:
         return {}
-    rng = np.random.default_rng(seed)
-    resamples = rng.integers(0, len(ids), size=(n_bootstrap, len(ids)))
     base_scores = np.asarray([base[task] for task in ids], dtype=np.float64)
+    diffs = {
+        name: np.asarray([scores[task] for task in ids], dtype=np.float64) - base_scores
+        for name, scores in transformed.items()
+    }
+    resampled = Bootstrap(seed, n_bootstrap).means(*diffs.values()) if diffs else []
     out = {}
-    for name, scores in transformed.items():
-        diff = np.asarray([scores[task] for task in ids], dtype=np.float64) - base_scores
-        means = diff[resamples].mean(axis=1)
-        low, high = np.percentile(means, [2.5, 97.5])
+    for (name, diff), means in zip(diffs.items(), resampled, strict=True):
+        interval = percentile_interval(means)
+        assert interval is not None  # a mean of finite scores is finite in every resample
         out[name] = Gain(
             mean_gain=float(diff.mean()),
-            ci95=(float(low), float(high)),
+            ci95=interval,
             share_gained=float((diff > 0).mean()),
             n=len(ids),
         )

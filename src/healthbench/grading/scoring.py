@@ -13,20 +13,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated
-
-from pydantic import Field
 
 from healthbench.errors import SettingsError
+from healthbench.grading.bootstrap import N_BOOTSTRAP, Bootstrap
 
-if TYPE_CHECKING:
-    import numpy as np
-
-N_BOOTSTRAP = 1000
-# The bootstrap's seed (numpy takes no negative one) and its number of resamples, as the settings and flags take
-# them: each resample is a row of task indices held at once, so 10,000 of a 5,000-task run are 0.4 GB already.
-Seed = Annotated[int, Field(ge=0)]
-Bootstraps = Annotated[int, Field(ge=1, le=10_000)]
 LENGTH_ADJUSTED = "overall_score_length_adjusted"
 # metrics.json names worst-at-k of K samples `worst_at_k:K`.
 WORST_AT_K = "worst_at_k"
@@ -101,18 +91,19 @@ def aggregate(
             values.setdefault(name, []).append(value)
     if headline in values:
         values["score"] = values[headline]
-    rng = np.random.default_rng(seed)
-    resamples: dict[int, np.ndarray] = {}
+    by_count: dict[int, list[str]] = {}
+    for name, series in values.items():
+        by_count.setdefault(len(series), []).append(name)
+    bootstrap = Bootstrap(seed, n_bootstrap)
+    resampled: dict[str, np.ndarray] = {}
+    for names in by_count.values():
+        arrays = [np.asarray(values[name], dtype=np.float64) for name in names]
+        resampled |= zip(names, bootstrap.means(*arrays), strict=True)
     out: dict[str, float | int] = {}
     for name, series in values.items():
-        array = np.asarray(series, dtype=np.float64)
-        n = len(array)
-        if n not in resamples:
-            resamples[n] = rng.integers(0, n, size=(n_bootstrap, n))
-        means = np.clip(array[resamples[n]].mean(axis=1), 0.0, 1.0)
         out[name] = clipped_mean(series)
-        out[f"{name}:n_samples"] = n
-        out[f"{name}:bootstrap_std"] = float(np.std(means))
+        out[f"{name}:n_samples"] = len(series)
+        out[f"{name}:bootstrap_std"] = float(np.std(np.clip(resampled[name], 0.0, 1.0)))
     return out
 
 

@@ -27,18 +27,27 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Final
 
 from healthbench.data.tags import EXAMPLE_FAMILIES, UNSLICED_FAMILIES
 from healthbench.errors import DataError, SettingsError
+from healthbench.grading.bootstrap import percentile_interval, resample_means
 from healthbench.grading.scoring import LengthAdjustment
 from healthbench.runs.folder import RESULTS, RunFolder
+from healthbench.runs.outputs import (
+    Comparison,
+    GraderCallsBySide,
+    Headline,
+    Headlines,
+    MetricDifference,
+    SampleCounts,
+)
 from healthbench.runs.records import RunRecord, SampleRecord
 from healthbench.runs.spec import LengthSpec
 
 # Rows of fewer paired tasks than this get no significance mark.
 MIN_MARKED = 10
-HEADLINE = "score"
+HEADLINE: Final = "score"
 
 
 def example_prefixes(records: Iterable[SampleRecord], metric_names: Iterable[str] = ()) -> list[str]:
@@ -61,28 +70,23 @@ def _clip(value: float) -> float:
     return min(max(value, 0.0), 1.0)
 
 
-def _headline_of(
-    records: Sequence[SampleRecord], run: RunRecord | None
-) -> tuple[dict[str, Any], LengthAdjustment | None]:
+def _headline_of(records: Sequence[SampleRecord], run: RunRecord | None) -> Headline:
     """Whether a run's headline is length-adjusted (its records carry `length_adjusted_score`, or its run.json
-    records a `length_adjustment`), with those settings (None when not recorded), and the settings as a
-    `LengthAdjustment` for records that do not carry their adjusted score."""
+    records a `length_adjustment`), with those settings (None when not recorded)."""
     settings: LengthSpec | None = run.spec.length_adjustment if run is not None else None
     adjusted = settings is not None or any(record.length_adjusted_score is not None for record in records)
-    shown = None if settings is None else settings.model_dump()
-    return {"length_adjusted": adjusted, "length_adjustment": shown}, None if settings is None else settings.adjustment
+    return Headline(length_adjusted=adjusted, length_adjustment=settings)
 
 
-def _words(headline: Mapping[str, Any]) -> str:
-    if not headline["length_adjusted"]:
+def _words(headline: Headline) -> str:
+    if not headline.length_adjusted:
         return "not length-adjusted"
-    settings = headline["length_adjustment"]
-    if settings is None:
+    if headline.length_adjustment is None:
         return "length-adjusted, settings not recorded"
-    return f"length-adjusted, {LengthAdjustment(**settings).describe()}"
+    return f"length-adjusted, {headline.length_adjustment.adjustment.describe()}"
 
 
-def _mismatch(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
+def _mismatch(a: Headline, b: Headline) -> str | None:
     """A sentence saying how the two headlines differ, or None when they are alike."""
     if a == b:
         return None
@@ -140,6 +144,13 @@ def _task_values(
     return means, {task: len(graded) for task, graded in samples.items()}
 
 
+def task_headlines(records: Sequence[SampleRecord], run: RunRecord | None, side: str) -> dict[str, float]:
+    """Each task's headline score as `compare` takes it (the mean over its samples), by task id; `side` names the
+    run in an error."""
+    means, _ = _task_values(records, _adjustment(run), side)
+    return {task: values[HEADLINE] for task, values in means.items()}
+
+
 def _compared_names(
     pairs: Sequence[tuple[Mapping[str, float], Mapping[str, float]]], prefixes: Sequence[str]
 ) -> list[str]:
@@ -160,84 +171,89 @@ def compare_runs(
     run_a: RunRecord | None = None,
     run_b: RunRecord | None = None,
     names: tuple[str, str] | None = None,
-) -> dict[str, Any]:
-    """Compare run B to run A on the tasks both graded; `run_a` and `run_b` are the runs' run.json, which say
-    how a length-adjusted headline was adjusted, and `names` what to call the runs (their folders).
+    unfinished: Sequence[str] = (),
+) -> Comparison:
+    """Compare run B to run A on the tasks both graded (a `Comparison`; `DataError` when they graded none
+    alike); `run_a` and `run_b` are the runs' run.json, which say how a length-adjusted headline was adjusted,
+    `names` what to call the runs (their folders), and `unfinished` a sentence per run that is not finished.
 
-    Returns `a` and `b` (the runs' names, or None), `n_tasks` (paired tasks), `samples` (per run, its samples of
-    the paired tasks), `only_a`, `only_b` (tasks graded by one run only), `seed`, `n_bootstrap`, `min_marked`,
-    `headline` (`score` when either run is length-adjusted, else `overall_score`), `headlines` (per run,
-    `length_adjusted` and its `length_adjustment` settings), `headline_mismatch` (None, or a sentence saying how
-    the two headlines differ), `grader_calls` (per run, `per-item` or `per-reply`; None without run.json),
-    `grader_calls_mismatch` (None, or a sentence when they differ), and `metrics`: for the headline `score`,
-    `overall_score`, each example-tag slice (`theme:*`; `use_case:*`, `type:*`, ... for HealthBench
-    Professional) and each `axis:*` metric, over the paired tasks where both runs have it, `{n, mean_a, mean_b,
-    diff, ci_low, ci_high, mean_a_unclipped, mean_b_unclipped, clipped, marked}`: `n` tasks, each run's mean of
-    its per-task means clipped to [0, 1], `diff` the mean of the per-task differences B - A and [ci_low,
-    ci_high] its 95% percentile bootstrap interval (tasks resampled with replacement), `marked` whether the
-    interval excludes zero and `n` is at least `min_marked`. Tasks are taken in sorted order, so the result does
-    not depend on the records' order.
+    The metrics are the headline `score` (when either run is length-adjusted), `overall_score`, each example-tag
+    slice (`theme:*`; `use_case:*`, `type:*`, ... for HealthBench Professional) and each `axis:*` metric, each
+    over the paired tasks where both runs have it. Tasks are taken in sorted order, so the result does not depend
+    on the records' order.
     """
     import numpy as np  # deferred: numpy costs 0.5 s of CLI start-up, and only this function needs it
 
     if n_bootstrap < 1:
         raise SettingsError("`n_bootstrap` must be at least 1")
-    (headline_a, adjustment_a), (headline_b, adjustment_b) = _headline_of(a, run_a), _headline_of(b, run_b)
+    headlines = Headlines(a=_headline_of(a, run_a), b=_headline_of(b, run_b))
+    adjustment_a, adjustment_b = (_adjustment(run) for run in (run_a, run_b))
     (tasks_a, counts_a), (tasks_b, counts_b) = _task_values(a, adjustment_a, "A"), _task_values(b, adjustment_b, "B")
     tasks = sorted(tasks_a.keys() & tasks_b.keys())
+    if not tasks:
+        raise DataError(
+            f"no paired tasks to compare: A graded {len(tasks_a)} task{'s' * (len(tasks_a) != 1)}, B "
+            f"{len(tasks_b)}, and none of them is the same task (are they runs of the same data?)"
+        )
     pairs = [(tasks_a[task], tasks_b[task]) for task in tasks]
-    headlines = {"a": headline_a, "b": headline_b}
-    adjusted = headline_a["length_adjusted"] or headline_b["length_adjusted"]
+    adjusted = headlines.a.length_adjusted or headlines.b.length_adjusted
     metric_names = {name for ma, mb in pairs for name in (*ma, *mb)}
     prefixes = example_prefixes([*a, *b], metric_names)
     compared = ([HEADLINE] if adjusted else []) + _compared_names(pairs, prefixes)
-    metrics: dict[str, dict[str, float | int | bool]] = {}
+    metrics: dict[str, MetricDifference] = {}
     for name in compared:
         values = [(ma[name], mb[name]) for ma, mb in pairs if name in ma and name in mb]
         if not values:
             continue
         array = np.asarray(values, dtype=np.float64)
         diffs = array[:, 1] - array[:, 0]
-        # A fresh generator per metric: each interval depends only on its own tasks, not on which other
-        # metrics happen to be present in the runs.
-        rng = np.random.default_rng(seed)
-        means = diffs[rng.integers(0, len(diffs), size=(n_bootstrap, len(diffs)))].mean(axis=1)
-        low, high = (float(x) for x in np.percentile(means, [2.5, 97.5]))
+        # A fresh stream per metric: each interval depends only on its own tasks, not on which other metrics
+        # happen to be present in the runs.
+        interval = percentile_interval(resample_means(diffs, seed=seed, n_bootstrap=n_bootstrap))
+        assert interval is not None  # a mean of finite differences is finite in every resample
+        low, high = interval
         mean_a, mean_b = float(array[:, 0].mean()), float(array[:, 1].mean())
-        metrics[name] = {
-            "n": len(diffs),
-            "mean_a": _clip(mean_a),
-            "mean_b": _clip(mean_b),
-            "diff": float(diffs.mean()),
-            "ci_low": low,
-            "ci_high": high,
-            "mean_a_unclipped": mean_a,
-            "mean_b_unclipped": mean_b,
-            "clipped": _clip(mean_a) != mean_a or _clip(mean_b) != mean_b,
-            "marked": len(diffs) >= MIN_MARKED and (low > 0 or high < 0),
-        }
-    calls = {side: None if run is None else run.spec.grader.calls for side, run in (("a", run_a), ("b", run_b))}
-    return {
-        "a": names[0] if names else None,
-        "b": names[1] if names else None,
-        "grader_calls": calls,
-        "grader_calls_mismatch": grader_calls_mismatch(calls["a"], calls["b"]),
-        "n_tasks": len(tasks),
-        "samples": {"a": sum(counts_a[t] for t in tasks), "b": sum(counts_b[t] for t in tasks)},
-        "only_a": len(tasks_a) - len(tasks),
-        "only_b": len(tasks_b) - len(tasks),
-        "seed": seed,
-        "n_bootstrap": n_bootstrap,
-        "min_marked": MIN_MARKED,
-        "headline": HEADLINE if adjusted else "overall_score",
-        "headlines": headlines,
-        "headline_mismatch": _mismatch(headlines["a"], headlines["b"]),
-        "metrics": metrics,
-    }
+        metrics[name] = MetricDifference(
+            n=len(diffs),
+            mean_a=_clip(mean_a),
+            mean_b=_clip(mean_b),
+            diff=float(diffs.mean()),
+            ci_low=low,
+            ci_high=high,
+            mean_a_unclipped=mean_a,
+            mean_b_unclipped=mean_b,
+            clipped=_clip(mean_a) != mean_a or _clip(mean_b) != mean_b,
+            marked=len(diffs) >= MIN_MARKED and (low > 0 or high < 0),
+        )
+    calls = GraderCallsBySide(**{side: run.spec.grader.calls for side, run in (("a", run_a), ("b", run_b)) if run})
+    return Comparison(
+        a=names[0] if names else None,
+        b=names[1] if names else None,
+        grader_calls=calls,
+        grader_calls_mismatch=grader_calls_mismatch(calls.a, calls.b),
+        unfinished=list(unfinished),
+        n_tasks=len(tasks),
+        samples=SampleCounts(a=sum(counts_a[t] for t in tasks), b=sum(counts_b[t] for t in tasks)),
+        only_a=len(tasks_a) - len(tasks),
+        only_b=len(tasks_b) - len(tasks),
+        seed=seed,
+        n_bootstrap=n_bootstrap,
+        min_marked=MIN_MARKED,
+        headline=HEADLINE if adjusted else "overall_score",
+        headlines=headlines,
+        headline_mismatch=_mismatch(headlines.a, headlines.b),
+        metrics=metrics,
+    )
 
 
-def _read(path: Path) -> tuple[list[SampleRecord], RunRecord | None]:
-    """A run folder's results and run.json; a DataError naming the folder for one that cannot be compared."""
+def _adjustment(run: RunRecord | None) -> LengthAdjustment | None:
+    """The run's length adjustment as run.json records it, for records that do not carry their adjusted score."""
+    return None if run is None else run.spec.adjustment
+
+
+def _read(path: Path, side: str) -> tuple[list[SampleRecord], RunRecord | None, str | None]:
+    """A run folder's results, its run.json and a sentence when it is not a finished run; a DataError naming the
+    folder for one that cannot be compared."""
     folder = RunFolder(path)
     run = folder.read_run()
     if run is not None and run.spec.command == "meta-eval":
@@ -253,50 +269,57 @@ def _read(path: Path) -> tuple[list[SampleRecord], RunRecord | None]:
     results = folder.read_results()
     if not results:
         raise DataError(f"{folder / RESULTS}: no results to compare")
-    return results, run
+    reason = folder.unfinished(run)
+    said = None if reason is None else f"{side} ({path}) is {reason}: compared on the tasks it graded"
+    return results, run, said
 
 
-def compare_dirs(run_a: str | Path, run_b: str | Path, *, seed: int = 0, n_bootstrap: int = 1000) -> dict[str, Any]:
+def compare_dirs(run_a: str | Path, run_b: str | Path, *, seed: int = 0, n_bootstrap: int = 1000) -> Comparison:
     """`compare_runs` on two run folders, A and B as named: their results.jsonl, and their run.json when
-    present."""
-    (a, meta_a), (b, meta_b) = _read(Path(run_a)), _read(Path(run_b))
-    names = (str(run_a), str(run_b))
-    return compare_runs(a, b, seed=seed, n_bootstrap=n_bootstrap, run_a=meta_a, run_b=meta_b, names=names)
+    present; a run that is not finished is compared on the tasks it graded, and the result says so."""
+    (a, meta_a, said_a), (b, meta_b, said_b) = _read(Path(run_a), "A"), _read(Path(run_b), "B")
+    return compare_runs(
+        a,
+        b,
+        seed=seed,
+        n_bootstrap=n_bootstrap,
+        run_a=meta_a,
+        run_b=meta_b,
+        names=(str(run_a), str(run_b)),
+        unfinished=[said for said in (said_a, said_b) if said],
+    )
 
 
-def format_comparison(result: Mapping[str, Any]) -> str:
+def format_comparison(result: Comparison) -> str:
     """A plain-text table of a `compare_runs` result; `*` marks a row whose interval excludes zero over at least
     `min_marked` tasks, `^` a row where clipping a mean to [0, 1] changed it."""
-    names = "".join(f"{side.upper()}: {result[side]}\n" for side in ("a", "b") if result.get(side))
-    if result.get("grader_calls_mismatch"):
+    names = "".join(f"{side.upper()}: {name}\n" for side, name in (("a", result.a), ("b", result.b)) if name)
+    if result.grader_calls_mismatch:
         # The first line: a reader who reads nothing else must not take the difference for the models' alone.
-        names = f"GRADER CALLS DIFFER: {result['grader_calls_mismatch']}\n" + names
-    samples = result["samples"]
+        names = f"GRADER CALLS DIFFER: {result.grader_calls_mismatch}\n" + names
+    names += "".join(f"UNFINISHED: {said}\n" for said in result.unfinished)
+    samples = result.samples
     head = names + (
-        f"{result['n_tasks']} paired tasks ({samples['a']} samples in A, {samples['b']} in B); {result['only_a']} "
-        f"tasks only in A, {result['only_b']} only in B (95% bootstrap interval of the mean per-task difference, "
-        f"tasks resampled, {result['n_bootstrap']} resamples, seed {result['seed']})"
+        f"{result.n_tasks} paired tasks ({samples.a} samples in A, {samples.b} in B); {result.only_a} "
+        f"tasks only in A, {result.only_b} only in B (95% bootstrap interval of the mean per-task difference, "
+        f"tasks resampled, {result.n_bootstrap} resamples, seed {result.seed})"
     )
-    metrics: Mapping[str, Mapping[str, Any]] = result["metrics"]
-    if not metrics:
-        return f"{head}\nno paired tasks to compare\n"
-    headlines = result["headlines"]
-    mismatch = result["headline_mismatch"]
-    if mismatch:
-        head += f"\nHEADLINE MISMATCH: {mismatch}"
-    elif result["headline"] == HEADLINE:
-        head += f"\nheadline: the score row, in both runs {_words(headlines['a'])}"
+    metrics = result.metrics
+    if result.headline_mismatch:
+        head += f"\nHEADLINE MISMATCH: {result.headline_mismatch}"
+    elif result.headline == HEADLINE:
+        head += f"\nheadline: the score row, in both runs {_words(result.headlines.a)}"
     width = max(len("metric"), *(len(name) for name in metrics))
     lines = [head, "", f"{'metric':<{width}}  {'tasks':>5}  {'mean A':>7}  {'mean B':>7}  {'B - A':>7}  95% interval"]
     for name, m in metrics.items():
-        marker = (" *" if m["marked"] else "") + (" ^" if m["clipped"] else "")
+        marker = (" *" if m.marked else "") + (" ^" if m.clipped else "")
         lines.append(
-            f"{name:<{width}}  {m['n']:>5}  {m['mean_a']:>7.3f}  {m['mean_b']:>7.3f}  {m['diff']:>+7.3f}  "
-            f"[{m['ci_low']:+.3f}, {m['ci_high']:+.3f}]{marker}"
+            f"{name:<{width}}  {m.n:>5}  {m.mean_a:>7.3f}  {m.mean_b:>7.3f}  {m.diff:>+7.3f}  "
+            f"[{m.ci_low:+.3f}, {m.ci_high:+.3f}]{marker}"
         )
-    clipped = any(m["clipped"] for m in metrics.values())
+    clipped = any(m.clipped for m in metrics.values())
     lines += [
-        f"* the interval excludes zero; rows of fewer than {result['min_marked']} tasks are never marked",
+        f"* the interval excludes zero; rows of fewer than {result.min_marked} tasks are never marked",
         "Each task counts once (its repeats averaged). Means are clipped to [0, 1] as in metrics.json; B - A and its "
         "interval are of the unclipped per-task differences"
         + ("; ^ marks a row where clipping changed a mean, so B - A is not mean B - mean A." if clipped else "."),

@@ -9,8 +9,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from healthbench.grading.agreement import MODEL_F1, N_BOOTSTRAP, PHYSICIAN_F1, macro_f1_resamples
-from healthbench.reporting.metamodes import CONFIDENCE, cluster_of, interval
+from healthbench.grading.agreement import MODEL_F1, PHYSICIAN_F1, macro_f1_resamples
+from healthbench.grading.bootstrap import CONFIDENCE, N_BOOTSTRAP, percentile_interval
+from healthbench.reporting.metamodes import cluster_of
 from healthbench.runs.folder import RunFolder
 from healthbench.runs.judges import (
     ITEMS_PER_REWARD,
@@ -60,7 +61,7 @@ def _categories(
                 category=category,
                 rows=len(rows),
                 macro_f1=None if model is None else float(model),
-                interval=interval(_resampled([rows], seed, n_bootstrap)[:, 0]),
+                interval=percentile_interval(_resampled([rows], seed, n_bootstrap)[:, 0]),
                 physicians_f1=None if physicians is None else float(physicians),
             )
         )
@@ -128,7 +129,7 @@ def judge_entry(judge: Judge, *, seed: int, n_bootstrap: int) -> tuple[JudgeEntr
         entry |= {
             "metrics": dict(metrics),
             "macro_f1": None if model is None else float(model),
-            "interval": interval(_resampled([records], seed, n_bootstrap)[:, 0]),
+            "interval": percentile_interval(_resampled([records], seed, n_bootstrap)[:, 0]),
             "physicians_f1": None if physicians is None else float(physicians),
             "categories": _categories(records, dict(metrics), seed, n_bootstrap),
         }
@@ -153,7 +154,7 @@ def _differences(
     for i, (entry, _) in enumerate(finished):
         if i == leader or entry.macro_f1 is None or best.macro_f1 is None:
             continue
-        span = interval(resamples[:, i] - resamples[:, leader])
+        span = percentile_interval(resamples[:, i] - resamples[:, leader])
         out.append(
             Difference(
                 name=entry.name,

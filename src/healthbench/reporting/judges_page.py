@@ -3,14 +3,13 @@ scripts, fonts or stylesheets from elsewhere) beside judges.json."""
 
 from __future__ import annotations
 
-from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from healthbench.files import write_atomic
 from healthbench.grading.grader import DEFAULT_GRADER_MODEL
 from healthbench.reporting.metamodes import PAPER_MACRO_F1
+from healthbench.reporting.pages import template
 from healthbench.runs.judges import Interval, JudgeEntry, JudgesRecord
 
 if TYPE_CHECKING:
@@ -145,14 +144,8 @@ def short_names(record: JudgesRecord) -> list[str]:
     return names
 
 
-@cache
 def _template() -> Template:
-    # Deferred, as for the report: jinja2's import is paid by the commands that write pages only.
-    from jinja2 import Environment, StrictUndefined
-
-    env = Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=StrictUndefined)
-    source = resources.files("healthbench.reporting").joinpath("judges.html.j2").read_text(encoding="utf-8")
-    return env.from_string(source)
+    return template("healthbench.reporting", "judges.html.j2")
 
 
 def _bar(entry: JudgeEntry) -> dict[str, Any] | None:

@@ -2,53 +2,75 @@
 slice for HealthBench Professional), ranked by headline, with the runs whose grader or configuration differ
 from the others marked, so a table never silently sets unlike scores against each other.
 
-Everything comes from what the runs already wrote: metrics.json (the figures), run.json (what was graded,
-by which grader, called how often, on which data, how the headline was scored) and usage.json (what it cost,
-and what its grader's prompt cache saved). A run graded per reply is marked in every row: its score is never
-HealthBench's. The headline is metrics.json `score`, which a
-run with a length adjustment writes as the length-adjusted score. Runs whose scores are equal to the three
-decimals shown share a rank, and the next rank is skipped (1, 1, 3). The data is named by its subset, or by
-its file's name and the start of its sha256, so two copies of one file are the same data and two files of
-one name are not.
+Everything comes from what the runs already wrote: metrics.json (the figures), results.jsonl (the tasks graded,
+for the interval and the task set), run.json (what was graded, by which grader, called how often, on which data
+and split, how the headline was scored) and usage.json (what it cost, and what its grader's prompt cache saved).
+A run graded per reply is marked in every row: its score is never HealthBench's. The headline is metrics.json
+`score`, which a run with a length adjustment writes as the length-adjusted score; its interval is a percentile
+bootstrap over the run's tasks (each task's repeats averaged, as `compare` takes them), since repeats of a task
+are not evidence about other tasks: 3 tasks graded 10 times are 3 tasks, not 30.
+
+Runs on different task sets (another subset or data file, limit, split, or simply other tasks graded) are not
+comparable: each task set's runs are ranked among themselves, and a run on a task set other than most runs'
+is marked. Runs whose scores are equal to the three decimals shown share a rank, and the next rank is skipped
+(1, 1, 3). The data is named by its subset, or by its file's name and the start of its sha256, so two copies of
+one file are the same data and two files of one name are not.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from healthbench.data import tags
 from healthbench.errors import DataError
+from healthbench.grading.bootstrap import N_BOOTSTRAP, percentile_interval, resample_means
+from healthbench.grading.grader import GraderCalls
 from healthbench.grading.scoring import LENGTH_ADJUSTED
+from healthbench.reporting.compare import task_headlines
 from healthbench.reporting.report.charts import interval
-from healthbench.runs.folder import METRICS, RunFolder
-from healthbench.runs.spec import GraderRequest, LengthSpec
-
-if TYPE_CHECKING:
-    pass
+from healthbench.runs.folder import METRICS, RESULTS, RunFolder
+from healthbench.runs.outputs import FigureRecord, Leaderboard, LeaderboardRow, MarkRecord
+from healthbench.runs.spec import Command, GraderRequest, LengthSpec, RunSpec
 
 
 @dataclass(frozen=True)
 class Figure:
-    """One clipped mean of metrics.json with its bootstrap std, sample count and 95% interval."""
+    """One clipped mean of metrics.json with its bootstrap std and sample count, and its 95% interval: the one
+    given (the headline's, tasks resampled), else score ± 1.96 std clipped to [0, 1]."""
 
     value: float
     std: float | None
     n: int | None
+    interval: tuple[float, float] | None = None
 
     @property
     def low_high(self) -> tuple[float, float] | None:
-        """score ± 1.96 std, clipped to [0, 1]; None when the std is not recorded."""
+        """The 95% interval; None when neither it nor the std is recorded."""
+        if self.interval is not None:
+            return self.interval
         return None if self.std is None else interval(self.value, self.std)
 
-    def as_dict(self) -> dict[str, Any]:
+    def record(self) -> FigureRecord:
         """The figure as --json prints it."""
         low, high = self.low_high or (None, None)
-        return {"value": self.value, "bootstrap_std": self.std, "n_samples": self.n, "ci_low": low, "ci_high": high}
+        return FigureRecord(value=self.value, bootstrap_std=self.std, n_samples=self.n, ci_low=low, ci_high=high)
+
+
+@dataclass(frozen=True)
+class TaskSet:
+    """The tasks a run graded: where they come from (`words`: data, split, limit, count) and which they are
+    (`digest` of their ids and the data's sha256), so two runs are comparable exactly when their digests are
+    equal."""
+
+    words: str
+    digest: str
+    n: int
 
 
 @dataclass(frozen=True)
@@ -82,7 +104,7 @@ class Entry:
     """One run as the leaderboard shows it."""
 
     run: str
-    command: str
+    command: Command
     model: str
     grader_model: str
     grader_request: GraderRequest | None
@@ -94,7 +116,8 @@ class Entry:
     official_differences: list[str]
     headline: Figure
     metrics: dict[str, Figure]
-    grader_calls: str = "per-item"
+    tasks: TaskSet
+    grader_calls: GraderCalls = "per-item"
     # The training split graded (`data.splits`), None for every task of the data.
     split: str | None = None
     cost: Cost = field(default_factory=lambda: Cost(None))
@@ -114,14 +137,9 @@ class Entry:
 
     @property
     def subset(self) -> str:
-        """The data as a reader knows it: the official subset's name ("hard"), or the file's name and the start of
-        its sha256 ("rows.jsonl sha256:648ba52f3f84"; the name alone when run.json does not record the hash), and
-        the split when one was graded ("full, split heldout")."""
-        if self.data.startswith("subset:"):
-            name = self.data.removeprefix("subset:")
-        else:
-            name = Path(self.data).name
-            name = f"{name} sha256:{self.data_sha256[:12]}" if self.data_sha256 else name
+        """The data as a reader knows it (`data_label`), and the split when one was graded ("full, split
+        heldout")."""
+        name = data_label(self.data, self.data_sha256)
         return name if self.split is None else f"{name}, split {self.split}"
 
     @property
@@ -133,43 +151,71 @@ class Entry:
             return "length-adjusted score (settings not recorded)"
         return f"length-adjusted score ({self.length_adjustment.adjustment.describe()})"
 
-    def as_dict(self, rank: int) -> dict[str, Any]:
-        """The run as --json prints it."""
+    def row(self, rank: int) -> LeaderboardRow:
+        """The run as the board records it."""
         low, high = self.headline.low_high or (None, None)
-        return {
-            "rank": rank,
-            "run": self.run,
-            "command": self.command,
-            "model": self.model,
-            "grader_model": self.grader_model,
-            "grader_request": None if self.grader_request is None else self.grader_request.model_dump(),
-            "grader_calls": self.grader_calls,
-            "grader": self.grader,
-            "subset": self.subset,
-            "data": self.data,
-            "data_sha256": self.data_sha256,
-            "split": self.split,
-            "headline": self.headline_kind,
-            "length_adjustment": None if self.length_adjustment is None else self.length_adjustment.model_dump(),
-            "score": self.headline.value,
-            "bootstrap_std": self.headline.std,
-            "ci_low": low,
-            "ci_high": high,
-            "n_samples": self.headline.n,
-            "official_configuration": self.official,
-            "official_differences": self.official_differences,
-            "cost_usd": self.cost.usd,
-            "grader_cache_hit_rate": self.cost.cache_hit_rate,
-            "grader_cache_saved_usd": self.cost.cache_saved_usd,
-            "cost": self.cost.describe(),
-            "marks": [{"kind": m.kind, "detail": m.detail} for m in self.marks],
-            "metrics": {name: figure.as_dict() for name, figure in self.metrics.items()},
-        }
+        return LeaderboardRow(
+            rank=rank,
+            run=self.run,
+            command=self.command,
+            model=self.model,
+            grader_model=self.grader_model,
+            grader_request=self.grader_request,
+            grader_calls=self.grader_calls,
+            grader=self.grader,
+            subset=self.subset,
+            data=self.data,
+            data_sha256=self.data_sha256,
+            split=self.split,
+            task_set=self.tasks.words,
+            n_tasks=self.tasks.n,
+            headline=self.headline_kind,
+            length_adjustment=self.length_adjustment,
+            score=self.headline.value,
+            bootstrap_std=self.headline.std,
+            ci_low=low,
+            ci_high=high,
+            n_samples=self.headline.n,
+            official_configuration=self.official,
+            official_differences=self.official_differences,
+            cost_usd=self.cost.usd,
+            grader_cache_hit_rate=self.cost.cache_hit_rate,
+            grader_cache_saved_usd=self.cost.cache_saved_usd,
+            cost=self.cost.describe(),
+            marks=[MarkRecord(kind=m.kind, detail=m.detail) for m in self.marks],
+            metrics={name: figure.record() for name, figure in self.metrics.items()},
+        )
 
 
-def _figure(metrics: Mapping[str, Any], name: str) -> Figure:
+def data_label(source: str, sha256: str | None) -> str:
+    """The data as a reader knows it: the official subset's name ("hard"), or the file's name and the start of its
+    sha256 ("rows.jsonl sha256:648ba52f3f84"; the name alone when run.json does not record the hash)."""
+    if source.startswith("subset:"):
+        return source.removeprefix("subset:")
+    name = Path(source).name
+    return f"{name} sha256:{sha256[:12]}" if sha256 else name
+
+
+def _figure(metrics: Mapping[str, Any], name: str, given: tuple[float, float] | None = None) -> Figure:
     std, n = metrics.get(f"{name}:bootstrap_std"), metrics.get(f"{name}:n_samples")
-    return Figure(float(metrics[name]), None if std is None else float(std), None if n is None else int(n))
+    return Figure(float(metrics[name]), None if std is None else float(std), None if n is None else int(n), given)
+
+
+def _task_interval(headlines: Mapping[str, float], seed: int) -> tuple[float, float] | None:
+    """The 95% percentile interval of the clipped mean headline, tasks resampled (in id order, as `compare`)."""
+    import numpy as np  # deferred: numpy costs 0.2 s of CLI start-up
+
+    means = resample_means([headlines[task] for task in sorted(headlines)], seed=seed, n_bootstrap=N_BOOTSTRAP)
+    return percentile_interval(np.clip(means, 0.0, 1.0))
+
+
+def _task_set(spec: RunSpec, subset: str, tasks: Sequence[str]) -> TaskSet:
+    """The run's task set: its data as the board names it, its split and limit when it had them, its tasks."""
+    split = spec.data.split
+    words = [subset] + ([f"split {split}"] if split else []) + ([f"limit {spec.limit}"] if spec.limit else [])
+    ids = "\n".join([spec.data.sha256 or spec.data.source, *sorted(tasks)])
+    n = len(tasks)
+    return TaskSet(f"{', '.join(words)}: {n} task{'s' * (n != 1)}", hashlib.sha256(ids.encode()).hexdigest(), n)
 
 
 def load_entry(folder: Path) -> Entry:
@@ -195,6 +241,10 @@ def load_entry(folder: Path) -> Entry:
     metrics = RunFolder(folder).require_metrics()
     if "score" not in metrics:
         raise DataError(f"{folder / METRICS}: no score")
+    results = RunFolder(folder).read_results()
+    if not results:
+        raise DataError(f"{folder / RESULTS}: no results (is the run finished?)")
+    headlines = task_headlines(results, run, str(folder))
     families = tuple(f"{name}:" for name in tags.BREAKDOWN_FAMILIES)
     names = [n for n in metrics if n.startswith(families) and not n.endswith((":n_samples", ":bootstrap_std"))]
     adjusted = LENGTH_ADJUSTED in metrics
@@ -218,8 +268,9 @@ def load_entry(folder: Path) -> Entry:
         length_adjustment=spec.length_adjustment if adjusted else None,
         official=None if spec.official is None else spec.official.configuration,
         official_differences=[] if spec.official is None else [str(d) for d in spec.official.differences],
-        headline=_figure(metrics, "score"),
+        headline=_figure(metrics, "score", _task_interval(headlines, spec.seed)),
         metrics={name: _figure(metrics, name) for name in sorted(names, key=_order)},
+        tasks=_task_set(spec, data_label(spec.data.source, spec.data.sha256), list(headlines)),
         grader_calls=spec.grader.calls,
         split=spec.data.split,
         cost=cost,
@@ -262,6 +313,21 @@ def _differences(entries: Sequence[Entry]) -> list[str]:
                 continue
             others = sorted(v for v in counts if v != value)
             entry.marks.append(Mark(kind, f"{value} (other runs: {'; '.join(others)})"))
+    sets = Counter(entry.tasks.digest for entry in entries)
+    if len(sets) > 1:
+        words = {entry.tasks.digest: entry.tasks.words for entry in entries}
+        sentences.append(
+            "task sets differ: "
+            + "; ".join(f"{words[digest]} ({n} run{'s' * (n > 1)})" for digest, n in sets.most_common())
+            + ". Runs on different tasks are not comparable: each task set's runs are ranked among themselves"
+        )
+        (common, most), (_, second) = sets.most_common(2)
+        for entry in entries:
+            if most > second and entry.tasks.digest == common:
+                continue
+            others = sorted({words[d] for d in sets if d != entry.tasks.digest})
+            detail = f"ranked apart: its tasks ({entry.tasks.words}) are not those of other runs ({'; '.join(others)})"
+            entry.marks.append(Mark("not comparable", detail))
     calls = Counter(entry.grader_calls for entry in entries)
     if set(calls) != {"per-item"}:
         sentences.append(
@@ -292,23 +358,23 @@ def _ranks(entries: Sequence[Entry]) -> list[int]:
     return ranks
 
 
-def build(folders: Sequence[Path]) -> dict[str, Any]:
-    """The leaderboard of `folders`, ranked by headline score (highest first, ties by run; equal shown scores
-    share a rank), as a dict: `runs` (each run's figures, settings and marks), `families` (the slice names per
-    family, over all runs) and `differences` (a sentence per setting that differs across runs)."""
+def build(folders: Sequence[Path]) -> Leaderboard:
+    """The leaderboard of `folders`: the runs of each task set together, ranked among themselves by headline
+    score (highest first, ties by run; equal shown scores share a rank), the task sets in the order of their best
+    runs; the slice names per family over all runs, and a sentence per setting that differs across runs."""
     seen: dict[Path, Path] = {}
     for folder in folders:
         resolved = folder.resolve()
         if resolved in seen:
             raise DataError(f"{folder}: given twice (as {seen[resolved]})")
         seen[resolved] = folder
-    entries = sorted((load_entry(folder) for folder in folders), key=lambda e: (-e.headline.value, e.run))
-    differences = _differences(entries)
+    best_first = sorted((load_entry(folder) for folder in folders), key=lambda e: (-e.headline.value, e.run))
+    groups: dict[str, list[Entry]] = {}
+    for entry in best_first:
+        groups.setdefault(entry.tasks.digest, []).append(entry)
+    differences = _differences(best_first)
     families: dict[str, list[str]] = {}
-    for name in sorted({name for entry in entries for name in entry.metrics}, key=_order):
+    for name in sorted({name for entry in best_first for name in entry.metrics}, key=_order):
         families.setdefault(name.split(":", 1)[0], []).append(name)
-    return {
-        "runs": [entry.as_dict(rank) for rank, entry in zip(_ranks(entries), entries, strict=True)],
-        "families": families,
-        "differences": differences,
-    }
+    rows = [entry.row(rank) for group in groups.values() for rank, entry in zip(_ranks(group), group, strict=True)]
+    return Leaderboard(runs=rows, families=families, differences=differences)

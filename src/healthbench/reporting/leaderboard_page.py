@@ -4,14 +4,14 @@ family) and one self-contained HTML page (no scripts, fonts or stylesheets from 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from functools import cache
-from importlib import resources
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from healthbench.files import write_atomic
+from healthbench.reporting.pages import template
 from healthbench.reporting.report.common import label
+from healthbench.runs.outputs import FigureRecord, Leaderboard, LeaderboardRow
 
 if TYPE_CHECKING:
     from jinja2 import Template
@@ -27,43 +27,49 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]], right: int) -> 
     return [f"| {' | '.join(_cell(c) for c in line)} |" for line in (header, rule, *rows)]
 
 
-def _value(figure: Mapping[str, Any] | None) -> str:
-    return "—" if figure is None else f"{figure['value']:.3f}"
+def _value(figure: FigureRecord | None) -> str:
+    return "—" if figure is None else f"{figure.value:.3f}"
 
 
-def _span(run: Mapping[str, Any]) -> str:
-    return "" if run["ci_low"] is None else f"[{run['ci_low']:.3f}, {run['ci_high']:.3f}]"
+def _span(figure: FigureRecord | LeaderboardRow) -> str:
+    return "" if figure.ci_low is None or figure.ci_high is None else f"[{figure.ci_low:.3f}, {figure.ci_high:.3f}]"
 
 
-def format_markdown(board: Mapping[str, Any]) -> str:
+def format_markdown(board: Leaderboard) -> str:
     """The leaderboard as Markdown: the ranked headline table, the marked runs, then a table per family."""
-    runs: Sequence[Mapping[str, Any]] = board["runs"]
-    adjusted = sorted({run["headline"] for run in runs} - {"score"})
+    runs = board.runs
+    adjusted = sorted({run.headline for run in runs} - {"score"})
     note = {"score": ""} | {kind: "†‡§¶"[i % 4] * (1 + i // 4) for i, kind in enumerate(adjusted)}
     rows = [
         (
-            *(run[key] for key in ("rank", "run", "model", "grader", "subset")),
-            ", ".join(dict.fromkeys(mark["kind"] for mark in run["marks"])),
-            run["n_samples"] or "",
-            f"{run['score']:.3f}{note[run['headline']]}",
+            run.rank,
+            run.run,
+            run.model,
+            run.grader,
+            run.subset,
+            ", ".join(dict.fromkeys(mark.kind for mark in run.marks)),
+            run.n_samples or "",
+            f"{run.score:.3f}{note[run.headline]}",
             _span(run),
-            run["cost"],
+            run.cost,
         )
         for run in runs
     ]
     header = ("#", "run", "model", "grader", "subset", "differs", "n", "score", "95% interval", "cost")
     lines = ["## HealthBench leaderboard", "", *_table(header, rows, 6), ""]
     lines += [f"{note[kind]} the headline is the {kind}" for kind in adjusted]
-    if len({run["rank"] for run in runs}) < len(runs):
+    if len({(run.task_set, run.rank) for run in runs}) < len(runs):
         lines.append("Runs whose scores are equal to the three decimals shown share a rank.")
+    if len({run.task_set for run in runs}) > 1:
+        lines.append("Runs on different task sets are not comparable: each task set's runs are ranked by themselves.")
     if adjusted:
         lines.append("Slice figures are unadjusted scores.")
-    marked = [(run["run"], m) for run in runs for m in run["marks"]]
+    marked = [(run.run, m) for run in runs for m in run.marks]
     if marked:
-        lines += ["", "Runs that differ from the others:", *(f"- {r}: {m['kind']}: {m['detail']}" for r, m in marked)]
-    for family, names in board["families"].items():
-        shown = [run for run in runs if any(name in run["metrics"] for name in names)]
-        table = [(run["rank"], run["run"], *(_value(run["metrics"].get(name)) for name in names)) for run in shown]
+        lines += ["", "Runs that differ from the others:", *(f"- {r}: {m.kind}: {m.detail}" for r, m in marked)]
+    for family, names in board.families.items():
+        shown = [run for run in runs if any(name in run.metrics for name in names)]
+        table = [(run.rank, run.run, *(_value(run.metrics.get(name)) for name in names)) for run in shown]
         lines += ["", f"### By {family.replace('_', ' ')}", "", *_table(("#", "run", *map(label, names)), table, 2)]
     return "\n".join(lines) + "\n"
 
@@ -78,49 +84,45 @@ def _shade(value: float) -> str:
     return f"background:hsl(214,65%,{lightness:.0f}%);color:{'#fff' if lightness < 64 else '#1f2328'}"
 
 
-def _slice_cell(figure: Mapping[str, Any] | None, name: str) -> dict[str, str] | None:
+def _slice_cell(figure: FigureRecord | None, name: str) -> dict[str, str] | None:
     if figure is None:
         return None
-    span = "" if figure["ci_low"] is None else f", 95% interval [{figure['ci_low']:.3f}, {figure['ci_high']:.3f}]"
+    span = _span(figure)
     return {
-        "text": f"{figure['value']:.3f}",
-        "title": f"{name}: {figure['value']:.3f}{span}, n={figure['n_samples']}",
-        "style": _shade(figure["value"]),
+        "text": f"{figure.value:.3f}",
+        "title": f"{name}: {figure.value:.3f}{', 95% interval ' + span if span else ''}, n={figure.n_samples}",
+        "style": _shade(figure.value),
     }
 
 
-@cache
 def _template() -> Template:
-    # Deferred, as for the report: jinja2's import is paid by this command only.
-    from jinja2 import Environment, StrictUndefined
-
-    env = Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=StrictUndefined)
-    source = resources.files("healthbench.reporting").joinpath("leaderboard.html.j2").read_text(encoding="utf-8")
-    return env.from_string(source)
+    return template("healthbench.reporting", "leaderboard.html.j2")
 
 
-def render_page(board: Mapping[str, Any]) -> str:
+def render_page(board: Leaderboard) -> str:
     """The leaderboard as one self-contained HTML page (no scripts, fonts or stylesheets from elsewhere)."""
-    runs = board["runs"]
+    runs = board.runs
     rows = []
     for run in runs:
-        whisker = None if run["ci_low"] is None else (BAR_W * run["ci_low"], BAR_W * run["ci_high"])
-        rows.append(run | {"bar": BAR_W * min(max(run["score"], 0.0), 1.0), "whisker": whisker, "span": _span(run)})
+        span = None if run.ci_low is None or run.ci_high is None else (run.ci_low, run.ci_high)
+        whisker = None if span is None else (BAR_W * span[0], BAR_W * span[1])
+        bar = BAR_W * min(max(run.score, 0.0), 1.0)
+        rows.append(run.model_dump() | {"bar": bar, "whisker": whisker, "span": _span(run)})
     families = []
-    for family, names in board["families"].items():
-        shown = [run for run in runs if any(name in run["metrics"] for name in names)]
-        cells = [(run, [_slice_cell(run["metrics"].get(name), name) for name in names]) for run in shown]
+    for family, names in board.families.items():
+        shown = [run for run in runs if any(name in run.metrics for name in names)]
+        cells = [(run, [_slice_cell(run.metrics.get(name), name) for name in names]) for run in shown]
         families.append((f"By {family.replace('_', ' ')}", [label(name) for name in names], cells))
     return _template().render(
         runs=rows,
         bar_w=BAR_W,
         ticks=[(BAR_W * t, f"{t:g}") for t in (0, 0.25, 0.5, 0.75, 1)],
-        kinds=sorted({run["headline"] for run in runs}),
-        differences=board["differences"],
+        kinds=sorted({run.headline for run in runs}),
+        differences=board.differences,
         families=families,
     )
 
 
-def write_page(board: Mapping[str, Any], path: Path) -> Path:
+def write_page(board: Leaderboard, path: Path) -> Path:
     """Write the page to `path` atomically, so a reader never sees half of it."""
     return write_atomic(path, render_page(board))

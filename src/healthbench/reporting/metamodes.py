@@ -9,59 +9,18 @@ difference B - A is measured on the same resamples (paired), so it is known more
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
 from typing import Any
 
 from healthbench.errors import DataError
 from healthbench.grading.agreement import MODEL_F1, macro_f1_resamples
+from healthbench.grading.bootstrap import percentile_interval
 from healthbench.reporting.compare import grader_calls_mismatch
 from healthbench.runs.folder import RunFolder
+from healthbench.runs.outputs import MetaComparison, MetaRunFigures
 from healthbench.runs.records import MetaRecord, SideUsage
 
 # HealthBench's paper, Table 6: each grader's macro F1 against physicians on the meta-eval, graded per item.
 PAPER_MACRO_F1 = {"gpt-4.1": 0.709, "o4-mini": 0.692, "o3": 0.681, "gpt-4.1-mini": 0.661, "gpt-4.1-nano": 0.580}
-CONFIDENCE = 0.95
-
-
-def interval(values: Any) -> tuple[float, float] | None:
-    import numpy as np  # deferred: numpy costs 0.2 s of CLI start-up
-
-    finite = values[np.isfinite(values)]
-    if not len(finite):
-        return None
-    tail = (1 - CONFIDENCE) / 2 * 100
-    return float(np.percentile(finite, tail)), float(np.percentile(finite, 100 - tail))
-
-
-@dataclass(frozen=True)
-class MetaFigures:
-    """One finished meta-eval run as the side-by-side shows it: its grader and mode, macro F1 with its 95%
-    interval (None where undefined), rows and completions, and the grader's calls, tokens and cost."""
-
-    folder: str
-    grader_model: str
-    grader_calls: str
-    macro_f1: float | None
-    interval: tuple[float, float] | None
-    rows: int
-    completions: int
-    usage: SideUsage
-
-
-@dataclass(frozen=True)
-class SideBySide:
-    """Two (or more) meta-eval runs, and B - A's macro F1 with its paired interval when the first two graded the
-    same rows."""
-
-    runs: list[MetaFigures]
-    difference: float | None = None
-    difference_interval: tuple[float, float] | None = None
-    paired: bool = False
-
-    def as_dict(self) -> dict[str, Any]:
-        """The figures as `compare --json` prints them."""
-        runs = [asdict(run) | {"usage": run.usage.model_dump()} for run in self.runs]
-        return asdict(self) | {"runs": runs, "paper_macro_f1": PAPER_MACRO_F1}
 
 
 def meta_pair(folders: Sequence[RunFolder]) -> bool:
@@ -97,7 +56,7 @@ def _resamples(raters: Sequence[Sequence[MetaRecord]], seed: int, n_bootstrap: i
     return macro_f1_resamples(verdicts, labels, clusters, seed=seed, n_bootstrap=n_bootstrap)
 
 
-def side_by_side(folders: Sequence[RunFolder], *, seed: int = 0, n_bootstrap: int = 1000) -> SideBySide:
+def side_by_side(folders: Sequence[RunFolder], *, seed: int = 0, n_bootstrap: int = 1000) -> MetaComparison:
     """The figures of finished meta-eval runs A and B (`DataError` for a folder that is not one), and B - A with
     its paired interval when both graded the same rows."""
     runs = []
@@ -106,12 +65,12 @@ def side_by_side(folders: Sequence[RunFolder], *, seed: int = 0, n_bootstrap: in
         metrics, run, usage = folder.require_metrics(), folder.require_run(), folder.read_usage()
         f1 = metrics.get(MODEL_F1)
         runs.append(
-            MetaFigures(
+            MetaRunFigures(
                 folder=str(folder.path),
                 grader_model=run.spec.grader.model,
                 grader_calls=run.spec.grader.calls,
                 macro_f1=None if f1 is None else float(f1),
-                interval=interval(_resamples([rows], seed, n_bootstrap)[:, 0]),
+                interval=percentile_interval(_resamples([rows], seed, n_bootstrap)[:, 0]),
                 rows=len(rows),
                 completions=len({cluster_of(row) for row in rows}),
                 usage=(usage.whole_run.grader if usage is not None else None) or SideUsage(),
@@ -119,11 +78,17 @@ def side_by_side(folders: Sequence[RunFolder], *, seed: int = 0, n_bootstrap: in
         )
     same = len(records) == 2 and [[(r.index, r.prompt_id, r.completion_id, r.rubric) for r in rows] for rows in records]
     if not same or same[0] != same[1]:
-        return SideBySide(runs)
+        return MetaComparison(runs=runs, paper_macro_f1=PAPER_MACRO_F1)
     both = _resamples(records, seed, n_bootstrap)
     a, b = runs[0].macro_f1, runs[1].macro_f1
     value = None if a is None or b is None else b - a
-    return SideBySide(runs, value, interval(both[:, 1] - both[:, 0]), paired=True)
+    return MetaComparison(
+        runs=runs,
+        difference=value,
+        difference_interval=percentile_interval(both[:, 1] - both[:, 0]),
+        paired=True,
+        paper_macro_f1=PAPER_MACRO_F1,
+    )
 
 
 def _f1(value: float | None, interval: tuple[float, float] | None) -> str:
@@ -141,16 +106,16 @@ def _per(value: float | None, count: int) -> str:
     return "" if value is None or not count else f" (${value / count:,.4f} per completion)"
 
 
-def _calls(run: MetaFigures) -> str:
+def _calls(run: MetaRunFigures) -> str:
     return f"{run.usage.calls:,} ({run.usage.calls / max(run.completions, 1):.2f} per completion)"
 
 
-def _prompt(run: MetaFigures) -> str:
+def _prompt(run: MetaRunFigures) -> str:
     rate = 100 * (run.usage.cache_hit_rate or 0)
     return f"{run.usage.prompt_tokens:,} ({run.usage.cached_prompt_tokens:,}, {rate:.0f}%)"
 
 
-def side_by_side_lines(figures: SideBySide) -> list[str]:
+def side_by_side_lines(figures: MetaComparison) -> list[str]:
     """The side-by-side figures as the command prints them: a line per figure, a column per run; first, when the
     runs' graders were called differently, a line that says so."""
     runs = figures.runs

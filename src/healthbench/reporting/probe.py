@@ -10,8 +10,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,6 +17,7 @@ from healthbench.errors import DataError
 from healthbench.files import write_atomic
 from healthbench.grading.gains import Gain, ordered, verdict
 from healthbench.grading.transforms import TRANSFORMS
+from healthbench.reporting.pages import template
 from healthbench.runs.folder import PROBE_PAGE, RunFolder
 from healthbench.runs.records import ItemRecord, ProbeRecord, RunRecord, SampleRecord
 
@@ -162,13 +161,8 @@ def examples(records: Sequence[SampleRecord], summary: ProbeRecord) -> dict[str,
     return found
 
 
-@cache
 def _template() -> Template:
-    from jinja2 import Environment, StrictUndefined  # deferred, as the report's: only pages need it
-
-    env = Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=StrictUndefined)
-    source = resources.files("healthbench.reporting").joinpath("probe.html.j2").read_text(encoding="utf-8")
-    return env.from_string(source)
+    return template("healthbench.reporting", "probe.html.j2")
 
 
 def render_probe(summary: ProbeRecord | None, records: Sequence[SampleRecord], run: RunRecord | None) -> str:

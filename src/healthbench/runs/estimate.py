@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from healthbench.api.client import OPENAI_BASE_URL
 from healthbench.api.endpoint import EndpointSettings, is_openai
@@ -22,6 +22,15 @@ from healthbench.grading.grader import PER_ITEM, GraderCalls
 from healthbench.grading.per_reply import FIXED_CHARS, HEAD_CHARS, heading_chars, output_cap
 from healthbench.grading.prompt import REFERENCE_BRIDGE_CHARS, REFERENCE_HEAD_CHARS, TEMPLATE
 from healthbench.grading.settings import GraderConfig
+from healthbench.runs.outputs import (
+    CostTotals,
+    DryRunEstimate,
+    GraderEstimate,
+    KeyPace,
+    PromptCacheEstimate,
+    SideEstimate,
+    WallTime,
+)
 from healthbench.runs.policy import PolicyConfig
 from healthbench.runs.pricing import Price, cache_savings, cost, hit_rate
 
@@ -156,26 +165,36 @@ def _per_reply(unit: Unit, transcript: float, shared: int, thinking: int) -> Usa
     )
 
 
-def estimate_report(guess: Estimate, prices: Mapping[str, Price], grader_model: str, policy_model: str | None) -> Any:
-    """What `--dry-run` prints: calls, tokens and USD per side at live and batch prices, and the totals
+@dataclass(frozen=True)
+class Costs:
+    """Each side's expected calls, tokens and cost, and both sides' total."""
+
+    grader: SideEstimate
+    policy: SideEstimate | None
+    total: CostTotals
+
+
+def estimate_report(guess: Estimate, prices: Mapping[str, Price], grader_model: str, policy_model: str | None) -> Costs:
+    """What `--dry-run` prints of cost: calls, tokens and USD per side at live and batch prices, and the totals
     (None where a model has no price)."""
 
-    def side(usage: Usage, model: str) -> dict[str, Any]:
-        return usage.as_dict() | {
+    def side(usage: Usage, model: str) -> SideEstimate:
+        costs = {
             "model": model,
             "cost_usd": cost(usage, model, prices, batch=False),
             "batch_cost_usd": cost(usage, model, prices, batch=True),
         }
+        return SideEstimate.model_validate(usage.as_dict() | costs)
 
-    sides = {"grader": side(guess.grader, grader_model)}
-    if policy_model is not None:
-        sides = {"policy": side(guess.policy, policy_model)} | sides
+    grader = side(guess.grader, grader_model)
+    policy = None if policy_model is None else side(guess.policy, policy_model)
+    sides = [grader] if policy is None else [policy, grader]
 
-    def total(key: str) -> float | None:
-        costs = [s[key] for s in sides.values()]
-        return None if None in costs else sum(costs)
+    def total(costs: list[float | None]) -> float | None:
+        return None if None in costs else sum(c for c in costs if c is not None)
 
-    return sides | {"total_cost_usd": {"live": total("cost_usd"), "batch": total("batch_cost_usd")}}
+    totals = CostTotals(live=total([s.cost_usd for s in sides]), batch=total([s.batch_cost_usd for s in sides]))
+    return Costs(grader, policy, totals)
 
 
 # What `--dry-run` assumes at OpenAI's own endpoint when no limit is given: usage tier 1 for gpt-4.1, a new paying
@@ -199,14 +218,14 @@ class Load:
     base_url: str = OPENAI_BASE_URL
 
 
-def wall_time(loads: Mapping[str, Load]) -> dict[str, Any]:
+def wall_time(loads: Mapping[str, Load]) -> WallTime:
     """`--dry-run`'s wall time: the loads on one key add up under its limits (the first given of them), and
     keys run side by side, so the slowest sets the time. A key with no limit known bounds nothing: `seconds`
     is the slowest of the others, None when no key has a limit known."""
     groups: dict[str, list[str]] = {}
     for name, load in loads.items():
         groups.setdefault(load.key, []).append(name)
-    keys: dict[str, dict[str, Any]] = {}
+    keys: dict[str, KeyPace] = {}
     for names in groups.values():
         members = [loads[name] for name in names]
         rpm = next((m.rpm for m in members if m.rpm is not None), None)
@@ -214,30 +233,28 @@ def wall_time(loads: Mapping[str, Load]) -> dict[str, Any]:
         calls, tokens = sum(m.calls for m in members), sum(m.tokens for m in members)
         base_url = members[0].base_url
         paced = paced_seconds(calls, tokens, rpm, tpm, openai=is_openai(base_url))
-        keys["+".join(names)] = paced | {"base_url": base_url}
-    known = [key["seconds"] for key in keys.values() if key["seconds"] is not None]
-    return {"seconds": max(known, default=None if keys else 0.0)} | keys
+        keys["+".join(names)] = paced.model_copy(update={"base_url": base_url})
+    known = [key.seconds for key in keys.values() if key.seconds is not None]
+    return WallTime(seconds=max(known, default=None if keys else 0.0), keys=keys)
 
 
-def paced_seconds(
-    calls: int, tokens: int, rpm: float | None, tpm: float | None, *, openai: bool = True
-) -> dict[str, Any]:
+def paced_seconds(calls: int, tokens: int, rpm: float | None, tpm: float | None, *, openai: bool = True) -> KeyPace:
     """The least wall time of `calls` requests costing `tokens` in all (prompts plus output caps) under the
     given limits, or where none is given OpenAI's defaults at its endpoint (`openai`); which limit binds, and
     the limits assumed. Elsewhere, with no limit given, there is no least time: `seconds` is None."""
     given = rpm is not None or tpm is not None
     if not given and not openai:
-        return {"seconds": None, "binding": None, "rpm": None, "tpm": None, "limits": NO_LIMITS}
+        return KeyPace(limits=NO_LIMITS)
     rpm, tpm = (rpm, tpm) if given else (DEFAULT_RPM, DEFAULT_TPM)
     by_requests = calls / rpm * 60 if rpm else 0.0
     by_tokens = tokens / tpm * 60 if tpm else 0.0
-    return {
-        "seconds": round(max(by_requests, by_tokens), 1),
-        "binding": "TPM" if by_tokens > by_requests else "RPM",
-        "rpm": rpm,
-        "tpm": tpm,
-        "limits": "given" if given else DEFAULT_LIMITS,
-    }
+    return KeyPace(
+        seconds=round(max(by_requests, by_tokens), 1),
+        binding="TPM" if by_tokens > by_requests else "RPM",
+        rpm=rpm,
+        tpm=tpm,
+        limits="given" if given else DEFAULT_LIMITS,
+    )
 
 
 def _load(config: EndpointSettings, usage: Usage, cap: int | None, caps: int | None = None) -> Load:
@@ -261,9 +278,10 @@ def dry_run(
     grader: GraderConfig,
     prices: Mapping[str, Price],
     policy: PolicyConfig | None = None,
-) -> dict[str, Any]:
+    tasks: int | None = None,
+) -> DryRunEstimate:
     """What `--dry-run` reports: calls, tokens and cost live and in batch for each side with its endpoint, and
-    the least wall time under the rate limits given (or assumed)."""
+    the least wall time under the rate limits given (or assumed); `tasks` where the command counts them."""
     guess = estimate(
         units,
         system_message=policy.system_message if policy else None,
@@ -271,19 +289,23 @@ def dry_run(
         calls=grader.calls,
         cache_keys=grader.prompt_cache_key,
     )
-    report = estimate_report(guess, prices, grader.model, policy.model if policy else None)
-    report["grader"]["base_url"] = grader.base_url
-    report["grader"]["grader_calls"] = grader.calls
-    report["grader"]["prompt_cache"] = {
-        "prompt_cache_key": grader.prompt_cache_key,
-        "assumed_hit_rate": hit_rate(guess.grader) or 0.0,
-        "rule": CACHE_RULE if grader.prompt_cache_key else "no prompt_cache_key is sent: no hit is assumed",
-        "saved_usd": cache_savings(guess.grader, grader.model, prices, batch=False),
-    }
-    if policy is not None:
-        report["policy"]["base_url"] = policy.base_url
+    costs = estimate_report(guess, prices, grader.model, policy.model if policy else None)
+    cache = PromptCacheEstimate(
+        prompt_cache_key=grader.prompt_cache_key,
+        assumed_hit_rate=hit_rate(guess.grader) or 0.0,
+        rule=CACHE_RULE if grader.prompt_cache_key else "no prompt_cache_key is sent: no hit is assumed",
+        saved_usd=cache_savings(guess.grader, grader.model, prices, batch=False),
+    )
+    side = costs.grader.model_dump(exclude={"base_url"})
+    sided = {"base_url": None if policy is None else policy.base_url}
     loads = {"grader": _load(grader, guess.grader, grader.shape.max_output_tokens, _grader_caps(units, grader))}
     if policy is not None:
         loads["policy"] = _load(policy, guess.policy, policy.shape.max_output_tokens)
-    summary: dict[str, Any] = {"samples": sum(unit.times for unit in units), **report, "wall_time": wall_time(loads)}
-    return summary
+    return DryRunEstimate(
+        tasks=tasks,
+        samples=sum(unit.times for unit in units),
+        policy=None if policy is None or costs.policy is None else costs.policy.model_copy(update=sided),
+        grader=GraderEstimate(**side, base_url=grader.base_url, grader_calls=grader.calls, prompt_cache=cache),
+        total_cost_usd=costs.total,
+        wall_time=wall_time(loads),
+    )

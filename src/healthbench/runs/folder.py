@@ -6,15 +6,16 @@ Every command that grades writes here, and every command that reads a run (`repo
 missing or broken file means are decided once:
 
 - `results.jsonl`: one graded sample a line (`SampleRecord`; `MetaRecord` for a meta-eval), appended the moment
-  it is graded. A line that cannot be read stops the reader with the file, the line and the field; only a last
-  line cut short by a crash mid-write (no newline at its end) is passed over, as the next session rewrites the
-  file anyway;
+  it is graded. A line that cannot be read stops the reader with the file, the line and the field, and so does
+  a line whose sample (task, repeat and a probe's transform; a meta-eval's row index) an earlier line holds:
+  every reader reads the file alike. Only a last line cut short by a crash mid-write (no newline at its end) is
+  passed over, as the next session rewrites the file anyway (from its store: a resumed run never reads it);
 - `metrics.json`: the aggregate, written only once every sample is graded: the reference's keys, plain numbers;
 - `run.json` (`RunRecord`: the spec and the last session's counts), `usage.json` (`UsageRecord`);
 - `failures.jsonl` (`FailureRecord`): each sample the last session could not grade, written with run.json and
   removed by a session without failures, so a report can say what a failed run is missing;
 - `progress.sqlite`: the store of replies and verdicts (and `progress.sqlite.reserve`, the room it keeps for its
-  last commit on a disk that fills up); `report.html`, and a meta-eval's `agreement.json`;
+  last commit on a disk that fills up); `report.html`, and a meta-eval's `agreement.json` (`AgreementRecord`);
 - `writer.lock`: the lock a live run holds on the folder (`runs.lock`), with its pid;
 - a probe's `probe.json` (`ProbeRecord`: what each transform gains) and `probe.html`.
 
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -35,6 +36,7 @@ from pydantic import BaseModel, ValidationError
 from healthbench.errors import DataError
 from healthbench.files import unusable, write_atomic, write_json
 from healthbench.runs.records import (
+    AgreementRecord,
     FailureRecord,
     MetaRecord,
     Metrics,
@@ -58,10 +60,12 @@ PROBE_PAGE = "probe.html"
 RecordT = TypeVar("RecordT", bound=BaseModel)
 
 
-def invalid(where: str, exc: ValidationError, hint: str = "") -> DataError:
-    """A record that does not validate, said as "FILE: line 3: field score: Input should be a valid number"."""
+def invalid(where: str, exc: ValidationError, hint: str = "", *, flat: bool = False) -> DataError:
+    """A record that does not validate, said as "FILE: line 3: field score: Input should be a valid number"; a
+    `flat` record (run.json of version 1) names its fields as that file does, without the part they move to."""
     error = exc.errors(include_url=False)[0]
-    field = ".".join(str(part) for part in error["loc"]) or "(record)"
+    loc = error["loc"][1:] if flat and error["loc"] else error["loc"]
+    field = ".".join(str(part) for part in loc) or "(record)"
     missing = hint if error["type"] == "missing" else ""
     return DataError(f"{where}: field {field}: {error['msg']}{missing}")
 
@@ -82,12 +86,35 @@ class RunFolder:
     # results.jsonl
 
     def read_results(self) -> list[SampleRecord]:
-        """The graded samples of results.jsonl, in file order; [] when there is no such file."""
-        return list(self._records(RESULTS, SampleRecord, "; is it a graded run's results.jsonl?"))
+        """The graded samples of results.jsonl, in file order; [] when there is no such file. A sample on two
+        lines is a `DataError` naming the second."""
+        records = self._records(RESULTS, SampleRecord, "; is it a graded run's results.jsonl?")
+        return self._once(records, lambda r: (r.prompt_id, r.repeat, r.transform), _sample_words)
 
     def read_meta_results(self) -> list[MetaRecord]:
-        """The graded rows of a meta-eval's results.jsonl, in file order; [] when there is no such file."""
-        return list(self._records(RESULTS, MetaRecord, "; is it a meta-eval run's results.jsonl?"))
+        """The graded rows of a meta-eval's results.jsonl, in file order; [] when there is no such file. A row on
+        two lines is a `DataError` naming the second."""
+        records = self._records(RESULTS, MetaRecord, "; is it a meta-eval run's results.jsonl?")
+        return self._once(records, lambda r: r.index, lambda r: f"row {r.index}")
+
+    def _once(
+        self,
+        records: Iterable[tuple[int, RecordT]],
+        key: Callable[[RecordT], Hashable],
+        words: Callable[[RecordT], str],
+    ) -> list[RecordT]:
+        """The records, each sample once; a second line of one is refused with both lines."""
+        first: dict[Hashable, int] = {}
+        found = []
+        for number, record in records:
+            seen = first.setdefault(key(record), number)
+            if seen != number:
+                raise DataError(
+                    f"{self.path / RESULTS}: line {number}: {words(record)} appears twice (first on line {seen}); "
+                    "a run writes each sample once: were two runs writing this folder at once?"
+                )
+            found.append(record)
+        return found
 
     def count_results(self) -> int:
         """How many lines results.jsonl holds (samples graded so far), without reading them as records."""
@@ -105,9 +132,9 @@ class RunFolder:
         except OSError as exc:
             raise unusable(self.path / RESULTS, exc, self.path / STORE) from None
 
-    def _records(self, name: str, model: type[RecordT], hint: str) -> Iterator[RecordT]:
-        """Each line of a JSONL file of the folder as `model`. Lines are split on "\\n" only: replies may contain
-        U+2028, which `str.splitlines` would split on."""
+    def _records(self, name: str, model: type[RecordT], hint: str) -> Iterator[tuple[int, RecordT]]:
+        """Each line of a JSONL file of the folder as `model`, with its line number. Lines are split on "\\n"
+        only: replies may contain U+2028, which `str.splitlines` would split on."""
         path = self.path / name
         try:
             handle = path.open(encoding="utf-8", newline="\n")
@@ -119,7 +146,7 @@ class RunFolder:
                     if not line.strip():
                         continue
                     try:
-                        yield model.model_validate_json(line)
+                        yield number, model.model_validate_json(line)
                     except ValidationError as exc:
                         if not line.endswith("\n") and exc.errors()[0]["type"] == "json_invalid":
                             return  # the last line, cut short by a crash while it was written
@@ -133,7 +160,7 @@ class RunFolder:
 
     def read_failures(self) -> list[FailureRecord]:
         """The failures of the last session (see `FailureRecord`); [] when it had none."""
-        return list(self._records(FAILURES, FailureRecord, ""))
+        return [record for _, record in self._records(FAILURES, FailureRecord, "")]
 
     def write_failures(self, records: Sequence[FailureRecord]) -> None:
         """failures.jsonl, written atomically; removed when there are no failures."""
@@ -153,9 +180,9 @@ class RunFolder:
         if value is None:
             return None
         try:
-            return RunRecord.read(value)
+            return RunRecord.model_validate(value)
         except ValidationError as exc:
-            raise invalid(str(self.path / RUN), exc) from None
+            raise invalid(str(self.path / RUN), exc, flat="version" not in value) from None
 
     def require_run(self) -> RunRecord:
         """run.json, or a `DataError` saying the folder holds no finished run."""
@@ -163,6 +190,18 @@ class RunFolder:
         if run is None:
             raise DataError(f"{self.path}: not a finished run ({RUN} is missing)")
         return run
+
+    def unfinished(self, run: RunRecord | None) -> str | None:
+        """Why the folder, whose run.json is `run`, is not a finished run ("not a finished run (3 samples could not
+        be graded)"), or None when it is one."""
+        if run is None:
+            return f"not a finished run ({RUN} is missing)"
+        for count, why in ((run.stats.failed, "could not be graded"), (run.stats.deferred, "waiting on batches")):
+            if count:
+                return f"not a finished run ({count} sample{'s' if count != 1 else ''} {why})"
+        if not self.exists(METRICS):
+            return f"not a finished run ({METRICS} is missing)"
+        return None
 
     def write_run(self, record: RunRecord) -> Path:
         """run.json."""
@@ -218,13 +257,19 @@ class RunFolder:
         """A probe's probe.json."""
         return self._write(PROBE, record.model_dump(mode="json"))
 
-    def read_agreement(self) -> dict[str, Any]:
-        """A meta-eval's agreement.json (its figures with intervals); {} when there is none."""
-        return self._json(AGREEMENT) or {}
+    def read_agreement(self) -> AgreementRecord | None:
+        """A meta-eval's agreement.json, or None when there is none (a meta-eval not finished)."""
+        value = self._json(AGREEMENT)
+        if value is None:
+            return None
+        try:
+            return AgreementRecord.model_validate(value)
+        except ValidationError as exc:
+            raise invalid(str(self.path / AGREEMENT), exc) from None
 
-    def write_agreement(self, agreement: dict[str, Any]) -> Path:
+    def write_agreement(self, record: AgreementRecord) -> Path:
         """A meta-eval's agreement.json."""
-        return self._write(AGREEMENT, agreement)
+        return self._write(AGREEMENT, record.model_dump(mode="json"))
 
     def _json(self, name: str) -> dict[str, Any] | None:
         path = self.path / name
@@ -245,6 +290,11 @@ class RunFolder:
     def discard(self, name: str) -> None:
         """Remove a file an earlier session wrote and this one will write afresh (if at all)."""
         (self.path / name).unlink(missing_ok=True)
+
+
+def _sample_words(record: SampleRecord) -> str:
+    rewritten = "" if record.transform is None else f" rewritten by {record.transform}"
+    return f"sample {record.prompt_id!r} repeat {record.repeat}{rewritten}"
 
 
 class ResultsWriter:

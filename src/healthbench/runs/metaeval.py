@@ -19,14 +19,14 @@ from healthbench.grading.per_reply import per_reply_prompt
 from healthbench.grading.prompt import grader_prompt, render_conversation, transcript_with_reply
 from healthbench.runs.folder import AGREEMENT, RunFolder
 from healthbench.runs.progress import Progress, Quiet
-from healthbench.runs.records import MetaRecord, UsageNumbers
+from healthbench.runs.records import AgreementRecord, MetaRecord, UsageNumbers
 from healthbench.runs.runner import GRADER, ResultSink, RunOutcome, all_or_none
 
 
 def write_meta_metrics(folder: RunFolder, records: Sequence[MetaRecord], *, seed: int) -> dict[str, float | int]:
     """Compute and write metrics.json and agreement.json; return the metrics."""
     metrics, agreement = meta_metrics(records, seed=seed)
-    folder.write_agreement(agreement)
+    folder.write_agreement(AgreementRecord.model_validate(agreement))
     folder.write_metrics(metrics)
     return metrics
 

@@ -1,18 +1,21 @@
 """What a run folder holds, as types: run.json (`RunRecord`: the `RunSpec` and how the run went), each line of
 results.jsonl (`SampleRecord` for a graded sample, `MetaRecord` for a meta-eval row), failures.jsonl
-(`FailureRecord`), usage.json (`UsageRecord`) and a probe's probe.json (`ProbeRecord`); metrics.json stays a
+(`FailureRecord`), usage.json (`UsageRecord`), a probe's probe.json (`ProbeRecord`) and a meta-eval's
+agreement.json (`AgreementRecord`); metrics.json stays a
 plain object of numbers, exactly the reference's keys (`Metrics`).
 
-These are read and written by `runs.folder` alone. run.json carries a schema version; a run.json without one
-is the flat object of the release before it, read here into the same types (`RunRecord.read`). Fields a
-record may lack (runs written before they existed) have defaults, so every reader handles one shape.
+These are read and written by `runs.folder` alone. run.json carries a schema version (`Versioned`): a run.json
+without one is the flat object of the release before it, migrated by the record's own validator into the same
+types, and a version this release does not read (a later release's, or "2" as a string) is refused naming both.
+Fields a record may lack (runs written before they existed) have defaults, so every reader handles one shape.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Final, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from healthbench.api.wire import Usage
 from healthbench.data.schema import Message
@@ -22,7 +25,7 @@ from healthbench.runs.policy import PromptRefusal
 from healthbench.runs.spec import GraderSpec, RunSpec
 
 # 1: the flat run.json of the first releases (no `version` key); 2: `{"version", "spec", "stats"}`.
-RUN_SCHEMA_VERSION = 2
+RUN_SCHEMA_VERSION: Final = 2
 
 Metrics = dict[str, float]
 
@@ -32,6 +35,26 @@ class Record(BaseModel):
     a rewrite by that release, since this one never rewrites another's records)."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class Versioned(Record):
+    """A record that carries its schema version: `version` is a `Literal` of the versions this release reads
+    (the newest its default), and any other value, a string "2" included, is refused naming both."""
+
+    FILE: ClassVar[str] = "record"
+
+    @field_validator("version", mode="before", check_fields=False)
+    @classmethod
+    def _known_version(cls, value: Any) -> Any:
+        reads = get_args(cls.model_fields["version"].annotation)
+        if type(value) is not int or value not in reads:
+            raise PydanticCustomError(
+                "unknown_version",
+                "{file} of version {found}, which this release does not read (it reads version {reads}); was it "
+                "written by a later release?",
+                {"file": cls.FILE, "found": repr(value), "reads": " or ".join(map(str, reads))},
+            )
+        return value
 
 
 class UsageNumbers(Record):
@@ -289,6 +312,44 @@ class ProbeRecord(Record):
         return {name: figures.gain() for name, figures in self.transforms.items()}
 
 
+class AgreementFigure(Record):
+    """One agreement figure and the number of label pairs behind it (the reference's `{"n", "value"}`)."""
+
+    n: int
+    value: float
+
+
+class GroupAgreement(Record):
+    """The grader's macro F1 in one group of meta-eval rows (a theme, a consensus criterion, or "all") beside the
+    physicians' (pooled, and spread over the physicians whose own is defined there); None where undefined."""
+
+    group: str
+    rows: int
+    pairs: int
+    model_f1: float | None = None
+    physicians_pooled_f1: float | None = None
+    physicians: int = 0
+    physician_min: float | None = None
+    physician_median: float | None = None
+    physician_max: float | None = None
+
+
+class AgreementRecord(Versioned):
+    """A meta-eval's agreement.json: the grader's figures and the pooled physicians' with their pair counts,
+    each physician's (by figure, then physician: the reference's metadata), and the report's comparison by
+    theme (the first row all rows) and by consensus criterion. A file of the releases before it was versioned
+    is version 1."""
+
+    FILE: ClassVar[str] = "agreement.json"
+
+    version: Literal[1] = 1
+    model_agreement_metrics: dict[str, AgreementFigure] = Field(default_factory=dict)
+    physician_agreement_pooled: dict[str, AgreementFigure] = Field(default_factory=dict)
+    physician_agreement_metric_lists: dict[str, dict[str, AgreementFigure]] = Field(default_factory=dict)
+    by_theme: list[GroupAgreement] = Field(default_factory=list)
+    by_category: list[GroupAgreement] = Field(default_factory=list)
+
+
 class RunStats(Record):
     """How the last session of a run went: samples planned, failed and left in batches, its seconds, and the
     whole run's cost."""
@@ -305,17 +366,21 @@ class RunStats(Record):
         return not self.failed and not self.deferred
 
 
-class RunRecord(Record):
-    """run.json: what the run was asked to do (`spec`) and how its last session went (`stats`)."""
+class RunRecord(Versioned):
+    """run.json: what the run was asked to do (`spec`) and how its last session went (`stats`). Validating the
+    flat run.json of version 1 (no `version` key) migrates it into these types, its version kept as 1."""
 
-    version: int = RUN_SCHEMA_VERSION
+    FILE: ClassVar[str] = "run.json"
+
+    version: Literal[1, 2] = RUN_SCHEMA_VERSION
     spec: RunSpec
     stats: RunStats = Field(default_factory=RunStats)
 
+    @model_validator(mode="before")
     @classmethod
-    def read(cls, value: dict[str, Any]) -> RunRecord:
-        """run.json as written by any release: the versioned form, or the flat object of version 1."""
-        if "version" in value:
-            return cls.model_validate(value)
+    def _from_version_1(cls, value: Any) -> Any:
+        # The flat object has neither key; a record built in code (`RunRecord(spec=...)`) has its spec.
+        if not isinstance(value, dict) or "version" in value or "spec" in value:
+            return value
         stats = {key: value[key] for key in RunStats.model_fields if key in value}
-        return cls(version=1, spec=RunSpec.from_flat(value), stats=RunStats.model_validate(stats))
+        return {"version": 1, "spec": RunSpec.flat_fields(value), "stats": stats}

@@ -233,7 +233,7 @@ class OfficialSpec(Spec):
 class RunSpec(Spec):
     """What a run was asked to do."""
 
-    command: str
+    command: Command
     data: DataSpec = Field(default_factory=DataSpec)
     grader: GraderSpec = Field(default_factory=GraderSpec)
     seed: int = 0
@@ -285,11 +285,13 @@ class RunSpec(Spec):
             identity |= self.policy.identity() if self.policy is not None else {}
         return identity | self.grader.identity()
 
-    @classmethod
-    def from_flat(cls, run: dict[str, Any]) -> RunSpec:
-        """The spec of a run.json of schema version 1: one flat object of every setting. Its fields keep their
-        names in a validation error ("length_adjustment.center"), as that file names them."""
-        command = run.get("command") or "unknown"
+    @staticmethod
+    def flat_fields(run: dict[str, Any]) -> dict[str, Any]:
+        """The fields of the spec of a run.json of schema version 1 (one flat object of every setting), for
+        `RunRecord`'s validator to migrate. A run.json of those releases always named its command; one without
+        (written by hand) is taken for the command its settings belong to: `eval` with a model, `baseline` with a
+        physician group, else `grade`."""
+        command = run.get("command") or ("eval" if "model" in run else "baseline" if "group" in run else "grade")
         spec: dict[str, Any] = {
             "command": command,
             "data": {"source": run.get("data") or "unknown", "sha256": run.get("data_sha256")},
@@ -313,7 +315,7 @@ class RunSpec(Spec):
         if run.get("official_configuration") is not None:
             found = [Difference.read(d).as_dict() for d in run.get("official_differences") or []]
             spec["official"] = {"differences": found}
-        return cls.model_validate(spec)
+        return spec
 
 
 def run_spec(

@@ -27,6 +27,8 @@ from healthbench.grading.scoring import LengthAdjustment
 from healthbench.grading.settings import GraderConfig
 from healthbench.integrations.openreward.access import ServeLimits
 from healthbench.integrations.openreward.usagelog import UsageLog
+from healthbench.runs.outputs import RewardItem, RewardMetadata
+from healthbench.runs.spec import GraderRequest
 
 EXPLANATION_CHARS = 200
 # A server's grader budget, unless --concurrency says otherwise: every session's calls share it, and a GRPO group
@@ -276,37 +278,35 @@ class Deployment:
         )
 
     def metadata(self, split: str, sample: GradedSample) -> dict[str, Any]:
-        """What a graded reply's tool output carries besides its reward: every verdict (explanations cut
-        short), the task's metrics, both scores, how the grader was asked and how often (`grader_calls`), and
-        `suspect`: the rules of `grading.suspect` the reply trips (it addresses the grader), which a trainer may
-        penalise; the reward is the grader's whatever they say."""
+        """What a graded reply's tool output carries besides its reward (`RewardMetadata`, as the SDK takes it:
+        a plain object); the reward is the grader's whatever `suspect` says."""
         config, adjustment = self.graders[split], self.adjustments[split]
         items = [
-            {
-                "criteria_met": item.criteria_met,
-                "points": item.points,
-                "tags": item.tags,
-                "explanation": item.explanation[:EXPLANATION_CHARS],
-            }
+            RewardItem(
+                criteria_met=item.criteria_met,
+                points=item.points,
+                tags=list(item.tags),
+                explanation=item.explanation[:EXPLANATION_CHARS],
+            )
             for item in sample.items
         ]
-        return {
-            "prompt_id": sample.row.prompt_id,
-            "items": items,
-            "metrics": sample.metrics,
-            "score": sample.score,
-            "length_adjusted_score": sample.adjusted,
-            "length_adjustment": None if adjustment is None else adjustment.as_dict(),
-            "grader_model": config.model,
-            "grader_request": config.request_settings(),
-            "template_sha256": TEMPLATE_SHA256,
-            # `per-reply` (one grader call for all of the reply's items) is not the official grading.
-            "grader_calls": config.calls,
-            "per_reply_template_sha256": config.per_reply_template_sha256,
+        record = RewardMetadata(
+            prompt_id=sample.row.prompt_id,
+            items=items,
+            metrics=dict(sample.metrics),
+            score=sample.score,
+            length_adjusted_score=sample.adjusted,
+            length_adjustment=None if adjustment is None else adjustment.as_dict(),
+            grader_model=config.model,
+            grader_request=GraderRequest.model_validate(config.request_settings()),
+            template_sha256=TEMPLATE_SHA256,
+            grader_calls=config.calls,
+            per_reply_template_sha256=config.per_reply_template_sha256,
             # Tokens and calls, as a client compares two gradings by: not the time the calls spent on the wire.
-            "usage": dataclasses.replace(sample.usage, wire_microseconds=0).as_dict(),
-            "suspect": list(sample.suspect),
-        }
+            usage=dataclasses.replace(sample.usage, wire_microseconds=0).as_dict(),
+            suspect=list(sample.suspect),
+        )
+        return record.model_dump(mode="json")
 
 
 def summary(sample: GradedSample) -> str:

@@ -3,41 +3,48 @@ criterion, as one self-contained, autoescaped page."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from importlib import resources
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from healthbench.files import write_atomic
+from healthbench.reporting.pages import template
 from healthbench.reporting.report.common import settings
 from healthbench.reporting.report.spending import spending
 from healthbench.reporting.report.status import counts, status
 from healthbench.runs.folder import REPORT, RunFolder
-from healthbench.runs.records import FailureRecord, MetaRecord, Metrics, RunRecord, UsageRecord
+from healthbench.runs.records import (
+    AgreementRecord,
+    FailureRecord,
+    GroupAgreement,
+    MetaRecord,
+    Metrics,
+    RunRecord,
+    UsageRecord,
+)
 
 
 def _figure(value: Any) -> str:
     return "" if value is None else f"{float(value):.3f}"
 
 
-def _meta_group(figures: Mapping[str, Any]) -> dict[str, Any]:
+def _meta_group(figures: GroupAgreement) -> dict[str, Any]:
     """One table row: figures formatted, and the range bar as markup built from floats only."""
-    model = figures.get("model_f1")
-    low, mid, high = (figures.get(k) for k in ("physician_min", "physician_median", "physician_max"))
+    model = figures.model_f1
+    low, mid, high = figures.physician_min, figures.physician_median, figures.physician_max
     bar, shown = "", ""
     if low is not None and mid is not None and high is not None:
-        low, mid, high = float(low), float(mid), float(high)
         bar = f'<i style="left:{100 * low:.1f}%;width:{100 * (high - low):.1f}%"></i>'
         bar += f'<u style="left:{100 * mid:.1f}%"></u>'
-        shown = f"{low:.3f} / {mid:.3f} / {high:.3f} ({figures.get('physicians')})"
+        shown = f"{low:.3f} / {mid:.3f} / {high:.3f} ({figures.physicians})"
     if model is not None:
-        bar += f'<b style="left:calc({100 * float(model):.1f}% - 1px)"></b>'
+        bar += f'<b style="left:calc({100 * model:.1f}% - 1px)"></b>'
     return {
-        "group": str(figures.get("group", "")),
-        "rows": figures.get("rows"),
-        "pairs": figures.get("pairs"),
+        "group": figures.group,
+        "rows": figures.rows,
+        "pairs": figures.pairs,
         "model_f1": _figure(model),
-        "physicians_pooled_f1": _figure(figures.get("physicians_pooled_f1")),
+        "physicians_pooled_f1": _figure(figures.physicians_pooled_f1),
         "spread": shown,
         "bar": bar,
     }
@@ -45,7 +52,7 @@ def _meta_group(figures: Mapping[str, Any]) -> dict[str, Any]:
 
 def render_meta_report(
     metrics: Metrics | None,
-    agreement: Mapping[str, Any],
+    agreement: AgreementRecord | None,
     run: RunRecord | None,
     results: Sequence[MetaRecord] = (),
     failures: Sequence[FailureRecord] = (),
@@ -54,8 +61,6 @@ def render_meta_report(
     """The report of a meta-eval run (metrics.json, agreement.json, run.json, the records of results.jsonl
     and failures.jsonl, usage.json; each may be empty) as one self-contained, autoescaped HTML page; a run
     that is not finished says what is missing and lists the rows that could not be graded."""
-    from jinja2 import Environment
-
     notes = []
     state = status(run, metrics, results, counts(run, results), failures, unit="rows")
     metrics = metrics or {}
@@ -67,29 +72,24 @@ def render_meta_report(
         for cls in ("pos", "neg", "balanced")
     ]
     tables = [
-        (title, column, [_meta_group(f) for f in agreement.get(key, [])])
-        for title, column, key in (
-            ("By theme", "theme", "by_theme"),
-            ("By consensus criterion", "category", "by_category"),
+        (title, column, [_meta_group(f) for f in groups])
+        for title, column, groups in (
+            ("By theme", "theme", [] if agreement is None else agreement.by_theme),
+            ("By consensus criterion", "category", [] if agreement is None else agreement.by_category),
         )
     ]
-    source = resources.files("healthbench.reporting.report").joinpath("meta.html.j2").read_text(encoding="utf-8")
-    return (
-        Environment(autoescape=True)
-        .from_string(source)
-        .render(
-            grader="unknown" if run is None else run.spec.grader.model,
-            per_reply=run is not None and not run.spec.grader.official_calls,
-            score=_figure(metrics.get("score")) or "undefined",
-            physicians=_figure(metrics.get("pairwise_physician_f1_balanced")) or "undefined",
-            rows=metrics.get("score:n_samples", len(results)),
-            notes=notes,
-            state=state,
-            tables=tables,
-            pooled=pooled,
-            spending=spending(spent, run, results),
-            settings=settings(run),
-        )
+    return template("healthbench.reporting.report", "meta.html.j2").render(
+        grader="unknown" if run is None else run.spec.grader.model,
+        per_reply=run is not None and not run.spec.grader.official_calls,
+        score=_figure(metrics.get("score")) or "undefined",
+        physicians=_figure(metrics.get("pairwise_physician_f1_balanced")) or "undefined",
+        rows=metrics.get("score:n_samples", len(results)),
+        notes=notes,
+        state=state,
+        tables=tables,
+        pooled=pooled,
+        spending=spending(spent, run, results),
+        settings=settings(run),
     )
 
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,6 +15,7 @@ from healthbench.files import write_atomic
 from healthbench.grading.aggregate import aggregate_samples
 from healthbench.grading.scoring import LENGTH_ADJUSTED, LengthAdjustment
 from healthbench.reporting.compare import example_prefixes
+from healthbench.reporting.pages import template
 from healthbench.reporting.report.charts import charts, interval, metric_rows, worst_curve
 from healthbench.reporting.report.common import settings
 from healthbench.reporting.report.spending import spending
@@ -63,14 +62,8 @@ class Rescored:
     graded_with: LengthAdjustment | None
 
 
-@cache
 def _template() -> Template:
-    # Deferred: jinja2 costs 0.1 s of import, which every other CLI command would pay.
-    from jinja2 import Environment, StrictUndefined
-
-    env = Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=StrictUndefined)
-    source = resources.files("healthbench.reporting.report").joinpath("report.html.j2").read_text(encoding="utf-8")
-    return env.from_string(source)
+    return template("healthbench.reporting.report", "report.html.j2")
 
 
 def render_report(
