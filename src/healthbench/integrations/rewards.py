@@ -26,6 +26,8 @@ an error in verl). A failure of the whole grader (an endpoint no waiting can cur
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
 import functools
 import os
 from collections.abc import Mapping, Sequence
@@ -50,6 +52,7 @@ from healthbench.integrations.openreward.deployment import served_budget
 DATA_VARIABLE = "HEALTHBENCH_DATA"
 CONCURRENCY_VARIABLE = "HEALTHBENCH_GRADER_CONCURRENCY"
 AXIS_PREFIX = "axis:"
+EXIT_WAIT = 5.0  # seconds the graders of a trainer's loop may take to close as the process exits
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,28 @@ def _pool(concurrency: int, ceiling: int) -> GraderPool:
     return GraderPool(concurrency, ceiling)
 
 
+_closing: set[int] = set()  # the loops whose graders are closed as the process exits
+
+
+def _close_at_exit(pool: GraderPool) -> None:
+    """Close the running loop's graders of `pool` as the process exits, if that loop is still running then: a
+    trainer's loop in a daemon thread (TRL's, verl.py's) is never ended, only stopped at exit, and its open HTTP
+    sessions would be reported unclosed. Registered from the loop itself, on its first step, so it runs before a
+    trainer's own exit hook (registered earlier) stops the loop. A loop that ends first (`asyncio.run`) closes them
+    itself (`GraderPool`)."""
+    loop = asyncio.get_running_loop()
+    if id(loop) in _closing:
+        return
+    _closing.add(id(loop))
+
+    def close() -> None:
+        if loop.is_running() and not loop.is_closed():
+            with contextlib.suppress(Exception):  # at exit, a grader that will not close is not worth a traceback
+                asyncio.run_coroutine_threadsafe(pool.aclose(), loop).result(EXIT_WAIT)
+
+    atexit.register(close)
+
+
 class BatchRewards:
     """Grades a step's (prompt_id, reply) pairs at once (see the module docstring).
 
@@ -186,6 +211,7 @@ class BatchRewards:
         rows = [self.tasks.row(prompt_id) for prompt_id, _ in items]
         if not rows:
             return []
+        _close_at_exit(self._graders)
         async with self._graders.lease(self.config) as grader:
             tasks = [
                 asyncio.ensure_future(self._one(grader, row, reply))

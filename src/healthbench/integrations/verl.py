@@ -12,8 +12,9 @@
 found from `export`'s `extra_info` (`data`, `split`, `heldout`, `seed`), else `HEALTHBENCH_DATA`, loaded once per
 process. The grader is `serve`'s: its settings from `custom_reward_function.reward_kwargs` (`GradingOptions`
 fields: `grader_model`, `grader_max_attempts`, ...; other keyword arguments verl passes are ignored), else the
-environment variables `serve` reads (`HEALTHBENCH_GRADER_API_KEY`, `HEALTHBENCH_GRADER_BASE_URL`, ...), its budget `HEALTHBENCH_GRADER_CONCURRENCY` (default 256, growing with the
-key's limits to 1,024), its pace shared by every Ray worker through `HEALTHBENCH_PACE_STORE=redis://...`. The
+environment variables `serve` reads (`HEALTHBENCH_GRADER_API_KEY`, `HEALTHBENCH_GRADER_BASE_URL`, ...), its
+budget `HEALTHBENCH_GRADER_CONCURRENCY` (default 256, growing with the key's limits to 1,024), its pace shared by
+every Ray worker through `HEALTHBENCH_PACE_STORE=redis://...`. The
 score is `healthbench grade`'s for the same reply; a reply that cannot be graded raises `GradingError` naming task
 and item (verl has no "no reward"), and an unknown prompt_id `UnknownPromptId` naming it and the split.
 """
