@@ -20,8 +20,8 @@ from healthbench.data.loading import load_rows
 from healthbench.data.splits import assign_splits
 from healthbench.errors import UnknownPromptId
 from healthbench.testing import FakeOpenAI
-from tests.conftest import write_jsonl
-from tests.reference import KEY, make_row
+from tests.conftest import make_row, write_jsonl
+from tests.reference import KEY
 from tests.serving import UNGRADABLE, fails_marked, graded_by_cli
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
