@@ -146,7 +146,19 @@ def budget_from_env(concurrency: int | None) -> int | None:
 @functools.cache
 def _pool(concurrency: int, ceiling: int) -> GraderPool:
     """The process's graders of one budget: every step, every source of rows, every loop draws on it."""
-    return GraderPool(concurrency, ceiling)
+    pool = GraderPool(concurrency, ceiling)
+    _pools.append(pool)
+    return pool
+
+
+_pools: list[GraderPool] = []
+
+
+async def close_graders() -> None:
+    """Close the running loop's graders (those of every budget): for a loop that will not end by itself, such as
+    one a caller keeps and runs step by step."""
+    for pool in _pools:
+        await pool.aclose()
 
 
 _closing: set[int] = set()  # the loops whose graders are closed as the process exits
