@@ -106,7 +106,7 @@ def trl_dataset_mode(
     path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
     spent: list[float] = []
     seen: list[tuple[list[str], list[Any], list[float | None]]] = []
-    reward = timed(reward_function(data, **({} if rpm is None else {"grader_rpm": rpm})), spent, seen)
+    reward = timed(reward_function(data, grader_rpm=rpm), spent, seen)
     args = trl.GRPOConfig(
         output_dir=str(folder / "grpo"),
         per_device_train_batch_size=2 * GENERATIONS,
