@@ -281,13 +281,3 @@ class MetaGradingError(HealthBenchError):
             f"meta-eval row {index} (prompt {prompt_id}, completion {completion_id}, criterion {shown!r}) could "
             f"not be graded: {cause}"
         )
-
-
-class UnknownPromptId(DataError):
-    """STAND-IN until branch `split` lands: a prompt_id that is not in the split (or the data) asked of."""
-
-    def __init__(self, prompt_id: str, split: str | None) -> None:
-        where = f"split {split!r}" if split is not None else "the data"
-        super().__init__(f"prompt_id {prompt_id!r} is not in {where}")
-        self.prompt_id = prompt_id
-        self.split = split
