@@ -36,6 +36,16 @@ class DownloadFailed(DataError):
         return DownloadFailed(self.failure, (*self.ways, way))
 
 
+class UnknownPromptId(DataError):
+    """A prompt_id that is not among a split's tasks (a reward asked for a task of another split, or of no data
+    at all): the message names the prompt_id and the split."""
+
+    def __init__(self, prompt_id: str, split: str) -> None:
+        super().__init__(f"prompt_id {prompt_id!r} is not in split {split!r}")
+        self.prompt_id = prompt_id
+        self.split = split
+
+
 class SettingsError(HealthBenchError, ValueError):
     """Settings that cannot go together or cannot be used (a length adjustment given by halves, say)."""
 
