@@ -160,8 +160,10 @@ def test_load_splits_names_and_conflicts(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setenv("HEALTHBENCH_DATA_DIR", str(tmp_path))
     monkeypatch.setenv("HEALTHBENCH_ALLOW_SHA256_MISMATCH", "1")  # our own rows stand in for the official file
     splits = load_splits(data, ["hard"])
+    # The file's training splits beside it: two rows leave heldout (20%) and validation empty, so neither is served.
     assert {name: [r.prompt_id for r in rs] for name, rs in splits.items()} == {
         "test": ["task-0000", "task-0001"],
+        "train": ["task-0000", "task-0001"],
         "hard": ["task-0002"],
     }
     with pytest.raises(ValueError, match="given twice"):

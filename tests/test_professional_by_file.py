@@ -139,7 +139,10 @@ def test_serve_grades_the_test_split_of_a_professional_file(
     assert [row.prompt_id for row in served["splits"]["test"]] == [row["id"] for row in rows]
     grader: GraderConfig = served["grader"]["test"]
     assert {name: getattr(grader, name) for name in PROFESSIONAL_GRADER} == PROFESSIONAL_GRADER
-    assert served["adjustments"] == {"test": PROFESSIONAL_LENGTH_ADJUSTMENT}
+    # Its training splits beside it are graded as it is.
+    assert {"test", "train"} <= set(served["splits"])
+    assert served["adjustments"] == {name: PROFESSIONAL_LENGTH_ADJUSTMENT for name in served["splits"]}
+    assert all(served["grader"][name] == grader for name in served["splits"])
 
 
 def test_integrations_take_the_kind_and_warn_of_a_limit_past_the_rows(

@@ -20,7 +20,7 @@ from healthbench.data.source import TaskSource
 from healthbench.grading.settings import GradingPlan
 from healthbench.runs.runner import Job
 from healthbench.runs.session import BatchChoice
-from healthbench.runs.spec import DataSpec, Limit, Repeats, run_spec
+from healthbench.runs.spec import Limit, Repeats, run_spec
 
 
 def replied_rows(rows: Sequence[Row], responses: Path, strict: bool) -> tuple[list[Row], dict[str, str]]:
@@ -69,13 +69,12 @@ def grade(
 ) -> None:
     """Grade fixed replies to the tasks both the data and the replies name; results.jsonl grows as samples
     finish, then metrics.json is written."""
-    rows, data_sha = load_tasks(tasks)
+    rows, data = load_tasks(tasks)
     replied, replies = replied_rows(rows, responses, strict)
     jobs = [Job(row, 0, replies[row.prompt_id]) for row in replied]
     if dry_run:
         print_estimate([unit(job) for job in jobs], plan.grader, prices, dry_run)
         return
-    data = DataSpec(source=tasks.name, sha256=data_sha)
     spec = run_spec("grade", plan, data, seed=seed, responses=str(responses))
     execute(jobs, out, spec, plan.grader, batch=batch, prices=prices, progress=progress, html=report)
 
@@ -140,7 +139,7 @@ def evaluate(
         timeout=timeout,
         policy_errors=policy_errors,
     )
-    all_rows, data_sha = load_tasks(tasks)
+    all_rows, data = load_tasks(tasks)
     said_limit(limit, len(all_rows), "tasks in the data")
     rows = select_rows(all_rows, limit)
     if dry_run:
@@ -149,6 +148,5 @@ def evaluate(
         print_estimate(units, plan.grader, prices, dry_run, policy_config, tasks=len(rows))
         return
     jobs = [Job(row, repeat) for repeat in range(n_repeats) for row in rows]
-    data = DataSpec(source=tasks.name, sha256=data_sha)
     spec = run_spec("eval", plan, data, seed=seed, limit=limit, n_repeats=n_repeats, policy=policy_config)
     execute(jobs, out, spec, plan.grader, policy=policy_config, batch=batch, prices=prices, progress=progress)

@@ -67,7 +67,7 @@ def baseline(
         raise click.UsageError(
             "--references: Group 1 physicians were shown no reference completions; use --group 2 or 3"
         )
-    rows, data_sha = load_tasks(tasks)
+    rows, data = load_tasks(tasks)
     professional = tasks.kind == PROFESSIONAL or any(row.physician_response is not None for row in rows)
     if group is None and not professional:
         raise click.UsageError("--group is required: which physicians' completions to grade (1, 2 or 3)")
@@ -86,7 +86,6 @@ def baseline(
     if dry_run:
         print_estimate([unit(job) for job in jobs], plan.grader, prices, dry_run)
         return
-    data = DataSpec(source=tasks.name, sha256=data_sha)
     spec = run_spec("baseline", plan, data, seed=seed, limit=limit, baseline=whose)
     execute(jobs, out, spec, plan.grader, batch=batch, prices=prices, progress=progress)
 

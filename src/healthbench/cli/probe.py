@@ -25,7 +25,7 @@ from healthbench.runs.folder import PROBE, PROBE_PAGE
 from healthbench.runs.probe import probe_jobs, probe_start
 from healthbench.runs.runner import Job
 from healthbench.runs.session import BatchChoice
-from healthbench.runs.spec import DataSpec, Limit, run_spec
+from healthbench.runs.spec import Limit, run_spec
 
 # A model's reply is not known before it is sampled: the dry run rewrites one of the estimate's typical length.
 _TYPICAL_REPLY = "x" * (REPLY_TOKENS * 4)
@@ -126,7 +126,7 @@ def probe(
         if batch is None:
             raise click.UsageError("--policy-batch needs --batch")
         batch = dataclasses.replace(batch, policy=True)
-    rows, data_sha = load_tasks(tasks)
+    rows, data = load_tasks(tasks)
     replies = None
     if responses is not None:
         rows, replies = replied_rows(rows, responses, strict)
@@ -139,7 +139,6 @@ def probe(
     if dry_run:
         print_estimate([_unit(job) for job in jobs], grader, prices, dry_run, policy, tasks=len(rows))
         return
-    data = DataSpec(source=tasks.name, sha256=data_sha)
     spec = run_spec(
         "probe",
         plan,

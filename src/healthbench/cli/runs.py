@@ -21,6 +21,7 @@ from healthbench.cli.render import download_bar
 from healthbench.cli.serving import access_from_flags, access_options
 from healthbench.cli.tasks import data_flag_offered, professional_note
 from healthbench.data.source import TaskSource
+from healthbench.data.splits import SPLITS
 from healthbench.data.subsets import DOWNLOADABLE, TASK_SUBSETS
 from healthbench.errors import RequestFailed
 from healthbench.grading.scoring import Bootstraps, Seed
@@ -189,6 +190,19 @@ def compare(run_a: Path, run_b: Path, seed: int, n_bootstrap: int, as_json: bool
     "(professional graded with its official settings) [default: full, unless --data].",
 )
 @click.option(
+    "--heldout",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="With --data: a JSONL file whose rows (by prompt_id) form the heldout split, served beside train and "
+    "validation [default: a seeded, theme-stratified 20%; the full set's is HealthBench Hard].",
+)
+@click.option(
+    "--split-seed",
+    type=bounded(Seed),
+    default=0,
+    show_default=True,
+    help="The seed of the training splits' seeded choices (docs/training.md).",
+)
+@click.option(
     "--port", type=click.IntRange(0, 65535), default=8080, show_default=True, envvar="PORT", help="[env: PORT]"
 )
 @click.option(
@@ -215,6 +229,8 @@ def compare(run_a: Path, run_b: Path, seed: int, n_bootstrap: int, as_json: bool
 def serve(
     data: Path | None,
     subsets: tuple[str, ...],
+    heldout: Path | None,
+    split_seed: int,
     port: int,
     default_environment: str,
     log_level: str,
@@ -247,6 +263,8 @@ def serve(
         ) from None
 
     access, limits = access_from_flags(flags)
+    if heldout is not None and data is None:
+        raise click.UsageError("--heldout goes with --data: the full set's heldout split is HealthBench Hard")
     # The test split from a file is graded by its kind: Professional's settings for a file in its schema.
     kinds: dict[str, str | None] = {}
     if data is not None:
@@ -257,6 +275,8 @@ def serve(
         names = split_names(data, subsets)
     except ValueError as exc:  # --data together with --subset full
         raise click.UsageError(str(exc)) from None
+    # The training splits are of the test split's data, and graded as it is.
+    kinds |= {split: kinds.get("test", "test") for split in SPLITS}
     options = grading_options(flags)
     plans = {split: options.plan(kinds.get(split, split), served=True) for split in names}
     graders = {split: plan.grader for split, plan in plans.items()}
@@ -266,14 +286,17 @@ def serve(
     for config in graders.values():
         config.check_pace_store()  # a shared pace out of reach: no server, rather than one that overruns the key
     with data_flag_offered():
-        splits = load_splits(data, subsets, download_bar)
-    adjustments = {split: plan.length_adjustment for split, plan in plans.items()}
+        splits = load_splits(data, subsets, download_bar, heldout=heldout, split_seed=split_seed)
+    for name in names:
+        if name not in splits:
+            click.echo(f"healthbench: the {name} split is empty (too few rows), so it is not served", err=True)
+    adjustments = {split: plans[split].length_adjustment for split in splits}
     serve_environment(
         splits,
         access=access,
         limits=limits,
         port=port,
-        grader=graders,
+        grader={split: graders[split] for split in splits},
         adjustments=adjustments,
         default=default_environment,
         tracebacks=log_level.lower() == "debug",

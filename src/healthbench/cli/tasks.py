@@ -1,5 +1,5 @@
-"""The flags that choose a command's tasks (`--data`, `--subset`), and the rows read from them, with what is
-said on stderr about them."""
+"""The flags that choose a command's tasks (`--data`, `--subset`, and a training split of them: `--split`,
+`--heldout`, `--split-seed`), and the rows read from them, with what is said on stderr about them."""
 
 from __future__ import annotations
 
@@ -11,12 +11,35 @@ from typing import Any, cast
 
 import click
 
+from healthbench.cli.bounds import bounded
 from healthbench.cli.options import F, options
 from healthbench.cli.render import download_bar
 from healthbench.data.schema import Row
 from healthbench.data.source import TaskSource
+from healthbench.data.splits import SPLITS
 from healthbench.data.subsets import TASK_SUBSETS
 from healthbench.errors import DownloadFailed
+from healthbench.grading.scoring import Seed
+from healthbench.runs.spec import DataSpec
+
+HELDOUT_HELP = (
+    "With --data: a JSONL file whose rows (by prompt_id) form the heldout split, such as the official hard file "
+    "[default: a seeded, theme-stratified 20%]."
+)
+split_options = options(
+    click.option(
+        "--heldout",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        help=HELDOUT_HELP,
+    ),
+    click.option(
+        "--split-seed",
+        type=bounded(Seed),
+        default=0,
+        show_default=True,
+        help="The seed of the split's seeded choices (validation; heldout too when --data has no --heldout).",
+    ),
+)
 
 data_options = options(
     click.option(
@@ -30,6 +53,13 @@ data_options = options(
         type=click.Choice(TASK_SUBSETS),
         help="Official subset; professional defaults to its official grader and length adjustment.",
     ),
+    click.option(
+        "--split",
+        type=click.Choice(SPLITS),
+        help="Only this training split of the full set or --data: heldout is HealthBench Hard for the full set; "
+        "report a model trained here on heldout (docs/training.md).",
+    ),
+    split_options,
 )
 
 
@@ -43,10 +73,17 @@ def data_flag_offered() -> Iterator[None]:
         raise exc.offering("pass --data PATH") from None
 
 
-def load_tasks(tasks: TaskSource) -> tuple[list[Row], str]:
-    """The rows, and the sha256 of the file they came from (a run's identity includes its data)."""
+def load_tasks(tasks: TaskSource) -> tuple[list[Row], DataSpec]:
+    """The rows (of the split, when one is chosen), and the data's spec: the sha256 of the file they came from (a
+    run's identity includes its data) and the split with what decided it."""
     with data_flag_offered():
-        return tasks.rows(download_bar), tasks.sha256()
+        rows = tasks.rows(download_bar)
+        data = DataSpec(source=tasks.name, sha256=tasks.sha256())
+        if tasks.split is None:
+            return rows, data
+        held = tasks.heldout_sha256()
+    split = {"split": tasks.split, "split_seed": tasks.split_seed, "heldout": tasks.heldout_name}
+    return rows, data.model_copy(update=split | {"heldout_sha256": held})
 
 
 def said_limit(limit: int | None, available: int, what: str) -> None:
@@ -66,15 +103,34 @@ def professional_note(tasks: TaskSource) -> None:
         )
 
 
+def chosen_tasks(
+    data: Path | None, subset: str | None, split: str | None, heldout: Path | None, split_seed: int
+) -> TaskSource:
+    """The tasks --data or --subset (exactly one given) and the split flags choose; `SettingsError` for a split of
+    data that is not split."""
+    if (data is None) == (subset is None):
+        raise click.UsageError("give exactly one of --data PATH or --subset NAME")
+    if heldout is not None and split is None:
+        raise click.UsageError("--heldout goes with --split (it says which rows form the heldout split)")
+    tasks = TaskSource.file(data) if data is not None else TaskSource.named(subset or "full")
+    return tasks.splitting(split, heldout, split_seed)
+
+
 def graded_tasks(func: F) -> F:
-    """Hand a command's --data and --subset (exactly one given) to it as `tasks`, a `TaskSource`; it goes below
-    `user_errors` and above `grading`, which builds the grader for the tasks' kind."""
+    """Hand a command's --data and --subset (exactly one given) and its split flags to it as `tasks`, a
+    `TaskSource`; it goes below `user_errors` and above `grading`, which builds the grader for the tasks' kind."""
 
     @functools.wraps(func)
-    def wrapper(*args: Any, data: Path | None, subset: str | None, **kwargs: Any) -> Any:
-        if (data is None) == (subset is None):
-            raise click.UsageError("give exactly one of --data PATH or --subset NAME")
-        tasks = TaskSource.file(data) if data is not None else TaskSource.named(subset or "full")
+    def wrapper(
+        *args: Any,
+        data: Path | None,
+        subset: str | None,
+        split: str | None,
+        heldout: Path | None,
+        split_seed: int,
+        **kwargs: Any,
+    ) -> Any:
+        tasks = chosen_tasks(data, subset, split, heldout, split_seed)
         professional_note(tasks)
         return func(*args, tasks=tasks, **kwargs)
 

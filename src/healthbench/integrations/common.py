@@ -59,14 +59,27 @@ def sized(**values: Any) -> Size:
         raise SettingsError(said) from None
 
 
-def load_tasks(subset: str | None = None, data: str | Path | None = None, limit: int | None = None) -> Tasks:
-    """The rows to evaluate: a file in either task schema, else a named subset (default `full`); `limit`
-    of them chosen as the reference chooses (`random.Random(0).sample`)."""
+def load_tasks(
+    subset: str | None = None,
+    data: str | Path | None = None,
+    limit: int | None = None,
+    *,
+    split: str | None = None,
+    heldout: str | Path | None = None,
+    split_seed: int = 0,
+) -> Tasks:
+    """The rows to evaluate: a file in either task schema, else a named subset (default `full`); with `split`, the
+    rows of that training split (`data.splits`: `heldout` is the official hard file for the full set, or the rows
+    of the file `heldout` for `data`, else a seeded 20%; `split_seed` seeds the choice); `limit` of them chosen as
+    the reference chooses (`random.Random(0).sample`)."""
     if data is not None and subset is not None:
         raise DataError(f"give a data file or a subset, not both (data={str(data)!r}, subset={subset!r})")
     if limit is not None:
         sized(limit=limit)
+    if heldout is not None and split is None:
+        raise SettingsError("`heldout` goes with `split` (it says which rows form the heldout split)")
     source = TaskSource.file(data) if data is not None else TaskSource.named(subset or "full")
+    source = source.splitting(split, heldout, split_seed)
     if source.professional_file:
         logger.warning(
             "%s is in HealthBench Professional's schema, so it is graded as subset=professional is (its official "

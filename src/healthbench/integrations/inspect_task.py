@@ -184,6 +184,10 @@ def healthbench_scorer(subset: str | None = None, grading: dict[str, Any] | None
     return score
 
 
+def _dataset_name(data: str, split: str | None) -> str:
+    return data if split is None else f"{data} ({split})"
+
+
 @task
 def healthbench(
     subset: str | None = None,
@@ -191,23 +195,28 @@ def healthbench(
     limit: int | None = None,
     n_repeats: int = 1,
     seed: int = 0,
+    split: str | None = None,
+    heldout: str | None = None,
+    split_seed: int = 0,
     **grading: Any,
 ) -> Task:
     """HealthBench: `subset` full (default), hard, consensus or professional, or `data`, a file in the official
     schema or Professional's (graded, as the professional subset is, with its official settings); `limit` tasks
     sampled as the reference does; each task `n_repeats` times, pooled; `seed` seeds the
-    bootstrap. `grading` takes any `GradingOptions` field (`grader_model`, `grader_base_url`, `grader_api`,
+    bootstrap. `split` (train, validation or heldout) takes one training split of the full set or of `data`
+    (`heldout`: a file of the rows that form it, with `data`; `split_seed`: the split's seed; docs/training.md).
+    `grading` takes any `GradingOptions` field (`grader_model`, `grader_base_url`, `grader_api`,
     `grader_reasoning_effort`, ..., `length_adjustment_center`, `length_adjustment_penalty_per_500_chars`); what
     is left unset comes from HEALTHBENCH_GRADER_* (key HEALTHBENCH_GRADER_API_KEY, else OPENAI_API_KEY), then
     the subset's official settings."""
     sized(limit=limit, n_repeats=n_repeats, seed=seed)
     options = GradingOptions(**grading)
-    rows, kind = load_tasks(subset, data, limit)
+    rows, kind = load_tasks(subset, data, limit, split=split, heldout=heldout, split_seed=split_seed)
     plan = options.plan(kind)
     settings = None if plan.length_adjustment is None else plan.length_adjustment.as_dict()
     given = options.model_dump(exclude_defaults=True)
     return Task(
-        dataset=MemoryDataset([_sample(row) for row in rows], name=subset or data or "full"),
+        dataset=MemoryDataset([_sample(row) for row in rows], name=_dataset_name(subset or data or "full", split)),
         solver=generate(),
         scorer=healthbench_scorer(kind, given),
         metrics=[
@@ -216,7 +225,8 @@ def healthbench(
             slice_scores(list(slice_prefixes(kind)), seed, settings),
         ],
         epochs=Epochs(n_repeats) if n_repeats > 1 else None,
-        metadata={"grader": GraderSpec.of(plan.grader).model_dump(), "length_adjustment": settings, "seed": seed},
+        metadata={"grader": GraderSpec.of(plan.grader).model_dump(), "length_adjustment": settings, "seed": seed}
+        | ({} if split is None else {"split": split, "split_seed": split_seed, "heldout": heldout}),
     )
 
 

@@ -96,12 +96,17 @@ class HealthBenchTask(vf.Task[HealthBenchData, vf.State, HealthBenchTaskConfig])
 
 class HealthBenchConfig(vf.TasksetConfig):  # type: ignore[misc]
     """Which tasks (`--env.taskset.*`): `subset` full (default), hard, consensus or professional, or `data`, a
-    file in the official schema or Professional's (graded as the professional subset is); `limit` of them
-    sampled as the reference does; each `n_repeats` times."""
+    file in the official schema or Professional's (graded as the professional subset is); `split` one training
+    split of them (train, validation or heldout; `heldout` a file of the rows that form it, with `data`;
+    `split_seed` its seed; docs/training.md); `limit` of them sampled as the reference does; each `n_repeats`
+    times."""
 
     id: str = TASKSET_ID
     subset: str | None = None
     data: str | None = None
+    split: str | None = None
+    heldout: str | None = None
+    split_seed: int = 0
     limit: int | None = None
     n_repeats: int = 1
     task: HealthBenchTaskConfig = HealthBenchTaskConfig()
@@ -118,7 +123,14 @@ class HealthBenchTaskset(vf.Taskset[HealthBenchTask, HealthBenchConfig]):  # typ
         """Every selected row, `n_repeats` times."""
         config: HealthBenchConfig = self.config
         sized(limit=config.limit, n_repeats=config.n_repeats)
-        rows, kind = load_tasks(config.subset, config.data, config.limit)
+        rows, kind = load_tasks(
+            config.subset,
+            config.data,
+            config.limit,
+            split=config.split,
+            heldout=config.heldout,
+            split_seed=config.split_seed,
+        )
         # Graded with the settings of what the rows are: a file in Professional's schema as that subset is.
         task_config = config.task.model_copy(update={"subset": kind})
         return [
@@ -156,6 +168,9 @@ def load_environment(
     data: str | Path | None = None,
     limit: int | None = None,
     n_repeats: int = 1,
+    split: str | None = None,
+    heldout: str | Path | None = None,
+    split_seed: int = 0,
     **settings: Any,
 ) -> Any:
     """The HealthBench environment (the Inspect task's arguments): `settings` holds `GradingOptions` fields
@@ -164,6 +179,13 @@ def load_environment(
     grading = {name: settings.pop(name) for name in list(settings) if name in GradingOptions.model_fields}
     task = HealthBenchTaskConfig(subset=subset, **grading)
     taskset = HealthBenchConfig(
-        subset=subset, data=None if data is None else str(data), limit=limit, n_repeats=n_repeats, task=task
+        subset=subset,
+        data=None if data is None else str(data),
+        split=split,
+        heldout=None if heldout is None else str(heldout),
+        split_seed=split_seed,
+        limit=limit,
+        n_repeats=n_repeats,
+        task=task,
     )
     return HealthBenchEnv(HealthBenchEnvConfig(taskset=taskset, **settings))

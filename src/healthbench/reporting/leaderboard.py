@@ -95,6 +95,8 @@ class Entry:
     headline: Figure
     metrics: dict[str, Figure]
     grader_calls: str = "per-item"
+    # The training split graded (`data.splits`), None for every task of the data.
+    split: str | None = None
     cost: Cost = field(default_factory=lambda: Cost(None))
     marks: list[Mark] = field(default_factory=list)
 
@@ -113,11 +115,14 @@ class Entry:
     @property
     def subset(self) -> str:
         """The data as a reader knows it: the official subset's name ("hard"), or the file's name and the start of
-        its sha256 ("rows.jsonl sha256:648ba52f3f84"; the name alone when run.json does not record the hash)."""
+        its sha256 ("rows.jsonl sha256:648ba52f3f84"; the name alone when run.json does not record the hash), and
+        the split when one was graded ("full, split heldout")."""
         if self.data.startswith("subset:"):
-            return self.data.removeprefix("subset:")
-        name = Path(self.data).name
-        return f"{name} sha256:{self.data_sha256[:12]}" if self.data_sha256 else name
+            name = self.data.removeprefix("subset:")
+        else:
+            name = Path(self.data).name
+            name = f"{name} sha256:{self.data_sha256[:12]}" if self.data_sha256 else name
+        return name if self.split is None else f"{name}, split {self.split}"
 
     @property
     def headline_kind(self) -> str:
@@ -143,6 +148,7 @@ class Entry:
             "subset": self.subset,
             "data": self.data,
             "data_sha256": self.data_sha256,
+            "split": self.split,
             "headline": self.headline_kind,
             "length_adjustment": None if self.length_adjustment is None else self.length_adjustment.model_dump(),
             "score": self.headline.value,
@@ -215,6 +221,7 @@ def load_entry(folder: Path) -> Entry:
         headline=_figure(metrics, "score"),
         metrics={name: _figure(metrics, name) for name in sorted(names, key=_order)},
         grader_calls=spec.grader.calls,
+        split=spec.data.split,
         cost=cost,
     )
 

@@ -39,10 +39,18 @@ class Spec(BaseModel):
 
 
 class DataSpec(Spec):
-    """The tasks: `source` is `subset:NAME` or the file's path as given; `sha256` the file's, when recorded."""
+    """The tasks: `source` is `subset:NAME` or the file's path as given; `sha256` the file's, when recorded.
+
+    `split`: the training split of it graded (`data.splits`: train, validation or heldout; None, every task), with
+    the split's seed, and the rows that formed its heldout (`subset:hard` for the full set, a heldout file's path,
+    or None for a seeded share) and their file's sha256."""
 
     source: str = "unknown"
     sha256: str | None = None
+    split: str | None = None
+    split_seed: int | None = None
+    heldout: str | None = None
+    heldout_sha256: str | None = None
 
     @property
     def name(self) -> str:
@@ -53,6 +61,13 @@ class DataSpec(Spec):
     def subset(self) -> str | None:
         """The official subset, or None for a file."""
         return self.source.removeprefix("subset:") if self.source.startswith("subset:") else None
+
+    def split_identity(self) -> dict[str, Any]:
+        """What decides a split's tasks, for a run's identity: nothing when no split was chosen, so runs made
+        before splits existed resume."""
+        if self.split is None:
+            return {}
+        return {"split": self.split, "split_seed": self.split_seed, "heldout_sha256": self.heldout_sha256}
 
 
 class GraderRequest(Spec):
@@ -257,6 +272,7 @@ class RunSpec(Spec):
         identity: dict[str, Any] = {"command": self.command}
         if self.command != "grade":
             identity |= {"data_sha256": self.data.sha256, "limit": self.limit}
+        identity |= self.data.split_identity()
         if self.command == "eval":
             identity["n_repeats"] = self.n_repeats
             identity |= self.policy.identity() if self.policy is not None else {}

@@ -15,9 +15,9 @@ from pydantic import SecretStr
 
 from healthbench.api.endpoint import is_openai
 from healthbench.data.cache import Transfer, unseen
-from healthbench.data.loading import load_rows
 from healthbench.data.schema import Message, Row
-from healthbench.data.subsets import load_subset
+from healthbench.data.source import TaskSource
+from healthbench.data.splits import SPLITS
 from healthbench.errors import CandidateError, GradingError, OverLimit
 from healthbench.grading.pool import GraderPool
 from healthbench.grading.prompt import TEMPLATE_SHA256, render_conversation
@@ -42,6 +42,8 @@ ENVIRONMENTS = (ENVIRONMENT, ANSWER_ENVIRONMENT)
 # The one sentence the answer-tool variant adds to a task's prompt.
 ANSWER_INSTRUCTION = "Send your reply to the user by calling the `answer` tool with it."
 ANSWER_SUFFIX = "\n\n" + ANSWER_INSTRUCTION
+# The split of the full set (or of a file served): every task, the environment's one published split.
+TEST = "test"
 
 
 def prompt_text(messages: Sequence[Message]) -> str:
@@ -62,34 +64,49 @@ def _subsets(data: Path | None, subsets: Sequence[str]) -> Sequence[str]:
 
 
 def _split(subset: str) -> str:
-    return "test" if subset == "full" else subset
+    return TEST if subset == "full" else subset
 
 
 def split_names(data: Path | None = None, subsets: Sequence[str] = ()) -> list[str]:
-    """The splits `load_splits` serves for `data` and `subsets`, in order, known before anything is read.
-    `ValueError` for a split given twice."""
-    names = ["test"] if data is not None else []
+    """The splits `load_splits` serves for `data` and `subsets`, in order, known before anything is read (a
+    training split too few rows leave empty is not served). `ValueError` for a split given twice."""
+    names = [TEST] if data is not None else []
     for split in map(_split, _subsets(data, subsets)):
         if split in names:
             raise ValueError(f"split {split!r} given twice (a data file and the full subset are both 'test')")
         names.append(split)
+    if TEST in names:
+        at = names.index(TEST) + 1
+        names[at:at] = SPLITS
     return names
 
 
 def load_splits(
-    data: Path | None = None, subsets: Sequence[str] = (), transfer: Transfer = unseen
+    data: Path | None = None,
+    subsets: Sequence[str] = (),
+    transfer: Transfer = unseen,
+    *,
+    heldout: Path | None = None,
+    split_seed: int = 0,
 ) -> dict[str, list[Row]]:
-    """The rows to serve by split: a JSONL file or the `full` subset is `test`; `hard`, `consensus` and
-    `professional` keep their names.
+    """The rows to serve by split: a JSONL file or the `full` subset is `test`, and its training splits
+    (`data.splits`) are `train`, `validation` and `heldout` beside it (for the full set, `heldout` is HealthBench
+    Hard; for a file, the rows of the file `heldout`, else a seeded 20%; `split_seed` seeds the choice); `hard`,
+    `consensus` and `professional` keep their names.
 
-    With neither a file nor a subset, the full set is served; a download is shown through `transfer`.
+    With neither a file nor a subset, the full set is served; a download is shown through `transfer`. A training
+    split that too few rows leave empty is not served.
     """
     split_names(data, subsets)  # a split given twice: refused before anything is read
     splits: dict[str, list[Row]] = {}
-    if data is not None:
-        splits["test"] = load_rows(data)
-    for name in _subsets(data, subsets):
-        splits[_split(name)] = load_subset(name, transfer)
+    sources = [(TEST, TaskSource.file(data))] if data is not None else []
+    sources += [(_split(name), TaskSource.named(name)) for name in _subsets(data, subsets)]
+    for served, source in sources:
+        rows = source.all_rows(transfer)
+        splits[served] = rows
+        if source.splittable:
+            parts = source.splitting(None, heldout, split_seed).splits(rows, transfer)
+            splits |= {split: part for split, part in parts.items() if part}
     return splits
 
 

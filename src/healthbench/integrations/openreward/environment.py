@@ -98,6 +98,10 @@ def candidate_reply(candidate: Any) -> str | None:
     return "\n".join(texts) if texts else None
 
 
+# The OpenReward split type of each training split; every other split is a test split.
+_SPLIT_TYPES = {"train": "train", "validation": "validation"}
+
+
 # The SDK ships no type information, so its base class and decorators are `Any` to mypy.
 class HealthBench(Environment):  # type: ignore[misc]
     """HealthBench tasks: a health conversation to answer, graded against its physician-written rubric."""
@@ -122,8 +126,9 @@ class HealthBench(Environment):  # type: ignore[misc]
 
     @classmethod
     def list_splits(cls) -> list[Any]:
-        """Every split is a test split: HealthBench has no training data."""
-        return [Split(name=name, type="test") for name in cls._served().splits]
+        """`train` and `validation` (the training splits of `data.splits`) by their type; every other split is a
+        test split (`heldout`, and `test`, the whole data)."""
+        return [Split(name=name, type=_SPLIT_TYPES.get(name, "test")) for name in cls._served().splits]
 
     @classmethod
     async def list_tasks(cls, split: str) -> list[dict[str, str]]:

@@ -109,7 +109,9 @@ class DeploymentRouter:
             if isinstance(split, str) and split not in self.splits and not by_spec:
                 message = f"no split {_named(split)} here: the splits are {_listed(self.splits)}"
                 if split == "train":
-                    message += " (HealthBench has no training data: pass split='test')"
+                    message += (
+                        " (the training splits are served beside the full set or a --data file: pass split='test')"
+                    )
                 await self._refuse(scope, replayed, send, 400, "unknown_split", message, split=split)
                 return
             if route == CREATE and first == CREATE and payload.get("env_name") is None:

@@ -142,6 +142,7 @@ def render_report(
         state=state,
         grader_model=spec.grader.model if spec is not None else ", ".join(grader_models) or "unknown",
         policy_model=spec.policy.model if spec is not None and spec.policy else ", ".join(policy_models) or None,
+        split=None if spec is None else spec.data.split,
         template_sha256=spec.grader.template_sha256 if spec is not None else None,
         grader_calls=None if spec is None else spec.grader.calls,
         per_reply=spec is not None and not spec.grader.official_calls,
