@@ -38,10 +38,8 @@ from typing import Any
 from pydantic import SecretStr, TypeAdapter, ValidationError
 
 from healthbench.api.endpoint import Concurrency
-from healthbench.data.loading import load_rows
 from healthbench.data.schema import Row
-from healthbench.data.splits import SPLITS, SplitName, split_rows
-from healthbench.data.subsets import TASK_SUBSETS, load_subset
+from healthbench.data.subsets import TASK_SUBSETS
 from healthbench.errors import GradingError, SettingsError, UnknownPromptId
 from healthbench.grading.pool import GraderPool
 from healthbench.grading.sample import grade_sample
@@ -52,6 +50,7 @@ from healthbench.integrations.openreward.deployment import served_budget
 DATA_VARIABLE = "HEALTHBENCH_DATA"
 CONCURRENCY_VARIABLE = "HEALTHBENCH_GRADER_CONCURRENCY"
 AXIS_PREFIX = "axis:"
+ALL_ROWS = "none (all rows of the data)"  # how an unknown prompt_id's error names no split
 EXIT_WAIT = 5.0  # seconds the graders of a trainer's loop may take to close as the process exits
 
 
@@ -70,11 +69,12 @@ class Reward:
 
 @dataclass(frozen=True)
 class TaskRows:
-    """The rows a step's prompt_ids are looked up in, and what they are (the kind whose official settings apply)."""
+    """The rows a step's prompt_ids are looked up in, what they are (the kind whose official settings apply), and
+    the split they are (`ALL_ROWS` when none was chosen)."""
 
     by_id: Mapping[str, Row]
     kind: str | None
-    split: str | None
+    split: str
 
     def row(self, prompt_id: str) -> Row:
         """The row of `prompt_id`; `UnknownPromptId` naming it and the split when there is none."""
@@ -92,39 +92,21 @@ def data_source(data: str | Path | None) -> tuple[str | None, str | None]:
     return (chosen, None) if chosen in TASK_SUBSETS else (None, chosen)
 
 
-def split_name(split: str | None) -> SplitName | None:
-    """`split` as a split's name (None for none); `SettingsError` naming the ones there are."""
-    if split is None:
-        return None
-    for name in SPLITS:
-        if split == name:
-            return name
-    raise SettingsError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
-
-
 def task_rows(
     data: str | Path | None = None, split: str | None = None, heldout: str | Path | None = None, seed: int = 0
 ) -> TaskRows:
-    """The rows of `data` (see `data_source`), of `split` only when one is named, loaded once per process for the
-    same data, split, heldout and seed. `heldout`: a file of the rows that form `heldout` (None: HealthBench Hard
-    for the official full set, else a seeded, theme-stratified 20%); `seed` the split's."""
+    """The rows of `data` (see `data_source`), of `split` only when one is named (`data.splits`, as `export` and
+    `--split` choose it: the full set's heldout is the official hard file, a file's the rows of `heldout` when
+    given, else a seeded 20%; `seed` is the split's), loaded once per process for the same data, split, heldout and
+    seed."""
     subset, path = data_source(data)
     return _task_rows(subset, path, split, None if heldout is None else str(heldout), seed)
 
 
 @functools.lru_cache(maxsize=16)
 def _task_rows(subset: str | None, path: str | None, split: str | None, heldout: str | None, seed: int) -> TaskRows:
-    tasks = load_tasks(subset, path)
-    rows = tasks.rows
-    name = split_name(split)
-    if name is not None:
-        held: list[Row] | None = None
-        if heldout is not None:
-            held = load_rows(heldout)
-        elif subset == "full":
-            held = load_subset("hard")
-        rows = split_rows(rows, name, heldout=held, seed=seed)
-    return TaskRows({row.prompt_id: row for row in rows}, tasks.kind, name)
+    tasks = load_tasks(subset, path, split=split, heldout=heldout, split_seed=seed)
+    return TaskRows({row.prompt_id: row for row in tasks.rows}, tasks.kind, split or ALL_ROWS)
 
 
 def budget_from_env(concurrency: int | None) -> int | None:
