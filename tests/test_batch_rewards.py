@@ -219,3 +219,38 @@ def test_verl_reward_loop_form_is_a_coroutine_matching_grade(data: Path, grader:
 
     assert grader.base_url
     assert asyncio.run(loop()) == pytest.approx(graded_scores(tmp_path, data, pairs, grader.base_url), abs=1e-9)
+
+
+def test_trl_reward_function_in_server_mode_gets_the_servers_rewards(
+    data: Path, grader: FakeOpenAI, tmp_path: Path
+) -> None:
+    """Through `serve`'s `POST /rewards` (branch openrlhf's route): the server's key grades, the trainer has none."""
+    pytest.importorskip("healthbench.integrations.openreward.batchroutes")
+    pytest.importorskip("openreward")
+    from healthbench.errors import DataError, EndpointUnusable
+    from tests.serving import served
+
+    token = "rewards-token-0123456789abcdef"
+    train = sorted(task_rows(data, "train").by_id)
+    pairs = [(pid, f"Reply 0 to {pid}: rest and fluids.") for pid in train[:3]]
+    pairs.append((train[3], f"{UNGRADABLE} reply"))
+    assert grader.base_url
+    env = {"HEALTHBENCH_GRADER_API_KEY": KEY, "HEALTHBENCH_SERVER_TOKEN": token}
+    with served(data, grader.base_url, env=env) as url:
+        func = reward_function(server_url=url, token=token, split="train")
+        metrics: dict[str, float] = {}
+        got = asyncio.run(
+            func(
+                prompts=["q"] * len(pairs),
+                completions=[reply for _, reply in pairs],
+                prompt_id=[pid for pid, _ in pairs],
+                log_metric=metrics.__setitem__,
+            )
+        )
+        held = next(iter(task_rows(data, "heldout").by_id))
+        with pytest.raises(DataError, match=held):
+            asyncio.run(func(prompts=["q"], completions=["fine"], prompt_id=[held]))
+        with pytest.raises(EndpointUnusable, match="token"):
+            asyncio.run(reward_function(server_url=url, token="wrong", split="train")(["q"], ["a"], prompt_id=[held]))
+    assert got[-1] is None and metrics["healthbench/ungraded"] == 1
+    assert got[:-1] == pytest.approx(graded_scores(tmp_path, data, pairs[:-1], grader.base_url), abs=1e-9)
