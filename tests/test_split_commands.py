@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
+from pydantic import SecretStr
 
 from healthbench.cli import main
 from healthbench.data.loading import load_rows
@@ -152,7 +153,7 @@ def test_serve_serves_the_splits_beside_test(
     from healthbench.grading.settings import GraderConfig
     from healthbench.integrations.openreward.environment import HealthBench
 
-    env_cls = HealthBench.bound(Deployment(splits, GraderConfig(api_key=KEY)))
+    env_cls = HealthBench.bound(Deployment(splits, GraderConfig(api_key=SecretStr(KEY))))
     assert [(s.name, s.type) for s in env_cls.list_splits()] == [
         ("test", "test"),
         ("train", "train"),
