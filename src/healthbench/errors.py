@@ -50,6 +50,16 @@ class SettingsError(HealthBenchError, ValueError):
     """Settings that cannot go together or cannot be used (a length adjustment given by halves, say)."""
 
 
+class MissingExtra(HealthBenchError):
+    """What was asked needs a package an optional extra installs, and it is not installed: the message names what
+    needs it, the package and the extra."""
+
+    def __init__(self, what: str, package: str, extra: str) -> None:
+        super().__init__(f"{what} needs {package}, which is not installed: pip install 'healthbench[{extra}]'")
+        self.package = package
+        self.extra = extra
+
+
 class ConfigMismatch(HealthBenchError):
     """The output folder holds a run made with other settings."""
 

@@ -11,8 +11,9 @@ from typing import Any
 from healthbench.errors import OutputUnusable
 
 
-def write_atomic(path: Path, text: str) -> Path:
-    """Write `text` to a temporary file beside `path` and rename it over `path`; returns `path`.
+def write_atomic(path: Path, text: str | bytes) -> Path:
+    """Write `text` (UTF-8 text, or bytes as they are) to a temporary file beside `path` and rename it over
+    `path`; returns `path`.
 
     Whatever fails, the temporary file is removed. The file is readable by all (0644, not mkstemp's 0600):
     results, reports and caches are meant to be shared. `OutputUnusable`, naming `path`, when it cannot be
@@ -23,8 +24,8 @@ def write_atomic(path: Path, text: str) -> Path:
     except OSError as exc:
         raise OutputUnusable(path, exc.strerror or str(exc)) from None
     try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="") as out:
-            out.write(text)
+        with os.fdopen(handle, "wb") as out:
+            out.write(text.encode("utf-8") if isinstance(text, str) else text)
         os.chmod(temp, 0o644)
         os.replace(temp, path)
     except OSError as exc:

@@ -7,6 +7,7 @@ import gc
 
 import click
 
+from healthbench.cli.export import export
 from healthbench.cli.grading import evaluate, grade
 from healthbench.cli.leaderboard import leaderboard
 from healthbench.cli.physicians import baseline, meta_eval
@@ -42,3 +43,4 @@ def main(log_level: str, verbose: bool) -> None:
 
 for command in (download, grade, evaluate, baseline, meta_eval, probe, report, batches, compare, leaderboard, serve):
     main.add_command(command)
+main.add_command(export)
