@@ -6,12 +6,14 @@ Against the fake grader answering in `--latency` seconds (1 s by default, one gr
 settings unless a row says otherwise:
 
 - TRL dataset mode: a real `GRPOTrainer` on the CPU with the tiny local policy, `--steps` steps of 16 completions
-  (two tasks, eight generations each), the reward function `integrations.trl.reward_function()`: the seconds TRL
-  waits on it each step. The first step is a new key's first (its pace's slow start); the later ones are warm.
-  A second run gives the key's limit (`grader_rpm`, `--rpm`), so a new key's pace starts without its slow start.
+  (two tasks of at most 15 rubric items, eight generations each: at most 240 calls, within the default budget),
+  the reward function `integrations.trl.reward_function()`: the seconds TRL waits on it each step. The first step
+  is a new key's first (its pace's slow start); the later ones are warm. A second run gives the key's limit
+  (`grader_rpm`, `--rpm`), so a new key's pace starts without its slow start.
 - verl batch form: `integrations.verl.compute_score_batch` (what verl's batch manager calls), `--steps` batches of
-  64 replies (64 tasks): with serve's default budget (256 in flight, growing only once the key's limits are
-  known, and this fake names none) and with `HEALTHBENCH_GRADER_CONCURRENCY=1024`, which fits the batch's items.
+  16 replies (16 tasks), then of 64 replies (64 tasks): with serve's default budget (256 in flight, growing only
+  once the key's limits are known, and this fake names none) and with `HEALTHBENCH_GRADER_CONCURRENCY=1024`, which
+  fits the batch's items.
 - TRL environment mode (`bench_trl.train`): `--env-steps` steps of 8 rollouts of one task, the seconds spent in
   the 8 `answer` calls.
 
@@ -50,6 +52,7 @@ from healthbench.testing.policy import tiny_policy
 KEY = "sk-bench-step-rewards"
 REPLY = "Rest, drink plenty of fluids, and see a doctor if it is no better in three days."
 GENERATIONS = 8
+SMALL = 15  # rubric items a task of the TRL rows has at most
 
 
 def graded(data: Path, pairs: Sequence[tuple[str, str]], grader_url: str, folder: Path) -> dict[tuple[str, str], float]:
@@ -98,7 +101,9 @@ def trl_dataset_mode(
     datasets, trl = importlib.import_module("datasets"), importlib.import_module("trl")
     from healthbench.integrations.trl import reply_text, reward_function
 
-    chosen = rows[: 2 * steps]
+    # Tasks of at most 15 items: a step of two tasks' 16 completions is then at most 240 calls, within the default
+    # budget of 256 (a step past it takes a second round, as the verl rows show).
+    chosen = [row for row in rows if len(row["rubrics"]) <= SMALL][: 2 * steps]
     lines = [{"prompt": row["prompt"], "prompt_id": row["prompt_id"]} for row in chosen]
     folder = folder / ("trl" if rpm is None else "trl-rpm")
     folder.mkdir()
@@ -134,14 +139,16 @@ def trl_dataset_mode(
     }
 
 
-def verl_batch(rows: list[dict[str, Any]], data: Path, steps: int, budget: int | None) -> dict[str, Any]:
-    """`steps` calls of compute_score_batch with 64 replies, in a process of its own (its own loop, graders and
-    budget, as a verl worker has), with `HEALTHBENCH_GRADER_CONCURRENCY=budget` if given."""
+def verl_batch(
+    rows: list[dict[str, Any]], data: Path, steps: int, budget: int | None, replies: int = 64
+) -> dict[str, Any]:
+    """`steps` calls of compute_score_batch with `replies` replies (one a task), in a process of its own (its own
+    loop, graders and budget, as a verl worker has), with `HEALTHBENCH_GRADER_CONCURRENCY=budget` if given."""
     environment = {**os.environ}
     environment.pop("HEALTHBENCH_GRADER_CONCURRENCY", None)
     if budget is not None:
         environment["HEALTHBENCH_GRADER_CONCURRENCY"] = str(budget)
-    chosen = [row["prompt_id"] for row in rows[:64]]
+    chosen = [row["prompt_id"] for row in rows[:replies]]
     program = f"""
 import json, sys, time
 from healthbench.integrations.verl import compute_score_batch
@@ -229,6 +236,7 @@ def main() -> None:
                 f"TRL dataset mode, 16 completions, grader_rpm={args.rpm:g} given",
                 lambda: trl_dataset_mode(data, rows, folder, args.steps, args.rpm),
             ),
+            ("verl batch form, 16 replies, default budget", lambda: verl_batch(rows, data, args.steps, None, 16)),
             ("verl batch form, 64 replies, default budget", lambda: verl_batch(rows, data, args.steps, None)),
             ("verl batch form, 64 replies, budget 1024", lambda: verl_batch(rows, data, args.steps, 1024)),
         ]
