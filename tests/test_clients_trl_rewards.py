@@ -9,8 +9,10 @@ Runs where trl is installed (`.venv-clients`, made by `scripts/dev test`).
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,8 @@ datasets = pytest.importorskip("datasets")
 
 REPLY = "Rest, drink plenty of fluids, and see a doctor if it is no better in three days."
 GENERATIONS = 8  # a step: two tasks, eight completions each
+# The tiny policy's every completion, as TRL hands it to the reward (its tool call, unparsed in dataset mode).
+REPLY_TEXT = "<tool_call>\n" + json.dumps({"name": "answer", "arguments": {"response": REPLY}}) + "\n</tool_call>"
 
 
 def rows_and_split(tmp: Path) -> tuple[Path, list[str], str]:
@@ -125,3 +129,31 @@ def test_a_prompt_id_outside_the_split_stops_the_step_naming_it(grader: FakeOpen
     with pytest.raises(UnknownPromptId, match=rf"{heldout}.*'train'"):
         trainer.train()
     assert grader.requests_total == 0
+
+
+TRAINING_DOC = Path(__file__).parents[1] / "docs" / "training.md"
+
+
+def test_the_documented_dataset_mode_recipe_trains_on_the_cpu(
+    grader: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/training.md's TRL recipe as written, on an export of the train split, with the tiny policy."""
+    from healthbench.testing.policy import tiny_policy
+
+    data, train, _ = rows_and_split(tmp_path)
+    exported(tmp_path, data, [train[0], train[0]])  # two rows of the good task: a step of 16 completions
+    blocks = re.findall(r"```python\n(.*?)```", TRAINING_DOC.read_text(encoding="utf-8"), flags=re.DOTALL)
+    [recipe] = [block for block in blocks if block.startswith("# train_grpo_dataset.py:")]
+    monkeypatch.setenv("POLICY_MODEL", str(tiny_policy(tmp_path / "policy", REPLY)))
+    monkeypatch.setenv("TRAIN_FILE", str(tmp_path / "train.jsonl"))
+    monkeypatch.setenv("HEALTHBENCH_DATA", str(data))
+    monkeypatch.setenv("MAX_STEPS", "1")
+    monkeypatch.setenv("MAX_COMPLETION_LENGTH", "64")
+    monkeypatch.chdir(tmp_path)  # its output_dir
+    namespace: dict[str, Any] = {"__name__": "__main__"}
+    exec(compile(recipe, str(TRAINING_DOC), "exec"), namespace)
+    [step] = [entry for entry in namespace["trainer"].state.log_history if "rewards/healthbench/mean" in entry]
+    assert grader.base_url
+    score = graded_by_cli(tmp_path, data, {train[0]: REPLY_TEXT}, grader.base_url)[train[0]]["score"]
+    assert step["rewards/healthbench/mean"] == pytest.approx(score, abs=1e-6)
+    assert step["healthbench/ungraded"] == 0
