@@ -17,9 +17,11 @@ settings unless a row says otherwise:
 - TRL environment mode (`bench_trl.train`): `--env-steps` steps of 8 rollouts of one task, the seconds spent in
   the 8 `answer` calls.
 
-Each figure is also divided by one grader round (a request sent to the fake directly, timed here). The rewards of
-the batch forms are checked against `healthbench grade`'s for the same replies (run against a second fake without
-latency, whose verdicts are the same: they depend on the prompt alone).
+Beside them, the floor: as many requests as a step's calls sent straight to the fake at once (a bare aiohttp
+client, no grading), the least a step can take on the machine as loaded now. Each figure is also divided by one
+grader round (a request sent to the fake directly, timed here). The rewards of the batch forms are checked against
+`healthbench grade`'s for the same replies (run against a second fake without latency, whose verdicts are the
+same: they depend on the prompt alone).
 
 Runs in `.venv-clients` (TRL, torch, transformers; `scripts/dev test` makes it):
 
@@ -46,7 +48,7 @@ from typing import Any
 from bench_rewards import one_round
 from bench_serve import make_row
 
-from healthbench.testing import FakeOpenAI
+from healthbench.testing import GRADER_MARKER, FakeOpenAI
 from healthbench.testing.policy import tiny_policy
 
 KEY = "sk-bench-step-rewards"
@@ -185,6 +187,26 @@ def trl_environment_mode(grader_url: str, folder: Path, steps: int) -> list[floa
         return [figures["answer"] for figures in train(url, policy, folder, steps)]
 
 
+async def floor(grader_url: str, calls: int, rounds: int = 3) -> float:
+    """Seconds for `calls` grader requests sent straight to the fake at once on a fresh connection pool, the median
+    of `rounds`: the least a step of that many calls can take on this machine as loaded now."""
+    import aiohttp
+
+    body = {"model": "gpt-4.1", "messages": [{"role": "user", "content": f"{GRADER_MARKER} [5] Says hello"}]}
+    times = []
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+
+        async def one() -> None:
+            async with http.post(f"{grader_url}/chat/completions", json=body) as response:
+                await response.read()
+
+        for _ in range(rounds):
+            started = time.perf_counter()
+            await asyncio.gather(*(one() for _ in range(calls)))
+            times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
 def check(name: str, result: dict[str, Any], data: Path, folder: Path) -> str:
     """Whether every reward equals `healthbench grade`'s for the same reply (a fake without latency answers it)."""
     with FakeOpenAI(record=False) as fast:
@@ -244,6 +266,11 @@ def main() -> None:
             result = run()
             table.append(row_of(name, result["spent"], "/".join(map(str, result["items"])), round_s))
             checks.append(f"{name}: {check(f'check{len(checks)}', result, data, folder)}")
+        for calls in (200, 800):
+            spent = [asyncio.run(floor(fake.base_url, calls))] * 2
+            table.append(
+                row_of(f"floor: {calls} requests sent straight to the fake at once", spent, str(calls), round_s)
+            )
         if args.env_steps:
             spent = trl_environment_mode(fake.base_url, folder, args.env_steps)
             table.append(
