@@ -53,11 +53,12 @@ def rows_and_split(tmp: Path) -> tuple[Path, list[str], str]:
 
 
 def exported(tmp: Path, data: Path, prompt_ids: list[str]) -> Any:
-    """`export --format trl`'s rows for `prompt_ids`: the conversation as chat messages and the prompt_id, loaded
-    with `datasets` as a user loads the export."""
+    """The train split's tasks `prompt_ids`, written by `export --format trl`'s own writer to `tmp/train.jsonl` and
+    loaded with `datasets` as a user loads the export."""
+    from healthbench.integrations.export import export_split
+
     rows = {row.prompt_id: row for row in load_rows(data)}
-    lines = [{"prompt": [m.model_dump(mode="json") for m in rows[pid].prompt], "prompt_id": pid} for pid in prompt_ids]
-    path = write_jsonl(tmp / "train.jsonl", lines)
+    path = export_split([rows[pid] for pid in prompt_ids], "train", "trl", tmp, data=str(data))
     return datasets.load_dataset("json", data_files=str(path), split="train")
 
 

@@ -1,7 +1,7 @@
 """verl 0.9.1 with HealthBench's reward file (`integrations.verl`), loaded by verl itself from its path as
 `custom_reward_function.path` names it: verl's batch reward manager (`verl.workers.reward_manager.batch`) and its
 reward-loop worker (`verl.experimental.reward_loop`, the default of 0.9.1's trainer) each run on a `DataProto` made
-from `export --format verl`-shaped parquet (`data_source`, `prompt`, `ability`, `reward_model.ground_truth` = the
+from `export --format verl`'s parquet (`data_source`, `prompt`, `ability`, `reward_model.ground_truth` = the
 prompt_id, `extra_info` naming the data and split). Every score is `healthbench grade`'s for the same reply; an
 ungradable reply and a prompt_id outside the split are errors, never a score.
 
@@ -21,6 +21,7 @@ import pytest
 from healthbench.data.loading import load_rows
 from healthbench.data.splits import assign_splits
 from healthbench.errors import GradingError, UnknownPromptId
+from healthbench.integrations.export import export_split
 from healthbench.integrations.rewards import close_graders
 from healthbench.testing import FakeOpenAI
 from tests.conftest import make_row, write_jsonl
@@ -61,8 +62,8 @@ def tokenizer(folder: Path) -> Any:
 
 
 def exported(tmp: Path) -> tuple[Path, Path, list[str], str]:
-    """Rows (one whose prompt no grader answers about), verl parquet of two train tasks in `export`'s shape, their
-    prompt_ids (the good one first) and a heldout prompt_id."""
+    """Rows (one whose prompt no grader answers about), their train split written by `export --format verl`'s own
+    writer, two train prompt_ids (the good one first, then the ungradable one) and a heldout prompt_id."""
     raw = [make_row(f"task-{i}", prompt=(("user", f"Question {i}: my back hurts."),)) for i in range(12)]
     splits = assign_splits(load_rows(write_jsonl(tmp / "probe.jsonl", raw)))
     train = [row["prompt_id"] for row in raw if splits[row["prompt_id"]] == "train"][:2]
@@ -71,33 +72,17 @@ def exported(tmp: Path) -> tuple[Path, Path, list[str], str]:
         if row["prompt_id"] == train[1]:
             row["prompt"] = [{"role": "user", "content": f"{UNGRADABLE}: my back hurts."}]
     data = write_jsonl(tmp / "rows.jsonl", raw)
-    rows = {row["prompt_id"]: row for row in raw}
-    records = [
-        {
-            "data_source": "healthbench",
-            "prompt": rows[pid]["prompt"],
-            "ability": "health",
-            "reward_model": {"style": "rule", "ground_truth": pid},
-            "extra_info": {
-                "split": "train",
-                "index": index,
-                "prompt_id": pid,
-                "data": str(data.resolve()),
-                "heldout": None,
-                "seed": 0,
-            },
-        }
-        for index, pid in enumerate(train)
-    ]
-    parquet = tmp / "train.parquet"
-    pd.DataFrame(records).to_parquet(parquet)
+    rows = [row for row in load_rows(data) if splits[row.prompt_id] == "train"]
+    parquet = export_split(rows, "train", "verl", tmp / "verl", data=str(data.resolve()))
     return data, parquet, train, heldout
 
 
-def batch(parquet: Path, replies: list[tuple[int, str]], tok: Any, ground_truth: str | None = None) -> Any:
-    """A `DataProto` as verl's rollout leaves it: for each (parquet row, reply), the prompt's and the reply's token
-    ids (right-padded), the attention mask, and the row's non-tensor columns."""
+def batch(parquet: Path, pairs: list[tuple[str, str]], tok: Any, ground_truth: str | None = None) -> Any:
+    """A `DataProto` as verl's rollout leaves it: for each (prompt_id, reply), the prompt's and the reply's token ids
+    (right-padded), the attention mask, and the non-tensor columns of the parquet's row of that task."""
     frame = pd.read_parquet(parquet)
+    where = {str(info["prompt_id"]): index for index, info in enumerate(frame["extra_info"])}
+    replies = [(where[pid], reply) for pid, reply in pairs]
     prompts = [tok(str(frame.iloc[i]["prompt"][-1]["content"]))["input_ids"] for i, _ in replies]
     answers = [tok(reply)["input_ids"] for _, reply in replies]
     width_p, width_r = max(map(len, prompts)), max(map(len, answers))
@@ -174,7 +159,7 @@ def test_the_batch_reward_manager_scores_a_batch_as_grade(grader: FakeOpenAI, tm
     tok = tokenizer(tmp_path / "tokenizer")
     compute = get_custom_reward_fn(config(reward_file(), "compute_score_batch", tmp_path / "tokenizer"))
     manager = batch_manager(tok, num_examine=0, compute_score=compute)
-    replies = [(0, reply) for reply in REPLIES] * 4  # eight replies to the good task: a GRPO group
+    replies = [(train[0], reply) for reply in REPLIES] * 4  # eight replies to the good task: a GRPO group
     result = manager(batch(parquet, replies, tok), return_dict=True)
     rewards = result["reward_tensor"].sum(dim=1).tolist()
     scores = expected(tmp_path, data, train[0], grader)
@@ -182,10 +167,10 @@ def test_the_batch_reward_manager_scores_a_batch_as_grade(grader: FakeOpenAI, tm
     # Before the ungradable batch, whose cancelled requests may still reach the fake after it raises.
     sent = grader.requests_total
     with pytest.raises(UnknownPromptId, match=rf"{heldout}.*'train'"):
-        manager(batch(parquet, [(0, REPLIES[0]), (0, REPLIES[1])], tok, ground_truth=heldout))
+        manager(batch(parquet, [(train[0], REPLIES[0]), (train[0], REPLIES[1])], tok, ground_truth=heldout))
     assert grader.requests_total == sent
     with pytest.raises(GradingError, match=rf"task {train[1]}: rubric item"):
-        manager(batch(parquet, [(0, REPLIES[0]), (1, REPLIES[0])], tok))
+        manager(batch(parquet, [(train[0], REPLIES[0]), (train[1], REPLIES[0])], tok))
 
 
 def test_the_reward_loop_worker_scores_each_reply_as_grade(grader: FakeOpenAI, tmp_path: Path) -> None:
@@ -194,7 +179,7 @@ def test_the_reward_loop_worker_scores_each_reply_as_grade(grader: FakeOpenAI, t
     data, parquet, train, heldout = exported(tmp_path)
     tok = tokenizer(tmp_path / "tokenizer")
     worker = reward_loop_worker(config(reward_file(), "compute_score", tmp_path / "tokenizer"))
-    replies = [(0, reply) for reply in REPLIES] * 4
+    replies = [(train[0], reply) for reply in REPLIES] * 4
 
     async def scored(proto: Any) -> list[dict[str, Any]]:
         return list(await worker.compute_score_batch(proto))
@@ -203,7 +188,7 @@ def test_the_reward_loop_worker_scores_each_reply_as_grade(grader: FakeOpenAI, t
     scores = expected(tmp_path, data, train[0], grader)
     assert [output["reward_score"] for output in outputs] == pytest.approx(scores * 4, abs=1e-9)
     with pytest.raises(GradingError, match=rf"task {train[1]}: rubric item"):
-        worker.loop.run_until_complete(scored(batch(parquet, [(1, REPLIES[0])], tok)))
+        worker.loop.run_until_complete(scored(batch(parquet, [(train[1], REPLIES[0])], tok)))
     with pytest.raises(UnknownPromptId, match=rf"{heldout}.*'train'"):
-        worker.loop.run_until_complete(scored(batch(parquet, [(0, REPLIES[0])], tok, ground_truth=heldout)))
+        worker.loop.run_until_complete(scored(batch(parquet, [(train[0], REPLIES[0])], tok, ground_truth=heldout)))
     worker.loop.run_until_complete(close_graders())  # a Ray worker's loop lives as long as its process
