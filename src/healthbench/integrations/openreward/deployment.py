@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +113,19 @@ def load_splits(
     return splits
 
 
+def served_budget(configs: Iterable[GraderConfig]) -> tuple[int, int]:
+    """The one grader budget of a server grading with `configs` (and of the in-process batch rewards, which grade
+    as it does): calls in flight at first, and the most it grows to as the keys' limits are learned."""
+    configs = list(configs)
+    ceilings = [config.max_concurrency for config in configs if config.max_concurrency is not None]
+    # A concurrency given is a ceiling the budget stays at; left to its default, a server's starts higher.
+    floors = [
+        config.concurrency if config.max_concurrency is None else max(config.concurrency, SERVED_CONCURRENCY)
+        for config in configs
+    ]
+    return max(floors), max([*ceilings, *floors])
+
+
 class Deployment:
     """What one server serves: rows by split, their task specs, and the grading all sessions share.
 
@@ -147,14 +160,7 @@ class Deployment:
                 self._rows[name, row.prompt_id] = row
             # Built once: the SDK asks for the listing again on every request.
             self._specs[name] = [{"split": name, "prompt_id": row.prompt_id} for row in rows]
-        configs = self.graders.values()
-        ceilings = [config.max_concurrency for config in configs if config.max_concurrency is not None]
-        # A concurrency given is a ceiling the budget stays at; left to its default, a server's starts higher.
-        floors = [
-            config.concurrency if config.max_concurrency is None else max(config.concurrency, SERVED_CONCURRENCY)
-            for config in configs
-        ]
-        self.concurrency, self.ceiling = max(floors), max([*ceilings, *floors])
+        self.concurrency, self.ceiling = served_budget(self.graders.values())
         self._graders = GraderPool(self.concurrency, self.ceiling)
 
     def budget_description(self) -> dict[str, Any]:

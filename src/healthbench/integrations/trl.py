@@ -1,0 +1,181 @@
+"""HealthBench as a reward function for TRL's `GRPOTrainer` in dataset mode (`reward_funcs=[reward_function()]`).
+
+The dataset is `healthbench export --format trl`'s: a conversational `prompt` and the task's `prompt_id`, which
+TRL passes to reward functions as a keyword column. The function is `async def`, so TRL runs it on its event loop
+(a daemon thread that lives as long as the trainer), and it grades every completion of the step at once with warm
+graders made on that loop (`integrations.rewards`): about one grader round a step while the step's rubric items
+fit the grader budget. It returns one float per completion, exactly `healthbench grade`'s score for that reply, or
+`None` for a completion one of whose rubric items could not be graded (TRL leaves it out rather than training on a
+0; a warning names its task and item), and logs the step's per-axis means through TRL's `log_metric`
+(`healthbench/accuracy`, ...).
+
+In-process (the default), the grader key is in the trainer's environment. Given `server_url` and `token`, the step
+is posted instead to a running `healthbench serve`'s `POST /rewards`, which grades it under the server's own key and
+budget: the key stays on the server.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Coroutine, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import aiohttp
+
+from healthbench.errors import DataError, EndpointUnusable, RequestFailed, SettingsError
+from healthbench.integrations.rewards import AXIS_PREFIX, BatchRewards, Reward, axis_means
+
+__all__ = ["reward_function"]
+
+logger = logging.getLogger(__name__)
+
+NAME = "healthbench"  # TRL names the reward's metrics after the function: rewards/healthbench/mean
+SERVER_TIMEOUT = 900.0  # seconds a step's request to `serve` may take: a step of 1,024 items at a slow grader
+
+
+class Grades(Protocol):
+    """Where a step's rewards come from: this process's graders, or a server's."""
+
+    async def grade(self, items: Sequence[tuple[str, str]]) -> list[Reward]: ...
+
+
+RewardFunc = Callable[..., Coroutine[Any, Any, list[float | None]]]
+
+
+def reward_function(
+    data: str | Path | None = None,
+    *,
+    split: str | None = None,
+    heldout: str | Path | None = None,
+    seed: int = 0,
+    concurrency: int | None = None,
+    server_url: str | None = None,
+    token: str | None = None,
+    timeout: float = SERVER_TIMEOUT,
+    **grading: Any,
+) -> RewardFunc:
+    """HealthBench's reward function for `GRPOTrainer(reward_funcs=[...])`, named `healthbench`.
+
+    In-process: the rows are `data` (a path or a subset name), else `HEALTHBENCH_DATA`, else the full set, of
+    `split` only (`train`, `validation`, `heldout`; `heldout` and `seed` as `export` was given them) when one is
+    named; the grader is `serve`'s, its settings from `grading` (`GradingOptions` fields: `grader_model=...`,
+    `grader_base_url=...`, `grader_api_key=...`) else the environment variables `serve` reads, its budget
+    `concurrency` (else `HEALTHBENCH_GRADER_CONCURRENCY`, else serve's 256 growing to 1,024). Rows are loaded here,
+    so bad data or settings fail before training starts.
+
+    With `server_url` (and `token`, the server's), the step goes to that `healthbench serve`'s `POST /rewards` for
+    `split` (required then), waiting at most `timeout` seconds; the other arguments are the server's business.
+    """
+    source: Grades
+    if server_url is not None:
+        if split is None:
+            raise SettingsError("`server_url` needs `split`: the served split the prompt_ids are in (`train`)")
+        if data is not None or grading or concurrency is not None:
+            raise SettingsError(
+                "with `server_url` the server grades: `data`, `concurrency` and grader settings are its own"
+            )
+        source = ServedRewards(server_url, token, split, timeout)
+    else:
+        source = BatchRewards(data, split=split, heldout=heldout, seed=seed, concurrency=concurrency, **grading)
+
+    async def healthbench(
+        prompts: Sequence[Any],
+        completions: Sequence[Any],
+        completion_ids: Sequence[Any] | None = None,
+        prompt_id: Sequence[str] | None = None,
+        log_metric: Callable[[str, float], None] | None = None,
+        **kwargs: Any,
+    ) -> list[float | None]:
+        """One reward per completion: its task score, or None where it could not be graded."""
+        if prompt_id is None:
+            raise DataError(
+                "the dataset has no prompt_id column, which names each prompt's task: make it with "
+                "`healthbench export --format trl`"
+            )
+        if len(prompt_id) != len(completions):
+            raise DataError(f"{len(completions)} completions but {len(prompt_id)} prompt_ids")
+        rewards = await source.grade([(pid, reply_text(c)) for pid, c in zip(prompt_id, completions, strict=True)])
+        for index, reward in enumerate(rewards):
+            if reward.reward is None:
+                logger.warning("no reward for completion %d (%s)", index, reward.error)
+        if log_metric is not None:
+            for axis, mean in axis_means(rewards).items():
+                log_metric(f"{NAME}/{axis.removeprefix(AXIS_PREFIX)}", mean)
+            log_metric(f"{NAME}/ungraded", float(sum(reward.reward is None for reward in rewards)))
+        return [reward.reward for reward in rewards]
+
+    healthbench.__name__ = healthbench.__qualname__ = NAME
+    return healthbench
+
+
+def reply_text(completion: Any) -> str:
+    """The reply a completion holds: the text itself, or a conversational completion's last message's content (its
+    text parts joined, for content in parts)."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, Sequence) and completion and isinstance(completion[-1], dict):
+        content = completion[-1].get("content")
+        if isinstance(content, str):
+            return content
+        if isinstance(content, list):
+            return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+        if content is None:
+            return ""
+    raise DataError(f"a completion TRL passed is neither text nor a list of messages: {str(completion)[:100]!r}")
+
+
+class ServedRewards:
+    """A step's rewards from a running `healthbench serve` (`POST /rewards`, AREAS.md's contract): one request per
+    step, under the server's token; the server's key and budget grade it."""
+
+    def __init__(self, server_url: str, token: str | None, split: str, timeout: float) -> None:
+        self.url = server_url.rstrip("/") + "/rewards"
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.split = split
+        self.timeout = aiohttp.ClientTimeout(total=timeout)
+
+    async def grade(self, items: Sequence[tuple[str, str]]) -> list[Reward]:
+        """The server's rewards for `items`, in order. An unknown split or prompt_id (HTTP 400) is a `DataError`
+        with the server's words; a server out of reach or refusing the token, `EndpointUnusable`."""
+        body = {"split": self.split, "items": [{"prompt_id": pid, "reply": reply} for pid, reply in items]}
+        try:
+            async with (
+                aiohttp.ClientSession(timeout=self.timeout) as http,
+                http.post(self.url, json=body, headers=self.headers) as response,
+            ):
+                text = await response.text()
+                status = response.status
+                answer = await response.json(content_type=None) if status == 200 else None
+        except aiohttp.ClientConnectionError as exc:
+            raise EndpointUnusable(
+                self.url, f"cannot be reached: {exc}", refused=False, role="the reward server's"
+            ) from None
+        except TimeoutError:
+            raise RequestFailed(f"the reward server {self.url} gave no answer in {self.timeout.total:g} s", 1) from None
+        if status == 400:
+            raise DataError(f"the reward server {self.url} refused the step: {text[:500]}")
+        if status in (401, 403):
+            raise EndpointUnusable(
+                self.url, f"refused the token (HTTP {status})", refused=True, role="the reward server's"
+            )
+        if answer is None:
+            raise RequestFailed(
+                f"the reward server {self.url} answered HTTP {status}", 1, status=status, body=text.encode()
+            )
+        return [self._reward(pid, result) for (pid, _), result in zip(items, _results(answer, len(items)), strict=True)]
+
+    def _reward(self, prompt_id: str, result: dict[str, Any]) -> Reward:
+        reward = result.get("reward")
+        axes = {str(tag): float(value) for tag, value in (result.get("axes") or {}).items()}
+        if reward is None:
+            return Reward(prompt_id, None, axes, error=str(result.get("error") or "no reward"))
+        return Reward(prompt_id, float(reward), axes)
+
+
+def _results(answer: Any, count: int) -> list[dict[str, Any]]:
+    """The answer's results, one per item sent; `DataError` for an answer of another shape."""
+    results = answer.get("results") if isinstance(answer, dict) else None
+    if not isinstance(results, list) or len(results) != count or not all(isinstance(r, dict) for r in results):
+        raise DataError(f"the reward server's answer is not {count} results: {str(answer)[:200]!r}")
+    return results

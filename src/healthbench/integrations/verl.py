@@ -1,0 +1,141 @@
+"""HealthBench as a verl custom reward function file: `custom_reward_function.path` is this file, whose path
+`python -m healthbench.integrations.verl` prints.
+
+- `compute_score_batch` (`custom_reward_function.name=compute_score_batch`, `reward_manager.name=batch`): verl's
+  batch reward manager calls it once with every reply of a batch. It is synchronous, so the replies are graded on
+  one event loop this process keeps in a daemon thread for its whole life: graders, their connections and their
+  key's pace stay warm from one call to the next (an `asyncio.run` per call would start them cold every time).
+- `compute_score` (`custom_reward_function.name=compute_score`, verl's reward loop): a coroutine, one reply a call;
+  the reward loop gathers a batch's calls on its own long-lived loop, so they share one budget and warm graders.
+
+`ground_truth` is the task's `prompt_id` (`export` writes it into `reward_model.ground_truth`), and the rows are
+found from `export`'s `extra_info` (`data`, `split`, `heldout`, `seed`), else `HEALTHBENCH_DATA`, loaded once per
+process. The grader is `serve`'s: its settings from `custom_reward_function.reward_kwargs` (`GradingOptions`
+fields: `grader_model`, `grader_max_attempts`, ...; other keyword arguments verl passes are ignored), else the
+environment variables `serve` reads (`HEALTHBENCH_GRADER_API_KEY`, `HEALTHBENCH_GRADER_BASE_URL`, ...), its
+budget `HEALTHBENCH_GRADER_CONCURRENCY` (default 256, growing with the key's limits to 1,024), its pace shared by
+every Ray worker through `HEALTHBENCH_PACE_STORE=redis://...`. The
+score is `healthbench grade`'s for the same reply; a reply that cannot be graded raises `GradingError` naming task
+and item (verl has no "no reward"), and an unknown prompt_id `UnknownPromptId` naming it and the split.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+from healthbench.errors import DataError, GradingError
+from healthbench.grading.settings import GradingOptions
+from healthbench.integrations.rewards import BatchRewards, Reward
+
+__all__ = ["compute_score", "compute_score_batch", "path"]
+
+_lock = threading.Lock()
+_loop: asyncio.AbstractEventLoop | None = None
+_sources: dict[tuple[str | None, str | None, str | None, int, tuple[tuple[str, Any], ...]], BatchRewards] = {}
+
+
+def path() -> Path:
+    """This file: verl's `custom_reward_function.path`."""
+    return Path(__file__).resolve()
+
+
+def _source(extra_info: Mapping[str, Any] | None, kwargs: Mapping[str, Any]) -> BatchRewards:
+    """The rewards of the rows `extra_info` names (`export`'s `data`, `split`, `heldout`, `seed`; what it leaves out
+    from `HEALTHBENCH_DATA`), graded with the `GradingOptions` fields among `kwargs` (verl's
+    `custom_reward_function.reward_kwargs`; what they leave out from the environment), made once per process for
+    each."""
+    info = extra_info or {}
+    data, split, heldout = (info.get(name) for name in ("data", "split", "heldout"))
+    grading = tuple(sorted((name, value) for name, value in kwargs.items() if name in GradingOptions.model_fields))
+    key = (
+        None if data is None else str(data),
+        None if split is None else str(split),
+        None if heldout is None else str(heldout),
+        int(info.get("seed") or 0),
+        grading,
+    )
+    with _lock:
+        found = _sources.get(key)
+        if found is None:
+            found = _sources[key] = BatchRewards(key[0], split=key[1], heldout=key[2], seed=key[3], **dict(grading))
+    return found
+
+
+def _daemon_loop() -> asyncio.AbstractEventLoop:
+    """The process's one grading loop, started on first use in a daemon thread that lives as long as the process."""
+    global _loop
+    with _lock:
+        if _loop is None:
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="healthbench-rewards", daemon=True).start()
+            _loop = loop
+        return _loop
+
+
+def _score(reward: Reward) -> float:
+    """The reward's score; its grading error when there is none."""
+    if reward.reward is None:
+        raise reward.failure or GradingError(reward.prompt_id, "(not said)", reward.error or "no reward")
+    return reward.reward
+
+
+async def _grade_all(groups: dict[BatchRewards, list[int]], replies: Sequence[tuple[str, str]]) -> list[float]:
+    """Every reply's score, each group of rows graded at once, all groups together under the one budget."""
+    scores: list[float] = [0.0] * len(replies)
+
+    async def one_group(source: BatchRewards, indices: list[int]) -> None:
+        for index, reward in zip(indices, await source.grade([replies[i] for i in indices]), strict=True):
+            scores[index] = _score(reward)
+
+    tasks = [asyncio.ensure_future(one_group(source, indices)) for source, indices in groups.items()]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    for task in tasks:
+        failure = None if task.cancelled() else task.exception()
+        if failure is not None:
+            raise failure
+    return scores
+
+
+def compute_score_batch(
+    data_sources: Sequence[Any],
+    solution_strs: Sequence[str],
+    ground_truths: Sequence[Any],
+    extra_infos: Sequence[Mapping[str, Any] | None],
+    **kwargs: Any,
+) -> list[float]:
+    """The score of every reply of a batch (verl's batch reward manager), graded at once on the process's one
+    grading loop. `GradingError` naming task and item for a reply that cannot be graded, `UnknownPromptId` for a
+    ground truth that names no task: there is no score for the batch then."""
+    if not len(solution_strs) == len(ground_truths) == len(extra_infos):
+        raise DataError(
+            f"{len(solution_strs)} solution_strs, {len(ground_truths)} ground_truths and {len(extra_infos)} "
+            "extra_infos: verl passes one of each per reply"
+        )
+    groups: dict[BatchRewards, list[int]] = {}
+    for index, info in enumerate(extra_infos):
+        groups.setdefault(_source(info, kwargs), []).append(index)
+    replies = [(str(truth), str(reply)) for truth, reply in zip(ground_truths, solution_strs, strict=True)]
+    future: Future[list[float]] = asyncio.run_coroutine_threadsafe(_grade_all(groups, replies), _daemon_loop())
+    return future.result()
+
+
+async def compute_score(
+    data_source: Any, solution_str: str, ground_truth: Any, extra_info: Mapping[str, Any] | None = None, **kwargs: Any
+) -> float:
+    """The score of one reply (verl's reward loop, which gathers a batch's calls on its own event loop)."""
+    [reward] = await _source(extra_info, kwargs).grade([(str(ground_truth), str(solution_str))])
+    return _score(reward)
+
+
+if __name__ == "__main__":
+    print(path())
