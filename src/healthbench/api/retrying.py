@@ -17,8 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from healthbench.api.ratesignals import retry_after_seconds
-from healthbench.errors import EndpointUnusable, ProviderError
+from healthbench.errors import EndpointUnusable
 
 log = logging.getLogger("healthbench.api")
 
@@ -133,38 +132,10 @@ class AttemptFailed(Exception):
         self.failure = failure
 
 
-def excerpt(body: bytes) -> str:
-    """The first 200 characters of a body, on one line."""
-    return " ".join(body[:200].decode("utf-8", "replace").split())
-
-
 def is_retryable(status: int) -> bool:
     """Whether an HTTP status is worth asking again, the server saying nothing more (a 4xx other than these is the
     caller's mistake)."""
     return status in RETRY_STATUSES or status >= 500
-
-
-def status_failure(status: int, body: bytes, headers: Mapping[str, str]) -> Failure:
-    """An answer other than 200 as a failure of its kind, with its `Retry-After`, `x-request-id` and
-    `x-should-retry`."""
-    hint = headers.get("x-should-retry")
-    if status == 429:
-        kind = Kind.RATE_LIMITED
-    elif is_retryable(status):
-        kind = Kind.SERVER_ERROR
-    elif ProviderError.parse(status, body).about_request:
-        kind = Kind.REFUSED_REQUEST
-    else:
-        kind = Kind.REFUSED
-    return Failure(
-        kind,
-        f"HTTP {status}: {excerpt(body)}",
-        status=status,
-        body=body,
-        retry_after=retry_after_seconds(headers),
-        request_id=headers.get("x-request-id"),
-        should_retry={"true": True, "false": False}.get(hint.lower()) if hint else None,
-    )
 
 
 @dataclass(frozen=True)

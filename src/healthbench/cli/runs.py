@@ -22,7 +22,7 @@ from healthbench.cli.serving import access_from_flags, access_options
 from healthbench.cli.tasks import data_flag_offered, professional_note
 from healthbench.data.source import TaskSource
 from healthbench.data.subsets import DOWNLOADABLE, TASK_SUBSETS
-from healthbench.errors import RequestFailed
+from healthbench.errors import RequestFailed, SettingsError
 from healthbench.grading.scoring import Bootstraps, Seed
 from healthbench.grading.settings import GraderConfig, GradingOptions
 from healthbench.integrations.openreward.deployment import ENVIRONMENT, ENVIRONMENTS, SERVED_CONCURRENCY
@@ -255,7 +255,7 @@ def serve(
         kinds["test"] = source.kind
     try:
         names = split_names(data, subsets)
-    except ValueError as exc:  # --data together with --subset full
+    except SettingsError as exc:  # --data together with --subset full
         raise click.UsageError(str(exc)) from None
     options = grading_options(flags)
     plans = {split: options.plan(kinds.get(split, split), served=True) for split in names}

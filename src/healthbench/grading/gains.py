@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from healthbench.errors import DataError
 from healthbench.grading.scoring import N_BOOTSTRAP
 
 
@@ -48,7 +49,7 @@ def gains(
     for name, scores in transformed.items():
         missing = [task for task in ids if task not in scores]
         if missing:
-            raise ValueError(f"transform {name}: no score for tasks {missing[:3]}")
+            raise DataError(f"transform {name}: no score for tasks {missing[:3]}")
     if not ids:
         return {}
     rng = np.random.default_rng(seed)

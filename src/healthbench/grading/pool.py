@@ -28,6 +28,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from healthbench.api.client import Budget
+from healthbench.errors import SettingsError
 from healthbench.grading.grader import Grader
 from healthbench.grading.settings import GraderConfig
 
@@ -68,7 +69,7 @@ class GraderPool:
         most_idle: int = MOST_IDLE,
     ) -> None:
         if idle < 0 or most_idle < 0:
-            raise ValueError("idle and most_idle must not be negative")
+            raise SettingsError("idle and most_idle must not be negative")
         self._budget = Budget(concurrency, ceiling) if concurrency is not None else None
         self.idle = idle
         self.most_idle = most_idle

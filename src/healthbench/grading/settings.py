@@ -144,7 +144,7 @@ class GraderConfig(EndpointSettings):
     @model_validator(mode="after")
     def _settings_fit_the_model(self) -> GraderConfig:
         if self.reasoning_effort is not None and not self.is_reasoning:
-            raise ValueError(
+            raise SettingsError(
                 f"grader {self.model} is not treated as a reasoning model, so it takes no reasoning effort: drop "
                 "`grader_reasoning_effort`, or set `grader_reasoning=True`"
             )

@@ -123,10 +123,7 @@ class Store:
             details = "; ".join(
                 f"{key}: {stored.get(key, '(unset)')} -> {wanted.get(key, '(unset)')}" for key in changed
             )
-            raise ConfigMismatch(
-                f"this output folder holds a run with other settings ({details}). "
-                "Use a new `out` folder, or run with the recorded settings to resume."
-            )
+            raise ConfigMismatch(details)
 
     def config(self) -> dict[str, Any]:
         """The recorded configuration."""

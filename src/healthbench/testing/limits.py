@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from aiohttp import web
 
+from healthbench.errors import SettingsError
 from healthbench.testing.replies import estimate_tokens
 
 __all__ = ["QUOTA_MESSAGE", "Decision", "Limiter", "RateLimits"]
@@ -61,13 +62,13 @@ class RateLimits:
 
     def __post_init__(self) -> None:
         if any(limit is not None and limit <= 0 for limit in (self.rpm, self.tpm)):
-            raise ValueError("rpm and tpm must be positive")
+            raise SettingsError("rpm and tpm must be positive")
         if self.window <= 0:
-            raise ValueError("window must be positive")
+            raise SettingsError("window must be positive")
         if self.quota is not None and self.quota < 0:
-            raise ValueError("quota must be non-negative")
+            raise SettingsError("quota must be non-negative")
         if (self.debt is not None and self.debt < 0) or self.refusal_latency < 0:
-            raise ValueError("debt and refusal_latency must be non-negative")
+            raise SettingsError("debt and refusal_latency must be non-negative")
 
     @classmethod
     def per_second(cls, rate: float) -> RateLimits:

@@ -248,7 +248,7 @@ class BatchClient:
 
     def _leave(self) -> None:
         """Give every request still out back to its caller as deferred; the ledger keeps its batch."""
-        self._fail_all(Deferred(f"waiting in a {self.purpose} batch"))
+        self._fail_all(Deferred(self.purpose))
 
     def _queued_tokens(self) -> int:
         """Estimated tokens of this client's batches still in the provider's queue."""

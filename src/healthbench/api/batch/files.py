@@ -16,6 +16,7 @@ from typing import Any
 
 from healthbench.api.batch.records import TERMINAL, BatchRecord, BatchSettings
 from healthbench.api.client import ApiClient
+from healthbench.api.failures import provider_error
 from healthbench.api.retrying import is_retryable
 from healthbench.api.wire import Api, Usage
 from healthbench.errors import InvalidResponse, RequestFailed, UnreadableAnswer
@@ -78,7 +79,8 @@ def batch_missing(batch_id: str | None, state: Mapping[str, Any]) -> tuple[str, 
 
 def refused_batch(failure: RequestFailed) -> str:
     """A batch upload or creation refused outright, in words: the status and the provider's message."""
-    message = failure.error.message if failure.error is not None and failure.error.message else failure.cause
+    error = provider_error(failure)
+    message = error.message if error is not None and error.message else failure.cause
     return f"HTTP {failure.status}: {message}"
 
 

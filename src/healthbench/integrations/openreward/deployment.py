@@ -18,7 +18,7 @@ from healthbench.data.cache import Transfer, unseen
 from healthbench.data.loading import load_rows
 from healthbench.data.schema import Message, Row
 from healthbench.data.subsets import load_subset
-from healthbench.errors import CandidateError, GradingError, OverLimit
+from healthbench.errors import CandidateError, DataError, GradingError, OverLimit, SettingsError, UnknownTask
 from healthbench.grading.pool import GraderPool
 from healthbench.grading.prompt import TEMPLATE_SHA256, render_conversation
 from healthbench.grading.sample import GradedSample, grade_sample
@@ -67,11 +67,11 @@ def _split(subset: str) -> str:
 
 def split_names(data: Path | None = None, subsets: Sequence[str] = ()) -> list[str]:
     """The splits `load_splits` serves for `data` and `subsets`, in order, known before anything is read.
-    `ValueError` for a split given twice."""
+    `SettingsError` for a split given twice."""
     names = ["test"] if data is not None else []
     for split in map(_split, _subsets(data, subsets)):
         if split in names:
-            raise ValueError(f"split {split!r} given twice (a data file and the full subset are both 'test')")
+            raise SettingsError(f"split {split!r} given twice (a data file and the full subset are both 'test')")
         names.append(split)
     return names
 
@@ -112,7 +112,7 @@ class Deployment:
         self.usage_log = usage_log
         self.limits = limits or ServeLimits()
         if not splits:
-            raise ValueError("nothing to serve: no splits")
+            raise SettingsError("nothing to serve: no splits")
         self.splits = {name: tuple(rows) for name, rows in splits.items()}
         self.graders = {name: grader if isinstance(grader, GraderConfig) else grader[name] for name in self.splits}
         self.adjustments = {name: (adjustments or {}).get(name) for name in self.splits}
@@ -120,10 +120,10 @@ class Deployment:
         self._specs: dict[str, list[dict[str, str]]] = {}
         for name, rows in self.splits.items():
             if not rows:
-                raise ValueError(f"split {name!r} has no rows")
+                raise DataError(f"split {name!r} has no rows")
             for row in rows:
                 if (name, row.prompt_id) in self._rows:
-                    raise ValueError(f"split {name!r}: duplicate prompt_id {row.prompt_id!r}")
+                    raise DataError(f"split {name!r}: duplicate prompt_id {row.prompt_id!r}")
                 self._rows[name, row.prompt_id] = row
             # Built once: the SDK asks for the listing again on every request.
             self._specs[name] = [{"split": name, "prompt_id": row.prompt_id} for row in rows]
@@ -151,15 +151,14 @@ class Deployment:
         return self._specs[split]
 
     def row(self, task_spec: Mapping[str, Any]) -> Row:
-        """The row a task spec names; `ValueError` for a spec that names none (naming the splits, for a split
+        """The row a task spec names; `UnknownTask` for a spec that names none (naming the splits, for a split
         that is not one)."""
         split, prompt_id = task_spec.get("split"), task_spec.get("prompt_id")
         if not isinstance(split, str) or split not in self.splits:
-            splits = ", ".join(repr(name) for name in self.splits)
-            raise ValueError(f"no task with split {split!r}: the splits are {splits}")
+            raise UnknownTask(split, splits=tuple(self.splits))
         row = self._rows.get((split, prompt_id)) if isinstance(prompt_id, str) else None
         if row is None:
-            raise ValueError(f"no task with split {split!r} and prompt_id {prompt_id!r}")
+            raise UnknownTask(split, prompt_id)
         return row
 
     def missing_key(self, split: str) -> str | None:
@@ -181,8 +180,8 @@ class Deployment:
         Raises `GradingError` when an item cannot be graded (the key never appears in its message), and
         `OverLimit`, before any grader call, for a reply longer than the server grades.
         """
-        if (refusal := self._too_long(response)) is not None:
-            raise OverLimit(f"task {row.prompt_id}: {refusal}")
+        if len(response) > self.limits.reply_chars:
+            raise OverLimit.reply(row.prompt_id, len(response), self.limits.reply_chars)
         config = self.graders[split]
         if not api_key and config.api_key is not None:
             api_key = config.api_key.get_secret_value()
@@ -212,10 +211,7 @@ class Deployment:
         the group then, not even for the candidates that were graded.
         """
         if len(replies) > self.limits.group_size:
-            raise OverLimit(
-                f"a group of {len(replies):,} candidates is more than this server scores at once: at most "
-                f"{self.limits.group_size} (healthbench serve --max-group-size)"
-            )
+            raise OverLimit.group(len(replies), self.limits.group_size)
         texts: list[str] = []
         for index, reply in enumerate(replies):
             if reply is None:
@@ -245,10 +241,7 @@ class Deployment:
         """Why `reply` is not graded for its length, or None."""
         if len(reply) <= self.limits.reply_chars:
             return None
-        return (
-            f"the reply is {len(reply):,} characters, more than this server grades: at most "
-            f"{self.limits.reply_chars:,} (healthbench serve --max-reply-chars)"
-        )
+        return OverLimit.reply_cause(len(reply), self.limits.reply_chars)
 
     def metadata(self, split: str, sample: GradedSample) -> dict[str, Any]:
         """What a graded reply's tool output carries besides its reward: every verdict (explanations cut
