@@ -361,15 +361,15 @@ class Grader:
             except RequestFailed as exc:
                 raise GradingError(prompt_id, item.criterion, str(exc)) from None
 
-        tasks = [asyncio.ensure_future(one(index, item)) for index, item in enumerate(rubrics)]
+        # The first failure stops the siblings and awaits them, so none outlives the reply it grades (nor sends
+        # after it); it is raised as itself.
         try:
-            return list(await asyncio.gather(*tasks))
-        except BaseException:
-            # The siblings are stopped and awaited, so none outlives the reply it grades (nor sends after it).
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            raise
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(one(index, item)) for index, item in enumerate(rubrics)]
+        except BaseExceptionGroup as failed:
+            first = failed.exceptions[0]
+            raise first from first.__cause__
+        return [task.result() for task in tasks]
 
     async def _per_reply(
         self,

@@ -321,7 +321,8 @@ async def run_jobs(
 async def all_or_none(coroutines: Sequence[Coroutine[Any, Any, None]]) -> None:
     """Run the coroutines together; on `PolicyMisuse` or `EndpointUnusable` cancel the rest at once, so a run
     that cannot have a score stops in seconds instead of sending every request first (what has arrived is in
-    the store already)."""
+    the store already). Not a `TaskGroup`: any other failure (`QuotaExhausted`) is raised while the rest go on,
+    so that what they have on the wire, already paid for, lands in the store (`session`)."""
     tasks = [asyncio.ensure_future(coroutine) for coroutine in coroutines]
     try:
         await asyncio.gather(*tasks)

@@ -221,20 +221,21 @@ class Deployment:
             texts.append(reply)
         if not texts:
             return []
-        tasks = [asyncio.ensure_future(self.grade(split, row, text, api_key)) for text in texts]
+
+        async def candidate(index: int, text: str) -> GradedSample:
+            try:
+                return await self.grade(split, row, text, api_key)
+            except GradingError as exc:
+                raise CandidateError(index, str(exc)) from exc
+
+        # The first failure stops the others and awaits them, as does a cancellation from outside: no grader call
+        # outlives the request. The failure is raised as itself.
         try:
-            await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-        finally:
-            # Also on cancellation from outside: no grader call outlives the request.
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-        for index, task in enumerate(tasks):
-            failure = None if task.cancelled() else task.exception()
-            if isinstance(failure, GradingError):
-                raise CandidateError(index, str(failure)) from failure
-            if failure is not None:
-                raise failure
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(candidate(index, text)) for index, text in enumerate(texts)]
+        except BaseExceptionGroup as failed:
+            first = failed.exceptions[0]
+            raise first from first.__cause__
         return [task.result() for task in tasks]
 
     def _too_long(self, reply: str) -> str | None:
