@@ -115,7 +115,8 @@ def _gate_for(base_url: str, api_key: str | None, store: PaceStore | None) -> Ga
     entry = (slot, store.url if store else None)
     gate = _GATES.get(entry)
     if gate is None:
-        gate = _GATES[entry] = Gate(store.pace(slot) if store else None)
+        gate = Gate(store.pace(slot) if store else None)
+        _GATES[entry] = gate
     return gate
 
 

@@ -99,10 +99,22 @@ def _usage(usage: Any, names: tuple[str, str, str, str, str, str], batch: bool) 
     )
 
 
-_CHAT_USAGE = ("prompt_tokens", "prompt_tokens_details", "cached_tokens", "completion_tokens",
-               "completion_tokens_details", "reasoning_tokens")  # fmt: skip
-_RESPONSES_USAGE = ("input_tokens", "input_tokens_details", "cached_tokens", "output_tokens",
-                    "output_tokens_details", "reasoning_tokens")  # fmt: skip
+_CHAT_USAGE = (
+    "prompt_tokens",
+    "prompt_tokens_details",
+    "cached_tokens",
+    "completion_tokens",
+    "completion_tokens_details",
+    "reasoning_tokens",
+)
+_RESPONSES_USAGE = (
+    "input_tokens",
+    "input_tokens_details",
+    "cached_tokens",
+    "output_tokens",
+    "output_tokens_details",
+    "reasoning_tokens",
+)
 
 
 def _decode(body: bytes | Mapping[str, Any]) -> Mapping[str, Any]:

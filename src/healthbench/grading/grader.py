@@ -346,7 +346,8 @@ class Grader:
     ) -> list[Answer]:
         # Every item's prompt starts with the template's head and the whole conversation, reply included.
         cache_key = self.cache_key(conversation)
-        payloads, prompts = self._item_payloads(conversation), item_prompts(conversation)
+        payloads = self._item_payloads(conversation)
+        prompts = item_prompts(conversation)
 
         async def one(index: int, item: RubricItem) -> Answer:
             item_ident = None if ident is None else f"{ident}/{index}"

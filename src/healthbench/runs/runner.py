@@ -161,7 +161,8 @@ class _Sampler:
         if key in self._asking:
             asked = await self._asking[key]
             return Reply(asked.text, Usage(), refusal=asked.refusal)  # counted once, by the first job of the sample
-        self._asking[key] = asking = asyncio.ensure_future(self._ask(job))
+        asking = asyncio.ensure_future(self._ask(job))
+        self._asking[key] = asking
         return await asking
 
     async def _ask(self, job: Job) -> Reply:

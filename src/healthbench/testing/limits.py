@@ -82,9 +82,14 @@ class RateLimits:
         """The limiter at its least forgiving (see the module docstring): debt without bound, hints one request
         short, retry-after-ms on every 429, with or without the x-ratelimit headers."""
         return cls(
-            rpm=rpm, tpm=tpm, headers=headers, count_refused=count_refused, optimistic_hints=True, debt=None,
+            rpm=rpm,
+            tpm=tpm,
+            headers=headers,
+            count_refused=count_refused,
+            optimistic_hints=True,
+            debt=None,
             retry_headers=True,
-        )  # fmt: skip
+        )
 
 
 @dataclass(frozen=True)

@@ -189,8 +189,10 @@ class FakeOpenAI:
         self.reset()
 
     def reset(self) -> None:
-        """Clear counters and records, and restart the fault RNGs and rate limiter from scratch (uploaded files and
-        created batches are kept)."""
+        """Clear counters and records, and restart the fault RNGs and rate limiter from scratch.
+
+        Uploaded files and created batches are kept.
+        """
         self.requests_total = 0
         self.responses_by_kind: Counter[str] = Counter()
         self.max_in_flight = 0
@@ -201,7 +203,8 @@ class FakeOpenAI:
         self._rng = random.Random(self.seed)
         self._latency_rng = random.Random(self.seed)
         self._limiter = Limiter(self.limits or self.rate_limit, self.clock())
-        self.batches_created = self.batch_lines_submitted = 0
+        self.batches_created = 0
+        self.batch_lines_submitted = 0
         self.batch_bodies: list[str] = []
         self.files_uploaded = 0
         self.batch_api.reset()
@@ -384,7 +387,8 @@ class FakeOpenAI:
             loop.call_soon_threadsafe(loop.stop)
             thread.join()
             loop.close()
-            self._loop = self._thread = None
+            self._loop = None
+            self._thread = None
             self.base_url = None
 
     def __enter__(self) -> FakeOpenAI:
