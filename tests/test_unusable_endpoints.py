@@ -21,7 +21,7 @@ from healthbench.api.client import ApiClient, Retries
 from healthbench.api.failures import ProviderError, transport_failure, unreachable
 from healthbench.api.retrying import FIRST_FAILURES, Health, Kind
 from healthbench.errors import EndpointUnusable, RequestFailed
-from healthbench.grading.grader import parse_verdict
+from healthbench.grading.verdict import parse_verdict
 from healthbench.testing import Canned, FakeOpenAI
 from tests.reference import KEY
 from tests.test_client import run

@@ -15,7 +15,7 @@ from healthbench.data.schema import IdealCompletions, Message, MetaRow, Row, Rub
 from healthbench.data.subsets import SUBSETS, TASK_SUBSETS, load_meta_subset, load_subset, subset_path
 from healthbench.errors import DataError, GradingError, HealthBenchError, InvalidResponse, RequestFailed, SettingsError
 from healthbench.grading.aggregate import aggregate_samples
-from healthbench.grading.grader import DEFAULT_GRADER_MODEL, GradedItem, GradedReply, Grader, Verdict, parse_verdict
+from healthbench.grading.grader import DEFAULT_GRADER_MODEL, GradedItem, GradedReply, Grader
 from healthbench.grading.official import PROFESSIONAL_GRADER
 from healthbench.grading.prompt import (
     TEMPLATE,
@@ -35,6 +35,7 @@ from healthbench.grading.scoring import (
     task_metrics,
 )
 from healthbench.grading.settings import GraderConfig, GradingOptions, GradingPlan
+from healthbench.grading.verdict import Verdict, parse_verdict
 from healthbench.runs.folder import RunFolder
 from healthbench.runs.records import FailureRecord, MetaRecord, RunRecord, SampleRecord, UsageRecord
 from healthbench.runs.spec import RunSpec, run_spec

@@ -24,8 +24,8 @@ from healthbench.data.source import TaskSource
 from healthbench.data.subsets import PROFESSIONAL
 from healthbench.data.tags import breakdown
 from healthbench.errors import DataError, DownloadFailed, SettingsError
-from healthbench.grading.pool import GraderPool
 from healthbench.grading.scoring import Seed
+from healthbench.integrations.pool import GraderPool
 from healthbench.runs.spec import Limit, Repeats
 
 logger = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from typing import Any
 from healthbench.api.batch.records import BatchRecord
 from healthbench.api.wire import Usage
 from healthbench.errors import ConfigMismatch, OutputUnusable
-from healthbench.grading.grader import Verdict
+from healthbench.grading.verdict import Verdict
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS config (key TEXT PRIMARY KEY, value TEXT NOT NULL);

@@ -1,5 +1,5 @@
 """What one OpenReward server serves: its rows by split, the task prompt, and the grading every session of
-the server shares (one grader per key and settings, kept warm between sessions by `grading.pool`, under one
+the server shares (one grader per key and settings, kept warm between sessions by `integrations.pool`, under one
 concurrency budget), for one reply or for a group of candidates. Nothing here imports the SDK, so it can be built
 and tested without it.
 """
@@ -19,13 +19,13 @@ from healthbench.data.loading import load_rows
 from healthbench.data.schema import Message, Row
 from healthbench.data.subsets import load_subset
 from healthbench.errors import CandidateError, DataError, GradingError, OverLimit, SettingsError, UnknownTask
-from healthbench.grading.pool import GraderPool
 from healthbench.grading.prompt import TEMPLATE_SHA256, render_conversation
 from healthbench.grading.sample import GradedSample, grade_sample
 from healthbench.grading.scoring import LengthAdjustment
 from healthbench.grading.settings import GraderConfig
 from healthbench.integrations.openreward.access import ServeLimits
 from healthbench.integrations.openreward.usagelog import UsageLog
+from healthbench.integrations.pool import GraderPool
 
 EXPLANATION_CHARS = 200
 # A server's grader budget, unless --concurrency says otherwise: every session's calls share it, and a GRPO group

@@ -351,7 +351,7 @@ def serve(
 
     `grader` (the settings of every split, or of each split) defaults to the server's environment (see
     `GraderConfig.from_env` with `served`); sessions bring the key as a secret. Graders stay warm between
-    sessions (`grading.pool`) and close with the server. Raises `SettingsError` for an `access` that would let
+    sessions (`integrations.pool`) and close with the server. Raises `SettingsError` for an `access` that would let
     anyone spend the server's key (see `Access.refusal`).
     """
     access = access or Access()
