@@ -4,7 +4,8 @@ Library code raises these and returns values; only the command line turns them i
 statuses. They are grouped by the boundary they come from, each group under a base of its own:
 
 - `DataError`: bad input, a data file that cannot be used (naming file, line and field);
-- `SettingsError`: settings that cannot be used or cannot go together;
+- `SettingsError`: settings that cannot be used or cannot go together, and `MissingExtra`, a feature asked for
+  whose optional dependencies are not installed;
 - `EndpointError`: a model endpoint (the policy's or the grader's), its account or its shared pace;
 - `NotGraded`: a task, rubric item, candidate or meta-eval row that got no score;
 - `OutputError`: the output folder and the files in it;
@@ -19,6 +20,8 @@ exceptions.
 """
 
 from __future__ import annotations
+
+import importlib.util
 
 
 class HealthBenchError(Exception):
@@ -66,6 +69,27 @@ class UnknownTask(DataError):
 
 class SettingsError(HealthBenchError, ValueError):
     """Settings that cannot go together or cannot be used (a length adjustment given by halves, say)."""
+
+
+class MissingExtra(HealthBenchError, ImportError):
+    """A feature asked for whose optional dependency (`module`) is not installed: the message names the extra
+    that installs it. An `ImportError` too, for code that catches those."""
+
+    def __init__(self, feature: str, extra: str, module: str, *, how: str = "") -> None:
+        also = f" ({how})" if how else ""
+        super().__init__(
+            f"{feature} needs the package's {extra} extra, and {module} is not installed: pip install -e "
+            f"'.[{extra}]' in the clone{also}"
+        )
+        self.name = module
+        self.feature = feature
+        self.extra = extra
+
+    @classmethod
+    def check(cls, module: str, feature: str, extra: str) -> None:
+        """Raise for `feature` unless `module` can be imported (without importing it)."""
+        if importlib.util.find_spec(module) is None:
+            raise cls(feature, extra, module)
 
 
 # --- a model endpoint ------------------------------------------------------------------------------------------

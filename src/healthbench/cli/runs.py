@@ -22,7 +22,7 @@ from healthbench.cli.serving import access_from_flags, access_options
 from healthbench.cli.tasks import data_flag_offered, professional_note
 from healthbench.data.source import TaskSource
 from healthbench.data.subsets import DOWNLOADABLE, TASK_SUBSETS
-from healthbench.errors import RequestFailed, SettingsError
+from healthbench.errors import MissingExtra, RequestFailed, SettingsError
 from healthbench.grading.scoring import Bootstraps, Seed
 from healthbench.grading.settings import GraderConfig, GradingOptions
 from healthbench.integrations.openreward.deployment import ENVIRONMENT, ENVIRONMENTS, SERVED_CONCURRENCY
@@ -241,10 +241,7 @@ def serve(
     try:
         from healthbench.integrations.openreward.environment import serve as serve_environment
     except ModuleNotFoundError as exc:  # the quickstart installs the package without its extras
-        raise click.ClickException(
-            f"serve needs the package's serve extra, and {exc.name} is not installed: pip install -e '.[serve]' "
-            "in the clone (bash scripts/dev serve sets it up)"
-        ) from None
+        raise MissingExtra("serve", "serve", exc.name or "", how="bash scripts/dev serve sets it up") from None
 
     access, limits = access_from_flags(flags)
     # The test split from a file is graded by its kind: Professional's settings for a file in its schema.

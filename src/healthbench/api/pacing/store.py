@@ -30,7 +30,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from healthbench.api.pacing import state
 from healthbench.api.pacing.state import DIMENSIONS, Admission, Ahead, Effects, Learned, Limits, LocalPace
-from healthbench.errors import PaceStoreUnreachable, SettingsError
+from healthbench.errors import MissingExtra, PaceStoreUnreachable, SettingsError
 
 if TYPE_CHECKING:  # the Redis client is imported when a store is first used: settings only check its URL
     import redis.asyncio as aioredis
@@ -108,6 +108,7 @@ class PaceStore:
     per running event loop, as the HTTP session is."""
 
     def __init__(self, url: str) -> None:
+        MissingExtra.check("redis", "a shared pace (`pace_store`)", "redis")
         self.url = validated(url)
         self.name = redacted(url)
         self.member = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"  # this process, among a key's users
