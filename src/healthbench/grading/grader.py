@@ -17,7 +17,6 @@ asks nothing again.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 from collections.abc import Callable, Sequence
@@ -43,6 +42,7 @@ from healthbench.grading.prompt import (
     rubric_item_text,
 )
 from healthbench.grading.verdict import Answer, Verdict, parse_verdict
+from healthbench.together import together
 
 DEFAULT_GRADER_MODEL = "gpt-4.1-2025-04-14"
 GRADER_TEMPERATURE = 0.5
@@ -253,11 +253,5 @@ class Grader:
                 raise GradingError(prompt_id, item.criterion, str(exc)) from None
 
         # The first failure stops the siblings and awaits them, so none outlives the reply it grades (nor sends
-        # after it); it is raised as itself.
-        try:
-            async with asyncio.TaskGroup() as group:
-                tasks = [group.create_task(one(index, item)) for index, item in enumerate(rubrics)]
-        except BaseExceptionGroup as failed:
-            first = failed.exceptions[0]
-            raise first from first.__cause__
-        return [task.result() for task in tasks]
+        # after it).
+        return await together(one(index, item) for index, item in enumerate(rubrics))

@@ -27,21 +27,6 @@ class Verdict:
     explanation: str
 
 
-@dataclass(frozen=True)
-class Answer:
-    """A verdict with what its call cost (`usage`, whenever it was made; a per-reply call's with its first item),
-    and whether it came from the cache (`reused`: nothing was paid for it now)."""
-
-    verdict: Verdict
-    usage: Usage
-    reused: bool = False
-
-    @property
-    def paid(self) -> Usage:
-        """What asking cost now: nothing for a verdict reused."""
-        return Usage() if self.reused else self.usage
-
-
 def decode_answer(text: str) -> Any:
     """A grader answer's JSON, fenced (```json) or not; `InvalidResponse` for one that is not JSON."""
     try:
@@ -68,3 +53,18 @@ def parse_verdict(text: str) -> Verdict:
     if not isinstance(parsed, dict):
         raise InvalidResponse("grader answer is not a JSON object")
     return read_verdict(parsed)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A verdict with what its call cost (`usage`, whenever it was made; a per-reply call's with its first item),
+    and whether it came from the cache (`reused`: nothing was paid for it now)."""
+
+    verdict: Verdict
+    usage: Usage
+    reused: bool = False
+
+    @property
+    def paid(self) -> Usage:
+        """What asking cost now: nothing for a verdict reused."""
+        return Usage() if self.reused else self.usage

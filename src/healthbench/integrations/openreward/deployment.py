@@ -6,7 +6,6 @@ and tested without it.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from healthbench.grading.settings import GraderConfig
 from healthbench.integrations.openreward.access import ServeLimits
 from healthbench.integrations.openreward.usagelog import UsageLog
 from healthbench.integrations.pool import GraderPool
+from healthbench.together import together
 
 EXPLANATION_CHARS = 200
 # A server's grader budget, unless --concurrency says otherwise: every session's calls share it, and a GRPO group
@@ -229,14 +229,8 @@ class Deployment:
                 raise CandidateError(index, str(exc)) from exc
 
         # The first failure stops the others and awaits them, as does a cancellation from outside: no grader call
-        # outlives the request. The failure is raised as itself.
-        try:
-            async with asyncio.TaskGroup() as group:
-                tasks = [group.create_task(candidate(index, text)) for index, text in enumerate(texts)]
-        except BaseExceptionGroup as failed:
-            first = failed.exceptions[0]
-            raise first from first.__cause__
-        return [task.result() for task in tasks]
+        # outlives the request.
+        return await together(candidate(index, text) for index, text in enumerate(texts))
 
     def _too_long(self, reply: str) -> str | None:
         """Why `reply` is not graded for its length, or None."""
