@@ -13,7 +13,19 @@ from healthbench.api.wire import CHAT, RESPONSES, Api, Shape, Usage, is_reasonin
 from healthbench.data.loading import load_meta_rows, load_professional_rows, load_rows
 from healthbench.data.schema import IdealCompletions, Message, MetaRow, Row, RubricItem
 from healthbench.data.subsets import SUBSETS, TASK_SUBSETS, load_meta_subset, load_subset, subset_path
-from healthbench.errors import DataError, GradingError, HealthBenchError, InvalidResponse, RequestFailed, SettingsError
+from healthbench.errors import (
+    DataError,
+    EndpointError,
+    GradingError,
+    HealthBenchError,
+    InvalidResponse,
+    MissingExtra,
+    NotGraded,
+    OutputError,
+    RequestFailed,
+    ServeError,
+    SettingsError,
+)
 from healthbench.grading.aggregate import aggregate_samples
 from healthbench.grading.grader import DEFAULT_GRADER_MODEL, GradedItem, GradedReply, Grader
 from healthbench.grading.official import PROFESSIONAL_GRADER
@@ -56,6 +68,7 @@ __all__ = [
     "BatchSettings",
     "Completer",
     "DataError",
+    "EndpointError",
     "FailureRecord",
     "GradedItem",
     "GradedReply",
@@ -74,6 +87,9 @@ __all__ = [
     "Message",
     "MetaRecord",
     "MetaRow",
+    "MissingExtra",
+    "NotGraded",
+    "OutputError",
     "RequestFailed",
     "Retries",
     "Row",
@@ -82,6 +98,7 @@ __all__ = [
     "RunRecord",
     "RunSpec",
     "SampleRecord",
+    "ServeError",
     "SettingsError",
     "Shape",
     "Usage",
