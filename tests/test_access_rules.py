@@ -79,8 +79,16 @@ def test_when_a_server_may_start() -> None:
 
 
 def test_the_bounds_have_ranges() -> None:
-    assert ServeLimits() == ServeLimits(request_bytes=8 * 1024 * 1024, reply_chars=50_000, group_size=64)
-    for wrong in ({"group_size": 0}, {"request_bytes": 10}, {"reply_chars": -1}, {"group_size": 10**9}):
+    assert ServeLimits() == ServeLimits(
+        request_bytes=8 * 1024 * 1024, reply_chars=50_000, group_size=64, batch_size=1024
+    )
+    for wrong in (
+        {"group_size": 0},
+        {"request_bytes": 10},
+        {"reply_chars": -1},
+        {"group_size": 10**9},
+        {"batch_size": 0},
+    ):
         with pytest.raises(ValidationError):
             ServeLimits(**wrong)
 

@@ -84,8 +84,10 @@ def test_the_table_asks_again_what_openai_python_asks_again() -> None:
     }
     assert {kind for kind, rule in TABLE.items() if rule.retried} == {
         Kind.UNREACHABLE, Kind.NO_ANSWER, Kind.DROPPED, Kind.SERVER_ERROR, Kind.RATE_LIMITED, Kind.UNREADABLE,
-        Kind.UNUSABLE_CONTENT,
+        Kind.UNUSABLE_CONTENT, Kind.CUT_SHORT,
     }  # fmt: skip
+    # An answer the output cap cut short is asked once more, never twelve times.
+    assert TABLE[Kind.CUT_SHORT].attempts == 2
     # The server's word overrides the status, either way.
     assert not status_failure(503, b"", {"x-should-retry": "false"}).retried
     assert status_failure(400, b"", {"x-should-retry": "true"}).retried

@@ -64,6 +64,16 @@ class UnknownTask(DataError):
         self.prompt_id = prompt_id
 
 
+class UnknownPromptId(DataError):
+    """A prompt_id that is not among a split's tasks (a reward asked for a task of another split, or of no data
+    at all): the message names the prompt_id and the split."""
+
+    def __init__(self, prompt_id: str, split: str) -> None:
+        super().__init__(f"prompt_id {prompt_id!r} is not in split {split!r}")
+        self.prompt_id = prompt_id
+        self.split = split
+
+
 # --- settings --------------------------------------------------------------------------------------------------
 
 
@@ -104,12 +114,22 @@ class RequestFailed(EndpointError):
     """A request that did not succeed within the retry bound, or failed in a way not worth retrying. A refusal
     keeps the HTTP status and whole body it came with; `api.failures.provider_error` reads what the body says."""
 
-    def __init__(self, cause: str, attempts: int, *, status: int | None = None, body: bytes = b"") -> None:
+    def __init__(
+        self, cause: str, attempts: int, *, status: int | None = None, body: bytes = b"", cut_short: bool = False
+    ) -> None:
         super().__init__(f"{cause} (after {attempts} attempt{'s' if attempts != 1 else ''})")
         self.cause = cause
         self.attempts = attempts
+        # The output cap ended the last answer before it could be used: a larger cap cures it, asking again does not.
+        self.cut_short = cut_short
         self.status = status
         self.body = body
+
+    @property
+    def lasting(self) -> bool:
+        """Whether the call fails again however often it is asked: its answers ran out of output tokens, or its
+        host refused the request itself (a 4xx)."""
+        return self.cut_short or self.status is not None
 
 
 class InvalidResponse(EndpointError):
@@ -217,21 +237,24 @@ class NotGraded(HealthBenchError):
 
 
 class GradingError(NotGraded):
-    """A reply that could not be graded: which task, which rubric item, and the last cause."""
+    """A reply that could not be graded: which task, which rubric item, and the last cause. `lasting`: asking again
+    fails the same way (an output cap that ran out, a request the grader's host refuses), so running the same
+    command again does not finish the run."""
 
-    def __init__(self, prompt_id: str, criterion: str, cause: str) -> None:
+    def __init__(self, prompt_id: str, criterion: str, cause: str, *, lasting: bool = False) -> None:
         short = criterion if len(criterion) <= 100 else criterion[:97] + "..."
         super().__init__(f"task {prompt_id}: rubric item {short!r} could not be graded: {cause}")
         self.prompt_id = prompt_id
         self.criterion = criterion
         self.cause = cause
+        self.lasting = lasting
 
 
 class ReplyGradingError(GradingError):
     """A reply whose rubric, asked in one grader call (`per-reply`), got no valid list of verdicts: which task, how
     many items, and the last cause. There is no verdict for any of its items."""
 
-    def __init__(self, prompt_id: str, items: int, cause: str) -> None:
+    def __init__(self, prompt_id: str, items: int, cause: str, *, lasting: bool = False) -> None:
         NotGraded.__init__(
             self,
             f"task {prompt_id}: its {items} rubric items, asked in one grader call (per-reply), could not be graded: "
@@ -241,6 +264,7 @@ class ReplyGradingError(GradingError):
         self.criterion = f"all {items} rubric items (per-reply)"
         self.cause = cause
         self.items = items
+        self.lasting = lasting
 
 
 class SampleError(NotGraded):
@@ -263,12 +287,15 @@ class CandidateError(NotGraded):
 class MetaGradingError(NotGraded):
     """A meta-eval row the grader could not judge within the retry bound."""
 
-    def __init__(self, index: int, prompt_id: str, completion_id: str, rubric: str, cause: str) -> None:
+    def __init__(
+        self, index: int, prompt_id: str, completion_id: str, rubric: str, cause: str, *, lasting: bool = False
+    ) -> None:
         shown = rubric if len(rubric) <= 80 else rubric[:77] + "..."
         super().__init__(
             f"meta-eval row {index} (prompt {prompt_id}, completion {completion_id}, criterion {shown!r}) could "
             f"not be graded: {cause}"
         )
+        self.lasting = lasting  # as `GradingError.lasting`
 
 
 # --- the output folder -----------------------------------------------------------------------------------------

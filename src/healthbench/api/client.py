@@ -20,6 +20,7 @@ import asyncio
 import dataclasses
 import hashlib
 import json
+import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
@@ -31,14 +32,17 @@ from healthbench.api.failures import (
     ProviderError,
     excerpt,
     read_refusal,
+    refused_parameter,
     said,
     shown,
     status_failure,
     transport_failure,
 )
+from healthbench.api.hosts import REFERENCE_PARAMETERS, Adaptations
 from healthbench.api.inflight import InFlight
 from healthbench.api.pacing import Gate
 from healthbench.api.pacing.gate import Budget as Budget  # re-exported: made with clients
+from healthbench.api.pacing.state import LocalPace, remembered
 from healthbench.api.ratesignals import DEFAULT_OUTPUT_CAP, request_cost
 from healthbench.api.retrying import (
     RETRY_STATUSES as RETRY_STATUSES,  # re-exported: what is worth asking again
@@ -51,7 +55,7 @@ from healthbench.api.retrying import (
     log_retry,
 )
 from healthbench.api.retrying import Retries as Retries  # re-exported: made with clients
-from healthbench.api.wire import CHAT, Api, Usage
+from healthbench.api.wire import CHAT, Api, Reading, Usage
 from healthbench.errors import (
     EndpointUnusable,
     InvalidResponse,
@@ -115,7 +119,7 @@ def _gate_for(base_url: str, api_key: str | None, store: PaceStore | None) -> Ga
     entry = (slot, store.url if store else None)
     gate = _GATES.get(entry)
     if gate is None:
-        gate = Gate(store.pace(slot) if store else None)
+        gate = Gate(store.pace(slot) if store else LocalPace(learned=remembered(slot)))
         _GATES[entry] = gate
     return gate
 
@@ -166,6 +170,10 @@ class ApiClient:
         self.default_output_cap = default_output_cap
         self._health = Health()
         self._in_flight = InFlight()
+        # What this endpoint refuses of the parameters the project adds, learned once for every task that uses this
+        # client (a served environment's pooled grader of one key is one client for all its sessions). Not shared
+        # by URL: a URL is no host's identity (a server restarted on it, a port reused, may take other fields).
+        self.hosts = Adaptations(shown(self.url))
 
     def __repr__(self) -> str:
         return f"ApiClient(url={self.url!r}, concurrency={self.concurrency})"
@@ -183,16 +191,18 @@ class ApiClient:
         failure = transport_failure(exc, patience, timeout.sock_connect or patience, shown(self.base_url))
         return AttemptFailed(failure)
 
-    async def _attempt(self, payload: bytes, cost: int) -> tuple[str, Usage]:
+    async def _attempt(self, payload: bytes, cost: int) -> Reading:
         session = self._bind()
         async with self.budget.slot():
             ticket = await self.gate.start(cost)
             try:
                 self._health.check()  # found unusable while this one waited: it is not sent
+                sent = time.monotonic()
                 async with self._in_flight.out(), session.post(self.url, data=payload, headers=_JSON) as response:
                     body = await response.read()
                     status = response.status
                     headers = response.headers
+                on_the_wire = time.monotonic() - sent
             except TRANSPORT as exc:
                 self.gate.lost(ticket)
                 raise self._transport(exc, self._timeout) from None
@@ -209,13 +219,35 @@ class ApiClient:
         if status != 200:
             raise AttemptFailed(status_failure(status, body, headers))
         try:
-            return self.wire.read(body)
+            reading = self.wire.reading(body)
         except UnreadableAnswer as exc:
             cause = f"HTTP 200, {exc}: {excerpt(body)}"
             request_id = headers.get("x-request-id")
             raise AttemptFailed(Failure(Kind.UNREADABLE, cause, 200, body, request_id=request_id)) from None
         except InvalidResponse as exc:  # readable, but with nothing to use (no content): the model's doing
             raise AttemptFailed(Failure(Kind.UNUSABLE_CONTENT, str(exc))) from None
+        reading.usage.wire_microseconds = round(on_the_wire * 1_000_000)
+        return reading
+
+    async def _adapted(self, payload: bytes, cost: int) -> Reading:
+        """One attempt of `payload` as this endpoint takes it (`hosts.Adaptations`): a refusal of a parameter this
+        project added is met here, by sending the request again without it, and is no failed attempt."""
+        # Only a request that carries an added parameter says whether the host takes it (a policy's says nothing).
+        carries = bool(self.hosts.carried(payload))
+        while True:
+            turn = await self.hosts.turn(payload)
+            sent = self.hosts.apply(payload)  # as learned by the time it is this request's turn
+            try:
+                reading = await self._attempt(sent, cost)
+            except AttemptFailed as exc:
+                if carries and self.hosts.learn(exc.failure.status, exc.failure.body, sent):
+                    continue
+                raise
+            finally:
+                if turn is not None:
+                    turn.release()
+            self.hosts.settled = self.hosts.settled or carries
+            return reading
 
     async def complete(
         self,
@@ -238,12 +270,14 @@ class ApiClient:
         usage = Usage()
 
         async def attempt() -> T:
-            content, attempt_usage = await self._attempt(payload, cost)
+            reading = await self._adapted(payload, cost)
             self._health.answered()
-            usage.add(attempt_usage)
+            usage.add(reading.usage)
             try:
-                return parse(content)
+                return parse(reading.content)
             except InvalidResponse as exc:
+                if reading.cut:
+                    raise AttemptFailed(Failure(Kind.CUT_SHORT, cut_short(reading, exc))) from None
                 raise AttemptFailed(Failure(Kind.UNUSABLE_CONTENT, str(exc))) from None
 
         try:
@@ -326,13 +360,14 @@ class ApiClient:
             self._health.check()  # found unusable meanwhile, by another call: that one verdict
             if self._health.unproven_failure(failure, number, bound):
                 raise self._unusable(failure, asked, first=self._health.failures) from None
-            if not failure.retried or number == bound:
+            if not failure.retried or number >= min(bound, failure.rule.attempts or bound):
                 if failure.rule.unusable:
                     raise self._unusable(failure, asked) from None
                 # A refusal keeps its status and body for the caller to judge (a prompt refused, say); a call that
                 # ran out of attempts is no refusal, whatever its last status.
                 status, body = (failure.status, failure.body) if not failure.retried else (None, b"")
-                raise RequestFailed(failure.cause + failure.where, number, status=status, body=body)
+                cut = failure.kind is Kind.CUT_SHORT
+                raise RequestFailed(failure.cause + failure.where, number, status=status, body=body, cut_short=cut)
             wait = self.retry.backoff(number, failure.retry_after)
             log_retry(target, failure, wait, number + 1, bound, self._redact)
             await asyncio.sleep(wait)
@@ -350,6 +385,10 @@ class ApiClient:
         elif failure.kind is Kind.REFUSED_REQUEST:
             error = ProviderError.parse(failure.status, failure.body)
             cause = f"refused {asked} ({said(failure.status, error, failure.cause)})"
+            if (name := refused_parameter(failure.status, failure.body)) in REFERENCE_PARAMETERS:
+                cause += f": it does not take {name}, which the reference's request carries, so nothing is left out"
+            elif name is not None:
+                cause += f": it does not take the parameter {name}"
         elif first:
             cause = f"gave no usable answer to its first {first} requests (the last: {failure.cause})"
         else:
@@ -378,6 +417,18 @@ class ApiClient:
             await self._session.close()
         self._session = None
         self._loop = None
+
+
+def cut_short(reading: Reading, exc: InvalidResponse) -> str:
+    """Why an answer the output cap ended cannot be used, in words: the cap ran out while the model was thinking
+    (its thinking in a field of its own and no answer, or an unclosed think block: `exc` says), or mid-answer."""
+    if not reading.content.strip() and reading.reasoning:
+        said = (
+            f"it was still thinking ({len(reading.reasoning):,} characters in its reasoning field) and gave no answer"
+        )
+    else:
+        said = str(exc)
+    return f"the output cap ran out before the answer could be used (finish_reason length): {said}"
 
 
 def describe_pace(clients: Mapping[str, Completer | None]) -> str:

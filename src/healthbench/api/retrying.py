@@ -32,6 +32,9 @@ MAX_RETRY_AFTER = 120.0
 RETRY_STATUSES = frozenset({408, 409, 429})
 """Statuses asked again besides 5xx, as openai-python asks them."""
 
+CUT_SHORT_ATTEMPTS = 2
+"""Attempts of a call whose answers the output cap ends before they can be used (`Kind.CUT_SHORT`)."""
+
 FIRST_CALL_ATTEMPTS = 3
 FIRST_FAILURES = 8
 """An endpoint that has not yet given one usable answer is unusable once a call has failed `FIRST_CALL_ATTEMPTS`
@@ -59,6 +62,7 @@ class Kind(enum.Enum):
     REFUSED_REQUEST = "request refused"
     REFUSED = "refused"
     UNUSABLE_CONTENT = "content unusable"
+    CUT_SHORT = "cut by the output cap"
 
 
 @dataclass(frozen=True)
@@ -68,12 +72,14 @@ class Rule:
     `retried`: asked again within the bound (an HTTP status's is overridden by `x-should-retry`), else the call
     ends now. `unusable`: a call that ends this way (at once, or past the bound) makes the endpoint unusable, else
     the call fails (`RequestFailed`), which its caller judges. `first_calls`: counts against an endpoint that has
-    not answered usably yet (`FIRST_FAILURES`). `proves`: the endpoint answered as an API does."""
+    not answered usably yet (`FIRST_FAILURES`). `proves`: the endpoint answered as an API does. `attempts`: a bound
+    of its own on the attempts of a call that fails this way (None: the client's)."""
 
     retried: bool
     unusable: bool
     first_calls: bool
     proves: bool
+    attempts: int | None = None
 
 
 TABLE: Mapping[Kind, Rule] = {
@@ -90,12 +96,17 @@ TABLE: Mapping[Kind, Rule] = {
     Kind.RATE_LIMITED: Rule(retried=True, unusable=False, first_calls=False, proves=False),
     # Not JSON, no choices, an HTML page, `{}`: what the API never answers.
     Kind.UNREADABLE: Rule(retried=True, unusable=False, first_calls=True, proves=False),
-    # The key (401), its permissions (403), the URL or the model (404, 405), a 400 about a parameter.
+    # The key (401), its permissions (403), the URL or the model (404, 405), a 400 about a parameter (one the host
+    # does not take, in whatever words: `failures.refused_parameter`).
     Kind.REFUSED_REQUEST: Rule(retried=False, unusable=True, first_calls=False, proves=True),
     # Any other 4xx (a prompt a filter flags, say): the caller's to judge.
     Kind.REFUSED: Rule(retried=False, unusable=False, first_calls=False, proves=True),
     # A readable answer whose content the caller cannot use (a verdict that is not JSON): the model's doing.
     Kind.UNUSABLE_CONTENT: Rule(retried=True, unusable=False, first_calls=False, proves=True),
+    # Content that cannot be used, from an answer the output cap ended (a thinking model's cap ran out before its
+    # verdict): the same cap runs out again, all but always. Asked once more, since a sampled answer's length
+    # varies, and no more: 12 attempts would pay 12 times for what only a larger cap cures.
+    Kind.CUT_SHORT: Rule(retried=True, unusable=False, first_calls=False, proves=True, attempts=CUT_SHORT_ATTEMPTS),
 }
 
 

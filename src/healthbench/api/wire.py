@@ -40,6 +40,10 @@ class Usage:
     `batch` marks usage billed at Batch API prices. One session sends each side (policy, grader) one way
     only, so a sum keeps the mark of the calls in it; a run that mixed ways across sessions is split by
     the store when it is priced. `completion_tokens` include the reasoning tokens, as OpenAI bills them.
+    `wire_microseconds` is the time the answered live attempts spent on the wire (request sent to answer read;
+    no wait for a place in the budget, no backoff), whole microseconds so the numbers stay integers: what
+    `healthbench judges` reports as a grader's latency. `unmetered` counts the calls whose answers carried no
+    usage (some hosts send none): their tokens are not known, so neither is the cost of a sum that holds one.
     """
 
     calls: int = 0
@@ -48,6 +52,8 @@ class Usage:
     completion_tokens: int = 0
     reasoning_tokens: int = 0
     batch: bool = False
+    wire_microseconds: int = 0
+    unmetered: int = 0
 
     def add(self, other: Usage) -> None:
         """Add another usage into this one."""
@@ -58,9 +64,13 @@ class Usage:
         self.cached_prompt_tokens += other.cached_prompt_tokens
         self.completion_tokens += other.completion_tokens
         self.reasoning_tokens += other.reasoning_tokens
+        self.wire_microseconds += other.wire_microseconds
+        self.unmetered += other.unmetered
 
     def as_dict(self) -> dict[str, int]:
-        """Plain numbers for JSON output; `"batch": 1` only for batch-priced usage."""
+        """Plain numbers for JSON output; `"batch": 1` only for batch-priced usage, `wire_microseconds` only when
+        timed (so the verdict store keeps a call's latency for a resumed run), `unmetered` only when some call's
+        usage is unknown."""
         numbers = {
             "calls": self.calls,
             "prompt_tokens": self.prompt_tokens,
@@ -68,6 +78,10 @@ class Usage:
             "completion_tokens": self.completion_tokens,
             "reasoning_tokens": self.reasoning_tokens,
         }
+        if self.wire_microseconds:
+            numbers["wire_microseconds"] = self.wire_microseconds
+        if self.unmetered:
+            numbers["unmetered"] = self.unmetered
         return numbers | {"batch": 1} if self.batch else numbers
 
     @classmethod
@@ -83,7 +97,7 @@ def _count(value: Any) -> int:
 def _usage(usage: Any, names: tuple[str, str, str, str, str, str], batch: bool) -> Usage:
     """A usage object read by field names: (prompt, prompt details, cached, completion, its details, reasoning)."""
     if not isinstance(usage, dict):
-        return Usage(calls=1, batch=batch)
+        return Usage(calls=1, batch=batch, unmetered=1)
     prompt, prompt_details, cached, completion, completion_details, reasoning = names
     prompt_extra = usage.get(prompt_details)
     completion_extra = usage.get(completion_details)
@@ -127,29 +141,65 @@ def _decode(body: bytes | Mapping[str, Any]) -> Mapping[str, Any]:
     return payload
 
 
-def chat_content(body: bytes | Mapping[str, Any], *, batch: bool = False) -> tuple[str, Usage]:
-    """The message content and usage of a chat-completion answer (bytes, or already parsed)."""
+@dataclass(frozen=True)
+class Reading:
+    """An answer as read: its text, its usage, whether the output cap ended it (`cut`: Chat Completions'
+    `finish_reason` "length", a response left `incomplete` at `max_output_tokens`), and the thinking a host put in
+    a field of its own (`reasoning_content`, or `reasoning`: vLLM, SGLang, Ollama, OpenRouter), which is never part
+    of the text; its tokens are in the usage where the host counts them."""
+
+    content: str
+    usage: Usage
+    cut: bool = False
+    reasoning: str | None = None
+
+
+# The fields hosts put a reasoning model's thinking in, beside the answer: vLLM's and SGLang's reasoning parsers
+# (`reasoning_content`, `reasoning` in later vLLM), Ollama and OpenRouter (`reasoning`).
+_REASONING_FIELDS = ("reasoning_content", "reasoning")
+
+
+def chat_reading(body: bytes | Mapping[str, Any], *, batch: bool = False) -> Reading:
+    """A chat-completion answer (bytes, or already parsed) as read: its message's content and the rest."""
     payload = _decode(body)
     try:
-        message = payload["choices"][0]["message"]
+        choice = payload["choices"][0]
+        message = choice["message"]
     except (KeyError, IndexError, TypeError):
         raise UnreadableAnswer("no choices[0].message") from None
     content = message.get("content") if isinstance(message, Mapping) else None
-    # An empty string is a reply (a policy may give one, and the reference accepts it); a missing one is not.
+    cut = isinstance(choice, Mapping) and choice.get("finish_reason") == "length"
+    thought = [message.get(name) for name in _REASONING_FIELDS] if isinstance(message, Mapping) else []
+    reasoning = next((text for text in thought if isinstance(text, str) and text), None)
+    usage = _usage(payload.get("usage"), _CHAT_USAGE, batch)
+    # An empty string is a reply (a policy may give one, and the reference accepts it); a missing one is not,
+    # unless the cap ended the answer before it began (while the model was thinking, say): that is the cap's doing.
     if not isinstance(content, str):
+        if cut:
+            return Reading("", usage, cut, reasoning)
         raise InvalidResponse("no content in the message")
-    return content, _usage(payload.get("usage"), _CHAT_USAGE, batch)
+    return Reading(content, usage, cut, reasoning)
 
 
-def responses_content(body: bytes | Mapping[str, Any], *, batch: bool = False) -> tuple[str, Usage]:
-    """The text and usage of a Responses API answer: the `output_text` parts of its `message` outputs, joined,
-    as the SDK's `output_text` joins them (the raw API has no such field)."""
+def chat_content(body: bytes | Mapping[str, Any], *, batch: bool = False) -> tuple[str, Usage]:
+    """The message content and usage of a chat-completion answer (bytes, or already parsed)."""
+    reading = chat_reading(body, batch=batch)
+    return reading.content, reading.usage
+
+
+def responses_reading(body: bytes | Mapping[str, Any], *, batch: bool = False) -> Reading:
+    """A Responses API answer as read: the `output_text` parts of its `message` outputs, joined, as the SDK's
+    `output_text` joins them (the raw API has no such field), and the rest."""
     payload = _decode(body)
     output = payload.get("output")
     if not isinstance(output, list):
         raise UnreadableAnswer("no output list")
     if payload.get("status") == "failed":
         raise InvalidResponse(f"the response failed: {json.dumps(payload.get('error'))[:200]}")
+    details = payload.get("incomplete_details")
+    reason = details.get("reason") if isinstance(details, dict) else None
+    cut = payload.get("status") == "incomplete" and reason == "max_output_tokens"
+    usage = _usage(payload.get("usage"), _RESPONSES_USAGE, batch)
     parts = [
         part.get("text")
         for item in output
@@ -159,8 +209,16 @@ def responses_content(body: bytes | Mapping[str, Any], *, batch: bool = False) -
     ]
     texts = [text for text in parts if isinstance(text, str)]
     if not texts or len(texts) != len(parts):
+        if cut:
+            return Reading("", usage, cut)
         raise InvalidResponse("no output_text in the response")
-    return "".join(texts), _usage(payload.get("usage"), _RESPONSES_USAGE, batch)
+    return Reading("".join(texts), usage, cut)
+
+
+def responses_content(body: bytes | Mapping[str, Any], *, batch: bool = False) -> tuple[str, Usage]:
+    """The text and usage of a Responses API answer (see `responses_reading`)."""
+    reading = responses_reading(body, batch=batch)
+    return reading.content, reading.usage
 
 
 @dataclass(frozen=True)
@@ -169,7 +227,12 @@ class Api:
 
     name: ApiName
     path: str
-    read: Callable[..., tuple[str, Usage]]
+    reading: Callable[..., Reading]
+
+    def read(self, body: bytes | Mapping[str, Any], *, batch: bool = False) -> tuple[str, Usage]:
+        """An answer's text and usage."""
+        reading = self.reading(body, batch=batch)
+        return reading.content, reading.usage
 
     @property
     def batch_url(self) -> str:
@@ -177,8 +240,8 @@ class Api:
         return "/v1" + self.path
 
 
-CHAT = Api("chat", "/chat/completions", chat_content)
-RESPONSES = Api("responses", "/responses", responses_content)
+CHAT = Api("chat", "/chat/completions", chat_reading)
+RESPONSES = Api("responses", "/responses", responses_reading)
 APIS: dict[ApiName, Api] = {"chat": CHAT, "responses": RESPONSES}
 
 

@@ -8,6 +8,7 @@ import gc
 import click
 
 from healthbench.cli.grading import evaluate, grade
+from healthbench.cli.judges import judges
 from healthbench.cli.leaderboard import leaderboard
 from healthbench.cli.physicians import baseline, meta_eval
 from healthbench.cli.probe import probe
@@ -42,3 +43,4 @@ def main(log_level: str, verbose: bool) -> None:
 
 for command in (download, grade, evaluate, baseline, meta_eval, probe, report, batches, compare, leaderboard, serve):
     main.add_command(command)
+main.add_command(judges)

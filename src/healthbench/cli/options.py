@@ -57,13 +57,16 @@ def _calls_flag(choices: tuple[str, ...], extra_help: str = "") -> Callable[[F],
     return click.option("--grader-calls", type=click.Choice(choices), help=_CALLS_HELP + extra_help)
 
 
-_grader_flags = (
+_grader_endpoint_flags = (
     click.option(
         "--grader-model",
         help="Grader model [default: $HEALTHBENCH_GRADER_MODEL, else gpt-4.1-2025-04-14; gpt-5.4-2026-03-05 "
         "for HealthBench Professional].",
     ),
     click.option("--grader-base-url", help="Grader endpoint [default: $HEALTHBENCH_GRADER_BASE_URL or OpenAI]."),
+)
+# How a grader is asked, whichever it is: `judges` takes these for all its graders, each named by --grader.
+_grader_request_flags = (
     click.option(
         "--grader-api",
         type=click.Choice(["chat", "responses"]),
@@ -139,6 +142,7 @@ _grader_flags = (
         f"this Redis: replicas, parallel runs [default: ${PACE_STORE_VARIABLE}, else each process alone].",
     ),
 )
+_grader_flags = (*_grader_endpoint_flags, *_grader_request_flags)
 grader_options = options(*_grader_flags, _calls_flag(GRADER_CALLS))
 # meta-eval's: `both` runs the meta-evaluation in each mode and sets them side by side.
 BOTH_CALLS = "both"
@@ -147,6 +151,15 @@ meta_grader_options = options(
     _calls_flag(
         (*GRADER_CALLS, BOTH_CALLS),
         " both: each into a folder of its own under --out (per-item/, per-reply/), then the two side by side.",
+    ),
+)
+
+# `judges`': every grader's request flags, its graders named by --grader; `both` as meta-eval's.
+judges_grader_options = options(
+    *_grader_request_flags,
+    _calls_flag(
+        (*GRADER_CALLS, BOTH_CALLS),
+        " both: each grader in each mode, a folder of its own per mode (GRADER/per-item/, GRADER/per-reply/).",
     ),
 )
 

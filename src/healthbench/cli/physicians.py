@@ -29,7 +29,7 @@ from healthbench.runs.estimate import Unit
 from healthbench.runs.folder import RunFolder
 from healthbench.runs.metaeval import completion_groups, grade_meta_rows
 from healthbench.runs.runner import RunOutcome
-from healthbench.runs.session import BatchChoice, Wiring, run_session
+from healthbench.runs.session import BatchChoice, SessionResult, Wiring, run_session
 from healthbench.runs.spec import BaselineSpec, DataSpec, Limit, run_spec
 
 
@@ -91,7 +91,7 @@ def baseline(
     execute(jobs, out, spec, plan.grader, batch=batch, prices=prices, progress=progress)
 
 
-def _load_meta(data: Path | None, subset: str | None) -> tuple[list[MetaRow], str]:
+def load_meta(data: Path | None, subset: str | None) -> tuple[list[MetaRow], str]:
     """The meta-eval rows (the official file unless --data) and the sha256 of their file."""
     from healthbench.data.cache import file_sha256
     from healthbench.data.subsets import load_meta_subset, subset_path
@@ -124,6 +124,38 @@ def _headline(calls: str) -> Callable[[dict[str, float | int]], str]:
     return lambda metrics: f"{calls}: {meta_headline(metrics)}"
 
 
+def meta_session(
+    rows: Sequence[MetaRow],
+    plan: GradingPlan,
+    folder: RunFolder,
+    data: DataSpec,
+    *,
+    seed: int,
+    limit: int | None,
+    batch: BatchChoice | None,
+    prices: Path | None,
+    progress: bool,
+) -> SessionResult:
+    """One session of a meta-eval run of `rows` (chosen with `limit`) in `folder`, graded as `plan` says, with its
+    report: `meta-eval` runs one per grader-call mode, `judges` one per grader and mode."""
+    spec = run_spec("meta-eval", plan, data, seed=seed, limit=limit)
+
+    def start(wiring: Wiring) -> Awaitable[RunOutcome]:
+        return grade_meta_rows(rows, wiring.grader, folder, seed=seed, progress=wiring.progress, status=wiring.status)
+
+    return run_session(
+        start,
+        folder,
+        spec,
+        plan.grader,
+        samples=len(rows),
+        batch=batch,
+        prices=prices,
+        progress=Bar(progress),
+        report=write_meta_report,
+    )
+
+
 @click.command(name="meta-eval")
 @click.option("--data", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Meta-eval JSONL file.")
 @click.option("--subset", type=click.Choice(["meta"]), help="The official meta-eval file [default, unless --data].")
@@ -145,7 +177,7 @@ def meta_eval(
 ) -> None:
     """Measure the grader's agreement with physicians (macro F1); run again on the same --out to resume. With
     --grader-calls both, per item and per reply, each in a folder under --out, then the two side by side."""
-    all_rows, data_sha = _load_meta(data, subset)
+    all_rows, data_sha = load_meta(data, subset)
     said_limit(limit, len(all_rows), "rows in the data")
     rows = select_rows(all_rows, limit)
     both = len(plans) > 1
@@ -157,30 +189,21 @@ def meta_eval(
         return
     for plan in plans:
         plan.grader.check_pace_store()  # a shared pace out of reach stops the run before anything is sent
-    results = []
-    for plan in plans:
-        data_spec = DataSpec(source=str(data) if data else "subset:meta", sha256=data_sha)
-        spec = run_spec("meta-eval", plan, data_spec, seed=seed, limit=limit)
-        folder = RunFolder(out / plan.grader.calls if both else out)
-
-        def start(wiring: Wiring, folder: RunFolder = folder) -> Awaitable[RunOutcome]:
-            return grade_meta_rows(
-                rows, wiring.grader, folder, seed=seed, progress=wiring.progress, status=wiring.status
-            )
-
-        results.append(
-            run_session(
-                start,
-                folder,
-                spec,
-                plan.grader,
-                samples=len(rows),
-                batch=batch,
-                prices=prices,
-                progress=Bar(progress),
-                report=write_meta_report,
-            )
+    data_spec = DataSpec(source=str(data) if data else "subset:meta", sha256=data_sha)
+    results = [
+        meta_session(
+            rows,
+            plan,
+            RunFolder(out / plan.grader.calls if both else out),
+            data_spec,
+            seed=seed,
+            limit=limit,
+            batch=batch,
+            prices=prices,
+            progress=progress,
         )
+        for plan in plans
+    ]
     finished = [
         finish(result, _headline(plan.grader.calls) if both else meta_headline, "rows", stop=not both)
         for plan, result in zip(plans, results, strict=True)

@@ -13,12 +13,15 @@ from typing import Any
 import click
 from tqdm import tqdm
 
+from healthbench.errors import GradingError, MetaGradingError
 from healthbench.runs.folder import METRICS, STORE
 from healthbench.runs.policy import REFUSED_REPLY
 from healthbench.runs.pricing import CostMeter
 from healthbench.runs.session import SessionResult
 
 Headline = Callable[[dict[str, float | int]], str]
+# The failures that say whether asking again cures them (`lasting`).
+LASTING = (GradingError, MetaGradingError)
 
 
 @contextmanager
@@ -113,7 +116,7 @@ def finish(result: SessionResult, headline: Headline, unit: str, *, stop: bool =
     and the caller exits), samples left in batches, or the score with what the session cost."""
     outcome, folder = result.outcome, result.folder
     for failure in outcome.failures:
-        click.echo(f"healthbench: not graded: {failure}", err=True)
+        click.echo(f"healthbench: not graded: {in_flags(str(failure))}", err=True)
     if outcome.deferred:
         click.echo(
             f"healthbench: {outcome.deferred} of {result.samples} {unit} wait on {result.batches_out} batch(es) "
@@ -121,9 +124,18 @@ def finish(result: SessionResult, headline: Headline, unit: str, *, stop: bool =
             err=True,
         )
     if outcome.failures:
+        lasting = sum(1 for failure in outcome.failures if isinstance(failure, LASTING) and failure.lasting)
+        # Only where a rerun can finish is one offered: what failed in a way asking again does not cure waits on a
+        # change the failures name (new grader settings make a new run: another output folder).
+        then = (
+            "run the same command again to finish"
+            if not lasting
+            else f"{lasting} of them failed in a way asking again does not cure, so the same command would not "
+            "finish the run: change what they name first (new grader settings in a new output folder)"
+        )
         click.echo(
             f"healthbench: {len(outcome.failures)} of {result.samples} {unit} could not be graded; no score "
-            f"written. Everything answered is kept in {folder / STORE}: run the same command again to finish.",
+            f"written. Everything answered is kept in {folder / STORE}: {then}.",
             err=True,
         )
         if stop:

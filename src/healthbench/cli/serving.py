@@ -17,6 +17,7 @@ from healthbench.integrations.openreward.access import (
     NO_AUTH_VARIABLE,
     TOKEN_VARIABLE,
     Access,
+    BatchSize,
     GroupSize,
     ReplyChars,
     RequestBytes,
@@ -40,7 +41,8 @@ access_options = options(
         "--auth-token-file",
         type=click.Path(exists=True, dir_okay=False, path_type=Path),
         help="Tokens, one a line: every request but /health must carry one, as X-API-Key (the OpenReward SDK "
-        "client's api_key or OPENREWARD_API_KEY) or Authorization: Bearer; each is a credential of its own, and a "
+        "client's api_key or OPENREWARD_API_KEY), Authorization: Bearer, or Basic auth's password (a URL's "
+        "http://user:TOKEN@host, as OpenRLHF sends it); each is a credential of its own, and a "
         f"session is used only with the one that created it [default: ${TOKEN_VARIABLE}, one token].",
     ),
     click.option(
@@ -71,6 +73,14 @@ access_options = options(
         show_default=True,
         help="Most candidates a score_group grades; a larger group fails without a grader call.",
     ),
+    click.option(
+        "--max-batch-size",
+        type=bounded(BatchSize),
+        default=ServeLimits().batch_size,
+        show_default=True,
+        help="Most replies one request to /rewards or /openrlhf grades (a trainer's step); a larger batch is refused "
+        "(HTTP 413) without a grader call.",
+    ),
 )
 
 
@@ -83,5 +93,6 @@ def access_from_flags(flags: dict[str, Any]) -> tuple[Access, ServeLimits]:
         request_bytes=flags.pop("max_request_bytes"),
         reply_chars=flags.pop("max_reply_chars"),
         group_size=flags.pop("max_group_size"),
+        batch_size=flags.pop("max_batch_size"),
     )
     return access, limits

@@ -182,6 +182,15 @@ class Grader:
 
         return payload
 
+    def failure(self, exc: RequestFailed) -> str:
+        """Why a grader call failed, in words, with the cure of an output cap that ran out before a verdict (a
+        thinking grader's, say): a larger `grader_max_output_tokens`, which asking again does not give."""
+        if not exc.cut_short:
+            return str(exc)
+        cap = self.shape.max_output_tokens
+        now = f", {cap:,} tokens now" if cap is not None else ""
+        return f"{exc}; give the grader a larger output cap (`grader_max_output_tokens`{now})"
+
     async def verdict(self, prompt: str, *, ident: str | None = None, cache_key: str | None = None) -> Answer:
         """One grader call for a rendered grader prompt; raises `RequestFailed` past the retry bound.
 
@@ -250,7 +259,7 @@ class Grader:
             try:
                 return await self._verdict(prompt, payload, item_ident, cache_key)
             except RequestFailed as exc:
-                raise GradingError(prompt_id, item.criterion, str(exc)) from None
+                raise GradingError(prompt_id, item.criterion, self.failure(exc), lasting=exc.lasting) from None
 
         # The first failure stops the siblings and awaits them, so none outlives the reply it grades (nor sends
         # after it).

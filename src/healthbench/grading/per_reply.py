@@ -147,4 +147,4 @@ async def grade_reply(
     try:
         return await reply_verdicts(grader, prompt, len(rubrics), ident=ident, cache_key=cache_key)
     except RequestFailed as exc:
-        raise ReplyGradingError(prompt_id, len(rubrics), str(exc)) from None
+        raise ReplyGradingError(prompt_id, len(rubrics), grader.failure(exc), lasting=exc.lasting) from None

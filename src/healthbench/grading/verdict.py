@@ -13,6 +13,7 @@ from typing import Any
 
 from healthbench.api.wire import Usage
 from healthbench.errors import InvalidResponse
+from healthbench.grading.thinking import after_thinking, still_thinking
 
 NO_EXPLANATION = "No explanation provided"
 
@@ -27,12 +28,26 @@ class Verdict:
     explanation: str
 
 
+def _json(text: str) -> Any:
+    """The reference's reading of an answer: a leading "```json" and a trailing "```" stripped, the rest JSON."""
+    return json.loads(_FENCE.sub("", text.strip()))
+
+
 def decode_answer(text: str) -> Any:
-    """A grader answer's JSON, fenced (```json) or not; `InvalidResponse` for one that is not JSON."""
+    """An answer's JSON as the reference reads it; failing that, what follows the grader's thinking
+    (`thinking.after_thinking`), which no answer the reference reads has. `InvalidResponse` for neither."""
     try:
-        return json.loads(_FENCE.sub("", text.strip()))
+        return _json(text)
     except ValueError:
-        raise InvalidResponse("grader answer is not JSON") from None
+        pass
+    for rest in after_thinking(text):
+        try:
+            return _json(rest)
+        except ValueError:
+            continue
+    if still_thinking(text):
+        raise InvalidResponse("the answer ends inside the grader's thinking (a <think> block never closed)")
+    raise InvalidResponse("grader answer is not JSON")
 
 
 def read_verdict(parsed: Mapping[str, Any], where: str = "") -> Verdict:

@@ -23,7 +23,7 @@ PAPER_MACRO_F1 = {"gpt-4.1": 0.709, "o4-mini": 0.692, "o3": 0.681, "gpt-4.1-mini
 CONFIDENCE = 0.95
 
 
-def _interval(values: Any) -> tuple[float, float] | None:
+def interval(values: Any) -> tuple[float, float] | None:
     import numpy as np  # deferred: numpy costs 0.2 s of CLI start-up
 
     finite = values[np.isfinite(values)]
@@ -84,7 +84,8 @@ def _rows(folder: RunFolder) -> list[MetaRecord]:
     return records
 
 
-def _cluster(record: MetaRecord) -> str:
+def cluster_of(record: MetaRecord) -> str:
+    """The completion a row belongs to: the unit a bootstrap over completions draws."""
     return f"{record.prompt_id}\0{record.completion_id}"
 
 
@@ -92,7 +93,7 @@ def _resamples(raters: Sequence[Sequence[MetaRecord]], seed: int, n_bootstrap: i
     """Macro F1 resamples of each run's verdicts on the first run's rows, clusters and labels."""
     rows = raters[0]
     verdicts = [[row.criteria_met for row in run] for run in raters]
-    labels, clusters = [row.binary_labels for row in rows], [_cluster(row) for row in rows]
+    labels, clusters = [row.binary_labels for row in rows], [cluster_of(row) for row in rows]
     return macro_f1_resamples(verdicts, labels, clusters, seed=seed, n_bootstrap=n_bootstrap)
 
 
@@ -110,9 +111,9 @@ def side_by_side(folders: Sequence[RunFolder], *, seed: int = 0, n_bootstrap: in
                 grader_model=run.spec.grader.model,
                 grader_calls=run.spec.grader.calls,
                 macro_f1=None if f1 is None else float(f1),
-                interval=_interval(_resamples([rows], seed, n_bootstrap)[:, 0]),
+                interval=interval(_resamples([rows], seed, n_bootstrap)[:, 0]),
                 rows=len(rows),
-                completions=len({_cluster(row) for row in rows}),
+                completions=len({cluster_of(row) for row in rows}),
                 usage=(usage.whole_run.grader if usage is not None else None) or SideUsage(),
             )
         )
@@ -122,7 +123,7 @@ def side_by_side(folders: Sequence[RunFolder], *, seed: int = 0, n_bootstrap: in
     both = _resamples(records, seed, n_bootstrap)
     a, b = runs[0].macro_f1, runs[1].macro_f1
     value = None if a is None or b is None else b - a
-    return SideBySide(runs, value, _interval(both[:, 1] - both[:, 0]), paired=True)
+    return SideBySide(runs, value, interval(both[:, 1] - both[:, 0]), paired=True)
 
 
 def _f1(value: float | None, interval: tuple[float, float] | None) -> str:

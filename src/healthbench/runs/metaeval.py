@@ -81,6 +81,7 @@ async def grade_meta_rows(
                 anonymized_physician_ids=list(row.anonymized_physician_ids),
                 usage=UsageNumbers.of(answer.usage),  # the row's own, whichever session asked
                 grader_model=grader.model,
+                seconds=answer.usage.wire_microseconds / 1_000_000 if answer.usage.wire_microseconds else None,
             )
         )
 
@@ -100,7 +101,8 @@ async def grade_meta_rows(
         except RequestFailed as exc:
             for index in group:
                 row = rows[index]
-                sink.fail(MetaGradingError(index, row.prompt_id, row.completion_id, row.rubric, str(exc)))
+                cause, lasts = grader.failure(exc), exc.lasting
+                sink.fail(MetaGradingError(index, row.prompt_id, row.completion_id, row.rubric, cause, lasting=lasts))
             return
         except Deferred:
             for _ in group:

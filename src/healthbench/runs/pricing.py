@@ -98,9 +98,10 @@ def price_for(model: str, prices: Mapping[str, Price]) -> Price | None:
 
 def cost(usage: Usage, model: str, prices: Mapping[str, Price], *, batch: bool | None = None) -> float | None:
     """USD for this usage (at batch prices if `batch`, by default if the usage is marked so), or None for a
-    model without a price."""
+    model without a price, or for usage that holds calls answered without usage (`Usage.unmetered`): never $0
+    for what is not known."""
     price = price_for(model, prices)
-    if price is None:
+    if price is None or usage.unmetered:
         return None
     fresh_rate, cached_rate, output_rate = price.rates(usage.batch if batch is None else batch)
     fresh = usage.prompt_tokens - usage.cached_prompt_tokens
@@ -109,9 +110,9 @@ def cost(usage: Usage, model: str, prices: Mapping[str, Price], *, batch: bool |
 
 def cache_savings(usage: Usage, model: str, prices: Mapping[str, Price], *, batch: bool | None = None) -> float | None:
     """USD the cached prompt tokens of this usage saved against the same tokens uncached (None for a model without
-    a price): what prompt caching took off the bill."""
+    a price, or for usage not all known: `Usage.unmetered`): what prompt caching took off the bill."""
     price = price_for(model, prices)
-    if price is None:
+    if price is None or usage.unmetered:
         return None
     fresh_rate, cached_rate, _ = price.rates(usage.batch if batch is None else batch)
     return usage.cached_prompt_tokens * (fresh_rate - cached_rate) / 1e6
@@ -164,15 +165,19 @@ class CostMeter:
         if self.policy_model is not None:
             sides["policy"] = self._side(self.policy_model, [policy] if isinstance(policy, Usage) else policy)
         priced = [side for name, side in sides.items() if side.calls or name == "grader"]
+        unknown = any(side.unmetered for side in priced)
         return UsageReport(
             **sides,
-            cost_usd=sum(side.cost_usd or 0.0 for side in priced),
-            unpriced_models=sorted({side.model for side in priced if side.cost_usd is None}),
+            cost_usd=None if unknown else sum(side.cost_usd or 0.0 for side in priced),
+            unpriced_models=sorted({side.model for side in priced if price_for(side.model, self.table) is None}),
         )
 
     @staticmethod
     def describe(report: UsageReport) -> str:
-        """`$1.23`, with any unpriced model named."""
+        """`$1.23`, with any unpriced model named; `unknown` when some calls were answered without usage."""
+        unmetered = sum(side.unmetered for side in (report.grader, report.policy) if side is not None)
+        if unmetered:
+            return f"unknown ({unmetered:,} calls were answered without usage)"
         text = f"${report.cost_usd or 0.0:,.2f}"
         if report.unpriced_models:
             text += f" (+ {', '.join(report.unpriced_models)}: no price)"

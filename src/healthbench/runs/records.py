@@ -36,7 +36,7 @@ class Record(BaseModel):
 
 class UsageNumbers(Record):
     """Tokens of one or more calls, as results.jsonl and usage.json count them; `batch` is 1 for calls priced at
-    Batch API rates."""
+    Batch API rates; `unmetered` the calls answered without usage (their tokens, and so the cost, unknown)."""
 
     calls: int = 0
     prompt_tokens: int = 0
@@ -44,6 +44,7 @@ class UsageNumbers(Record):
     completion_tokens: int = 0
     reasoning_tokens: int = 0
     batch: int = 0
+    unmetered: int = 0
 
     @classmethod
     def of(cls, usage: Usage) -> UsageNumbers:
@@ -175,6 +176,10 @@ class MetaRecord(Record):
     anonymized_physician_ids: list[str]
     usage: UsageNumbers | None = None
     grader_model: str | None = None
+    # Seconds the row's grader call spent on the wire (`Usage.wire_microseconds`), whichever session asked; None
+    # for a row without a call of its own (a per-reply call's later items), a batch, or a verdict asked before
+    # latency was kept.
+    seconds: float | None = None
 
 
 class FailureRecord(Record):

@@ -9,6 +9,7 @@ from healthbench.testing.batch import FakeBatchAPI
 from healthbench.testing.canned import Canned
 from healthbench.testing.cli import main
 from healthbench.testing.graders import GRADERS, fake_verdict
+from healthbench.testing.hosts import THINKING, Host
 from healthbench.testing.replies import GRADER_MARKER, policy_reply, prompt_verdict, verdict_reply
 from healthbench.testing.server import FAULT_KINDS, FakeOpenAI
 
@@ -16,9 +17,11 @@ __all__ = [
     "FAULT_KINDS",
     "GRADERS",
     "GRADER_MARKER",
+    "THINKING",
     "Canned",
     "FakeBatchAPI",
     "FakeOpenAI",
+    "Host",
     "fake_verdict",
     "main",
     "policy_reply",

@@ -24,6 +24,7 @@ from aiohttp import BodyPartReader, web
 
 from healthbench.testing.batchlines import line_error, validate_lines
 from healthbench.testing.endpoints import ENDPOINTS, Endpoint, Prompt
+from healthbench.testing.hosts import Host
 from healthbench.testing.replies import PROSE, STRING_VERDICT, Body, error, error_body
 
 __all__ = ["BATCH_ENDPOINTS", "FakeBatchAPI"]
@@ -66,6 +67,7 @@ class BatchHost(Protocol):
     seed: int
     record: bool
     strict_params: bool
+    judge_host: Host | None
     batch_delay: float
     batch_fail_rate: float
     batch_malformed_rate: float
@@ -259,6 +261,8 @@ class FakeBatchAPI:
         prompt = endpoint.read(body, server.strict_params)
         if not isinstance(prompt, Prompt):  # refused as a live request would be
             return 400, prompt, False
+        if server.judge_host is not None and (refused := server.judge_host.refusal(body)) is not None:
+            return 400, refused, False
         if fail_draw < server.batch_fail_rate or (
             server.batch_fail_always is not None and server.batch_fail_always(body)
         ):

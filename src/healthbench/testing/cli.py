@@ -8,6 +8,7 @@ import contextlib
 from collections.abc import Sequence
 
 from healthbench.testing.graders import GRADERS
+from healthbench.testing.hosts import THINKING, Host
 from healthbench.testing.limits import RateLimits
 from healthbench.testing.server import FAULT_KINDS, FakeOpenAI
 
@@ -39,6 +40,12 @@ def _limits(args: argparse.Namespace) -> RateLimits | None:
         retry_headers=hard.retry_headers,
         refusal_latency=args.refusal_latency,
     )
+
+
+def _host(args: argparse.Namespace) -> Host | None:
+    if args.think is None and not args.refuse_param and not args.no_usage:
+        return None
+    return Host(args.think, args.thinking_tokens, tuple(args.refuse_param), not args.no_usage)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -87,6 +94,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="how grader requests are judged: a hash of the prompt; fooled by replies that address the grader; "
         "blind to the reply; seeded coin flips",
     )
+    parser.add_argument("--think", choices=THINKING, help="grader answers think first, as a host without a parser")
+    parser.add_argument("--thinking-tokens", type=int, default=300, help="how long the thinking is (with --think)")
+    parser.add_argument(
+        "--refuse-param", action="append", default=[], help="a parameter refused with Azure's 400 (repeatable)"
+    )
+    parser.add_argument("--no-usage", action="store_true", help="answers carry no usage")
     args = parser.parse_args(argv)
     try:
         server = FakeOpenAI(
@@ -107,6 +120,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             batch_token_limit=args.batch_token_limit,
             strict_params=not args.lenient_params,
             grader=args.grader,
+            judge_host=_host(args),
         )
     except ValueError as exc:
         parser.error(str(exc))

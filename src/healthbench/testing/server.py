@@ -29,6 +29,7 @@ from healthbench.testing.canned import Canned, CannedAnswers
 from healthbench.testing.endpoints import CHAT, ENDPOINTS, Endpoint, Prompt, endpoint_for
 from healthbench.testing.gather import Gathering
 from healthbench.testing.graders import GRADERS, fake_verdict, list_item_verdict
+from healthbench.testing.hosts import Host
 from healthbench.testing.limits import Limiter, RateLimits
 from healthbench.testing.replies import (
     LIST_FAULTS,
@@ -91,6 +92,9 @@ class FakeOpenAI:
     ``batch_*`` and ``max_*`` arguments and counted in ``batches_created``, ``batch_lines_submitted``,
     ``batch_bodies`` and ``files_uploaded``. Batches never touch the live counters above.
 
+    ``judge_host`` plays a judge host other than OpenAI (``healthbench.testing.hosts``): thinking before the verdict,
+    parameters refused as Azure OpenAI refuses them (counted as ``"refused_parameter"``), no usage.
+
     With ``canned``, every request on every path gets that one answer instead, counted in ``requests_total`` and
     ``responses_by_kind["canned"]``. ``gathering`` can hold requests until so many are in flight at once
     (``healthbench.testing.gather``).
@@ -126,6 +130,7 @@ class FakeOpenAI:
         prompt_cache: bool = True,
         canned: Canned | None = None,
         clock: Callable[[], float] = time.monotonic,
+        judge_host: Host | None = None,
     ) -> None:
         unknown = sorted(set(faults) - set(FAULT_KINDS))
         if unknown:
@@ -178,6 +183,7 @@ class FakeOpenAI:
         self.list_fault = list_fault
         self.prompt_cache = PromptCache() if prompt_cache else None
         self.canned = canned
+        self.judge_host = judge_host
         self.gathering = Gathering()
         # Files and batches live as long as the server, across reset(), like the real service's.
         self.batch_api: FakeBatchAPI = FakeBatchAPI(self)
@@ -245,6 +251,9 @@ class FakeOpenAI:
             self.responses_by_kind["bad_request"] += 1
             return json_error(400, prompt)
 
+        if self.judge_host is not None and (refused := self.judge_host.refusal(body)) is not None:
+            self.responses_by_kind["refused_parameter"] += 1
+            return json_error(400, refused)
         # A scripted 400 (a prompt the provider's filter flags, say): its error object, from the body.
         if self.refuse is not None and (refused := self.refuse(body)) is not None:
             self.responses_by_kind["refused"] += 1
@@ -299,7 +308,10 @@ class FakeOpenAI:
             # Never reaches the client: aiohttp discards writes to a closed transport.
             return web.Response()
         serial, cached = f"fake-{self.requests_total}", self.cached_tokens(body, prompt)
-        return self._reply(endpoint, body, endpoint.payload(body, prompt, content, serial, cached))
+        payload = endpoint.payload(body, prompt, content, serial, cached)
+        if self.judge_host is not None and endpoint is CHAT:  # a judge host as it answers (``hosts``)
+            payload = self.judge_host.answer(payload, body, prompt.grader_prompt is not None)
+        return self._reply(endpoint, body, payload)
 
     @staticmethod
     def _reply(endpoint: Endpoint, body: Body, payload: Body) -> web.Response:

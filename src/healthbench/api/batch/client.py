@@ -43,8 +43,9 @@ from healthbench.api.batch.files import (
     with_id,
 )
 from healthbench.api.batch.records import TERMINAL, BatchLedger, BatchSettings, OpenBatch, QueuedRequest
-from healthbench.api.client import ApiClient
-from healthbench.api.wire import Usage, request_key
+from healthbench.api.client import ApiClient, cut_short
+from healthbench.api.retrying import CUT_SHORT_ATTEMPTS
+from healthbench.api.wire import Reading, Usage, request_key
 from healthbench.errors import Deferred, EndpointUnusable, InvalidResponse, QuotaExhausted, RequestFailed
 
 T = TypeVar("T")
@@ -107,8 +108,9 @@ class BatchClient:
         custom_id = request_key(payload if ident is None else payload + b"\0" + ident.encode())
         request = self._requests.get(custom_id)
         if request is None:
-            line = input_line(self.chat.wire, custom_id, payload)
-            request = QueuedRequest(custom_id, line, parse)
+            sent = self.chat.hosts.apply(payload)  # without what the endpoint refuses, as live requests go
+            line = input_line(self.chat.wire, custom_id, sent)
+            request = QueuedRequest(custom_id, line, parse, payload=payload, sent=sent)
             self._requests[custom_id] = request
             self._place(request)
         waiter: asyncio.Future[tuple[Any, Usage]] = asyncio.get_running_loop().create_future()
@@ -167,20 +169,30 @@ class BatchClient:
     def _apply(self, request: QueuedRequest, outcome: Outcome) -> None:
         """Settle a request with a batch result: answer its callers, queue a follow-up, or fail it."""
         request.usage.add(outcome.usage)
+        if outcome.status is not None and self.chat.hosts.learn(outcome.status, outcome.body, request.sent):
+            # A parameter the project added, refused: the line goes again without it, and no attempt is spent.
+            request.sent = self.chat.hosts.apply(request.payload)
+            request.line = input_line(self.chat.wire, request.custom_id, request.sent)
+            request.attempts -= 1
+            self._enqueue(request, fresh=False)
+            return
         cause, retryable = outcome.cause, outcome.retryable
+        bound = self.chat.retry.max_attempts
         if outcome.content is not None:
             try:
                 value = request.parse(outcome.content)
             except InvalidResponse as exc:
                 cause, retryable = str(exc), True
+                if outcome.cut:  # as a live call's (`retrying.Kind.CUT_SHORT`): a larger cap cures it, not attempts
+                    cause, bound = cut_short(Reading(outcome.content, outcome.usage, True), exc), CUT_SHORT_ATTEMPTS
             else:
                 self._finish(request, (value, request.usage))
                 return
         # Nobody waits any more (the sample failed on another item): a follow-up would be paid for nothing.
-        if retryable and request.attempts < self.chat.retry.max_attempts and request.waiters:
+        if retryable and request.attempts < min(bound, self.chat.retry.max_attempts) and request.waiters:
             self._enqueue(request, fresh=False)
             return
-        self._finish(request, RequestFailed(cause, request.attempts))
+        self._finish(request, RequestFailed(cause, request.attempts, cut_short=outcome.cut and retryable))
 
     def _finish(self, request: QueuedRequest, result: tuple[Any, Usage] | Exception) -> None:
         self._requests.pop(request.custom_id, None)

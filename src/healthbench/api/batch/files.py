@@ -33,6 +33,9 @@ class Outcome:
     usage: Usage
     cause: str = ""
     retryable: bool = True
+    cut: bool = False  # the output cap ended the answer (see `wire.Reading`)
+    status: int | None = None  # a refused line's status and body, for what the host refuses (`api.hosts`)
+    body: bytes = b""
 
 
 def json_object(body: bytes) -> dict[str, Any]:
@@ -126,13 +129,14 @@ def read_output_line(api: Api, record: Mapping[str, Any]) -> Outcome:
         body = response.get("body")
         if status == 200 and isinstance(body, dict):
             try:
-                content, usage = api.read(body, batch=True)
+                reading = api.reading(body, batch=True)
             except InvalidResponse as exc:
                 return Outcome(None, Usage(batch=True), str(exc))
-            return Outcome(content, usage)
-        text = json.dumps(body)[:200]
+            return Outcome(reading.content, reading.usage, cut=reading.cut)
+        text = json.dumps(body)
         code = status if isinstance(status, int) else 500
-        return Outcome(None, Usage(batch=True), f"HTTP {code} in batch: {text}", is_retryable(code))
+        cause = f"HTTP {code} in batch: {text[:200]}"
+        return Outcome(None, Usage(batch=True), cause, is_retryable(code), status=code, body=text.encode())
     error = record.get("error") or {}
     message = f"{error.get('code', 'error')}: {error.get('message', '')}" if isinstance(error, dict) else str(error)
     return Outcome(None, Usage(batch=True), f"batch error {message}")

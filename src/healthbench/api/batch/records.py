@@ -78,6 +78,9 @@ class QueuedRequest:
     line: bytes
     parse: Callable[[str], Any]
     attempts: int = 0
+    # The request's bytes as asked, and as its line carries them (without what the host refused: `api.hosts`).
+    payload: bytes = b""
+    sent: bytes = b""
     usage: Usage = field(default_factory=lambda: Usage(batch=True))
     waiters: list[asyncio.Future[tuple[Any, Usage]]] = field(default_factory=list)
 

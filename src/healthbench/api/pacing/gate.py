@@ -42,14 +42,15 @@ class Gate:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock = asyncio.Lock()
         self._applying = asyncio.Lock()
-        self._changed = asyncio.Event()
+        self._waker: asyncio.Future[None] | None = None
+        self._by_answers = False  # whether the waiter's wait is this process's own, which answers shorten
         self._needed: tuple[float, int | None] = (-_NEEDED_EVERY, None)
 
     def _bind(self) -> None:
         loop = asyncio.get_running_loop()
         if self._loop is not loop:
             self._loop, self._lock, self._applying = loop, asyncio.Lock(), asyncio.Lock()
-            self._changed = asyncio.Event()
+            self._waker = None
 
     def set_limits(self, rpm: float | None, tpm: float | None) -> None:
         """The user's limits: they come before anything the server says; the lower of two settings stands."""
@@ -78,6 +79,9 @@ class Gate:
         while True:
             now = self._clock()
             wait, reason, ahead = self.pacer.delay(now, cost)
+            # A wait of this process's own (the probe's window, the server's reported budget) may end with any
+            # answer; the pace's may end sooner only by what the answers change in it (`Effects`), or in time.
+            by_answers = wait > 0
             if wait <= 0:
                 admission = await self.state.admit(self.pacer.scaled(cost), self._horizon, ahead, self._user)
                 self.pacer.adopt(self._clock(), admission)
@@ -85,9 +89,27 @@ class Gate:
                     return admission.wait if admission.reserved else 0.0
                 wait, reason = admission.wait, admission.reason
             self.pacer.bound(now, reason)
-            self._changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), wait)
+            await self._nap(wait, by_answers)
+
+    async def _nap(self, seconds: float, by_answers: bool) -> None:
+        """Sleep up to `seconds`, or until `_wake` says the wait may be shorter now: one future and one timer, not
+        a task per wait, and one wake-up a start where only time can let it go."""
+        assert self._loop is not None
+        waker: asyncio.Future[None] = self._loop.create_future()
+        self._waker = waker
+        self._by_answers = by_answers
+        timer = self._loop.call_later(seconds, _settle, waker)
+        try:
+            await waker
+        finally:
+            timer.cancel()
+            self._waker = None
+
+    def _wake(self, changed: bool) -> None:
+        """Let the waiter that asks the pace look again, if what it waits for may have changed: the pace
+        (`changed`), or, for a wait of this process's own, anything an answer tells."""
+        if self._waker is not None and (changed or self._by_answers):
+            _settle(self._waker)
 
     async def _apply(self, effects: Effects | None = None) -> None:
         """Hand effects to the state: one call at a time, what piled up meanwhile merged into one."""
@@ -97,8 +119,7 @@ class Gate:
             pending, self._pending = self._pending, Effects()
             if pending:
                 await self.state.apply(pending)
-        if self._loop is not None:
-            self._changed.set()
+        self._wake(bool(pending))
 
     async def answered(self, ticket: int, headers: Mapping[str, str]) -> None:
         """Report an answer other than a 429."""
@@ -112,6 +133,7 @@ class Gate:
         refusal: RateLimited = read_refusal(body, headers)
         effects, retry = self.pacer.on_refused(self._clock(), ticket, cost, refusal, headers)
         await self._apply(effects)
+        self._wake(True)  # a quota refusal changes nothing in the pace but stops every start
         if refusal.quota:
             raise QuotaExhausted()
         return retry
@@ -119,8 +141,7 @@ class Gate:
     def lost(self, ticket: int) -> None:
         """Report a request that got no answer."""
         self.pacer.on_lost(self._clock(), ticket)
-        if self._loop is not None:
-            self._changed.set()
+        self._wake(False)
 
     def in_flight_needed(self) -> int | None:
         """Requests in flight the pace needs (Little's law), estimated at most once a second; None while no
@@ -133,6 +154,11 @@ class Gate:
     def status(self) -> Pace:
         """The pace now, for the progress bar."""
         return self.pacer.status(self._clock())
+
+
+def _settle(waker: asyncio.Future[None]) -> None:
+    if not waker.done():
+        waker.set_result(None)
 
 
 def _lower(held: float | None, given: float | None) -> float | None:

@@ -134,7 +134,10 @@ class Pacer:
         self._in_row = 0
         self._token_scale = 1.0
         self._ticket = 0
-        self._starts: deque[tuple[int, float, float]] = deque()  # (ticket, time, tokens), for replay and pace
+        # (ticket, time, tokens, tokens of every start before it), for replay and pace: tickets run on by one, so
+        # an answer finds its start by index and the starts since by difference, whatever is in flight.
+        self._starts: deque[tuple[int, float, float, float]] = deque()
+        self._tokens_started = 0.0  # the tokens of every start so far
         self._open: dict[int, float] = {}  # start times of the requests in flight
         self._refusals: deque[float] = deque()  # limitless 429s, for the share of a window refused
         self._usual, self._usual_at = 0.0, 0.0  # the share of starts refused for no limit, as usual lately
@@ -204,7 +207,8 @@ class Pacer:
         self._ticket += 1
         if self._held_until is not None and now >= self._held_until:
             self._held_until, self._after_hold = None, self._ticket
-        self._starts.append((self._ticket, now, tokens))
+        self._starts.append((self._ticket, now, tokens, self._tokens_started))
+        self._tokens_started += tokens
         self._open[self._ticket] = now
         self._tokens = tokens if self._tokens is None else self._tokens + _EWMA * (tokens - self._tokens)
         while self._starts and self._starts[0][1] < now - _SPAN:
@@ -221,15 +225,17 @@ class Pacer:
         self._published[dimension] = (per_minute, rank)
         return [Learned(dimension, per_minute, rank)]
 
+    def _since(self, ticket: int) -> tuple[float | None, int, float]:
+        """The tokens of `ticket`'s start (None if it is too old to place), and how many starts came after it and
+        their tokens."""
+        if not self._starts or ticket < self._starts[0][0]:
+            return None, 0, 0.0
+        _, _, tokens, before = self._starts[ticket - self._starts[0][0]]
+        return tokens, self._ticket - ticket, self._tokens_started - before - tokens
+
     def _observe(self, now: float, ticket: int, headers: Mapping[str, str]) -> Effects:
         """Learn from `x-ratelimit-*` headers; take the starts since `ticket` off the reported remaining."""
-        later: list[float] = []  # the tokens of each start after `ticket`
-        own: float | None = None  # the tokens of `ticket` itself; None if it is too old to place
-        for entry, _, tokens in reversed(self._starts):
-            if entry <= ticket:
-                own = tokens if entry == ticket else None
-                break
-            later.append(tokens)
+        own, later, later_tokens = self._since(ticket)
         learned: list[Learned] = []
         hold: float | None = None
         for dimension, mirror in self.mirrors.items():
@@ -241,7 +247,7 @@ class Pacer:
             if remaining is None or own is None or ticket < mirror.seen:
                 continue
             reset = duration_seconds(headers.get(f"x-ratelimit-reset-{dimension}", "")) or 0.0
-            mine, spent = (1.0, float(len(later))) if dimension == "requests" else (own, sum(later))
+            mine, spent = (1.0, float(later)) if dimension == "requests" else (own, later_tokens)
             # The server counted this request before it reported what remains: the bucket holds at least both.
             mirror.seen, mirror.ceiling, mirror.reset_at = ticket, max(mirror.ceiling, remaining + mine), now + reset
             if remaining <= 0 and mirror.per_minute:
@@ -329,7 +335,7 @@ class Pacer:
         while self._refusals[0] < now - WINDOW:
             self._refusals.popleft()
         refused = len(self._refusals)
-        starts = max(refused, sum(1 for _, at, _ in self._starts if at >= now - WINDOW))
+        starts = max(refused, sum(1 for _, at, _, _ in self._starts if at >= now - WINDOW))
         share = refused / starts
         excess = max(0.0, share - self._usual)
         if starts < _SAMPLE:  # too few starts to judge by share: only a clear majority
@@ -362,7 +368,7 @@ class Pacer:
 
     def status(self, now: float) -> Pace:
         """Starts per second over the last few seconds, and the limit that delayed a start most recently."""
-        starts = [at for _, at, _ in self._starts if at >= now - _SPAN]
+        starts = [at for _, at, _, _ in self._starts if at >= now - _SPAN]
         span = min(_SPAN, now - starts[0]) if starts else 0.0
         rate = len(starts) / span if span > 0 else 0.0
         bound = self._bound[0] if self._bound and now - self._bound[1] <= _BOUND_FOR else None

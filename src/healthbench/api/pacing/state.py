@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
@@ -128,6 +129,25 @@ class PaceState(Protocol):
     async def apply(self, effects: Effects) -> None:
         """Apply what a process observed."""
         ...
+
+
+_REMEMBERED = 4096  # keys whose learned limits one process keeps
+
+
+_LEARNED: OrderedDict[str, dict[Dimension, tuple[float, int]]] = OrderedDict()
+
+
+def remembered(slot: str) -> dict[Dimension, tuple[float, int]]:
+    """The limits this process has learned of one key (`slot`: its digest), as the one dict every local pace of
+    the key reads and writes: the key's next client (a later run, a trainer's next step, a grader made again)
+    starts at them, instead of slowly as for a key nothing is known of. The most recently used keys are kept."""
+    learned = _LEARNED.pop(slot, None)
+    if learned is None:
+        learned = {}
+    _LEARNED[slot] = learned
+    while len(_LEARNED) > _REMEMBERED:
+        _LEARNED.popitem(last=False)
+    return learned
 
 
 @dataclass

@@ -40,20 +40,25 @@ MAX_REQUEST_BYTES = 8 * 1024 * 1024
 MAX_REPLY_CHARS = 50_000
 # GRPO's groups: TRL's num_generations and the cookbook loops use 4 to 16, large runs up to 64.
 MAX_GROUP_SIZE = 64
+# A trainer's step through the batch routes (`/rewards`, `/openrlhf`): GRPO steps of 64 to 1,024 rollouts.
+MAX_BATCH_SIZE = 1024
 RequestBytes = Annotated[int, Field(ge=1024, le=1024 * 1024 * 1024)]
 ReplyChars = Annotated[int, Field(ge=1, le=10_000_000)]
 GroupSize = Annotated[int, Field(ge=1, le=4096)]
+BatchSize = Annotated[int, Field(ge=1, le=65_536)]
 
 
 class ServeLimits(BaseModel):
     """What one request may ask of a server: `request_bytes` of body (a larger one is refused with 413 before it
-    is read whole), `reply_chars` of a reply to grade, `group_size` candidates in a `score_group`."""
+    is read whole), `reply_chars` of a reply to grade, `group_size` candidates in a `score_group`, `batch_size`
+    replies in one request to a batch route (`/rewards`, `/openrlhf`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     request_bytes: RequestBytes = MAX_REQUEST_BYTES
     reply_chars: ReplyChars = MAX_REPLY_CHARS
     group_size: GroupSize = MAX_GROUP_SIZE
+    batch_size: BatchSize = MAX_BATCH_SIZE
 
 
 @dataclass(frozen=True)

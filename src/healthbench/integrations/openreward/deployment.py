@@ -17,7 +17,15 @@ from healthbench.data.cache import Transfer, unseen
 from healthbench.data.loading import load_rows
 from healthbench.data.schema import Message, Row
 from healthbench.data.subsets import load_subset
-from healthbench.errors import CandidateError, DataError, GradingError, OverLimit, SettingsError, UnknownTask
+from healthbench.errors import (
+    CandidateError,
+    DataError,
+    GradingError,
+    OverLimit,
+    SettingsError,
+    UnknownPromptId,
+    UnknownTask,
+)
 from healthbench.grading.prompt import TEMPLATE_SHA256, render_conversation
 from healthbench.grading.sample import GradedSample, grade_sample
 from healthbench.grading.scoring import LengthAdjustment
@@ -159,6 +167,13 @@ class Deployment:
         row = self._rows.get((split, prompt_id)) if isinstance(prompt_id, str) else None
         if row is None:
             raise UnknownTask(split, prompt_id)
+        return row
+
+    def task(self, split: str, prompt_id: str) -> Row:
+        """The row of `prompt_id` in `split` (a split served); `UnknownPromptId` naming both when it has none."""
+        row = self._rows.get((split, prompt_id))
+        if row is None:
+            raise UnknownPromptId(prompt_id, split)
         return row
 
     def missing_key(self, split: str) -> str | None:

@@ -50,6 +50,7 @@ from openreward.environments import Message as SDKMessage  # noqa: E402
 from openreward.environments.types import RunToolError, RunToolOutput  # noqa: E402
 
 from healthbench.integrations.openreward.access import Access, ServeLimits  # noqa: E402
+from healthbench.integrations.openreward.batchroutes import BatchDoor, batch_app  # noqa: E402
 from healthbench.integrations.openreward.deployment import (  # noqa: E402
     ANSWER_ENVIRONMENT,
     ANSWER_SUFFIX,
@@ -328,6 +329,7 @@ def _server(deployment: Deployment, default: str, tracebacks: bool, access: Acce
         splits=list(deployment.splits),
         log=logger.warning,
     )
+    server.app.add_middleware(BatchDoor, routes=batch_app(deployment, logger))
     # Added last, so outermost: a request it refuses reaches nothing behind it, and no body it has not bounded
     # is read by the router.
     server.app.add_middleware(Guard, tokens=access.tokens, max_body=deployment.limits.request_bytes, log=logger.warning)

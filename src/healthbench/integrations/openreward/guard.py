@@ -5,8 +5,10 @@ An ASGI middleware in front of the SDK's app (and of `routing`), so nothing behi
 no body parsed) happens for a request it refuses:
 
 - Every request but `/health` carries a token as `X-API-Key` (what the OpenReward SDK's client sends from its
-  `api_key` or `OPENREWARD_API_KEY`) or `Authorization: Bearer`; without one, or with one that is not the
-  server's, HTTP 401 with a one-line JSON error.
+  `api_key` or `OPENREWARD_API_KEY`), `Authorization: Bearer`, or HTTP Basic auth whose password is the token (the
+  user name is ignored): OpenRLHF's reward client sends no header of its own, and a URL's
+  `http://user:TOKEN@host` is the one way it carries a token (aiohttp sends it as Basic). Without one, or with one
+  that is not the server's, HTTP 401 with a one-line JSON error.
 - A body above the bound is refused with 413: at once when its `Content-Length` says so (nothing of it is read),
   else as soon as the bytes read pass the bound (a chunked body is held, up to the bound, then handed on).
 - With tokens, a session (`X-Session-ID`) belongs to the credential whose `/create` made it: a request for it with
@@ -32,6 +34,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
+from starlette.datastructures import Headers
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -51,7 +55,8 @@ BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 CREATE, DELETE = "create", "delete"
 NEEDS_TOKEN = (
     "this server needs its token: send it as the X-API-Key header (the OpenReward SDK client's api_key, or "
-    "OPENREWARD_API_KEY) or as Authorization: Bearer <token>"
+    "OPENREWARD_API_KEY), as Authorization: Bearer <token>, or in the URL as http://user:<token>@host:port/... "
+    "(HTTP Basic, what OpenRLHF's --reward.remote_url sends)"
 )
 
 
@@ -96,31 +101,31 @@ class Guard:
             return
         # The log's request context (the SDK binds it further in): none of an earlier request's in this one's lines.
         structlog.contextvars.clear_contextvars()
-        headers = Headers(scope)
+        headers = Headers(scope=scope)
         credential = None
         if self.tokens is not None and scope["path"] not in OPEN_PATHS:
-            presented = headers.token()
+            presented = presented_token(headers)
             credential = self.tokens.credential(presented)
             if credential is None:
                 said = NEEDS_TOKEN if presented is None else "the token sent is not this server's: " + NEEDS_TOKEN
                 reason = "no token" if presented is None else "a token that is not this server's"
                 await self._refuse(scope, receive, send, 401, "request_unauthorized", said, reason=reason)
                 return
-        refusal = headers.refusal(scope["path"])
+        refusal = header_refusal(headers, scope["path"])
         if refusal is not None:
             await self._refuse(scope, receive, send, 400, "request_refused", refusal)
             return
-        length = headers.first("content-length")
+        length = headers.get("content-length")
         if length is not None and int(length) > self.max_body:
             await self._too_large(scope, receive, send, int(length))
             return
         if length is None and scope.get("method") in BODY_METHODS:
-            body = await self._bounded_body(receive)
-            if body is None:
+            bounded = await self._bounded_body(scope, receive)
+            if bounded is None:
                 await self._too_large(scope, receive, send, None)
                 return
-            receive = replay([whole(body)], receive)
-        session = (headers.first("x-session-id") or "").strip()
+            receive = bounded
+        session = headers.get("x-session-id", "").strip()
         reset = CALLER.set(credential)
         try:
             if self.tokens is not None and session:
@@ -178,21 +183,22 @@ class Guard:
         for sid in stale:
             del self._owners[sid]
 
-    async def _bounded_body(self, receive: Receive) -> bytes | None:
-        """A body sent without a length, read up to the bound: its bytes, or None once it passes the bound."""
+    async def _bounded_body(self, scope: Scope, receive: Receive) -> Receive | None:
+        """A body sent without a length, read up to the bound: a receive channel that gives it again, or None
+        once it passes the bound."""
         chunks: list[bytes] = []
         size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return b"".join(chunks)  # the client went away: what came is handed on, and the server sees it go
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body:
-                return None
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return b"".join(chunks)
+        try:
+            async for chunk in Request(scope, receive).stream():
+                size += len(chunk)
+                if size > self.max_body:
+                    return None
+                chunks.append(chunk)
+        except ClientDisconnect:
+            # The client went away: what came is handed on, and the server sees it go.
+            came: Message = {"type": "http.request", "body": b"".join(chunks), "more_body": True}
+            return replay([came, {"type": "http.disconnect"}], receive)
+        return replay([whole(b"".join(chunks))], receive)
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send, length: int | None) -> None:
         size = f"more than {self.max_body:,} bytes" if length is None else f"{length:,} bytes"
@@ -211,45 +217,47 @@ class Guard:
         await response(scope, receive, send)
 
 
-class Headers:
-    """A request's headers by lower-case name, each with every value it was given, in order."""
-
-    def __init__(self, scope: Scope) -> None:
-        self.values: dict[str, list[str]] = {}
-        for raw, value in scope.get("headers", ()):
-            self.values.setdefault(raw.decode("latin-1").lower(), []).append(value.decode("latin-1"))
-
-    def first(self, name: str) -> str | None:
-        """The first value of header `name` (what the SDK's server reads of a repeated one), or None."""
-        given = self.values.get(name)
-        return given[0] if given else None
-
-    def token(self) -> str | None:
-        """The token the request carries: its `X-API-Key`, else its `Authorization: Bearer` credential."""
-        key = (self.first("x-api-key") or "").strip()
-        if key:
-            return key
-        scheme, _, credential = (self.first("authorization") or "").strip().partition(" ")
-        if scheme.lower() != "bearer":
-            return None
+def presented_token(headers: Headers) -> str | None:
+    """The token a request carries: its `X-API-Key` (the first given, as the SDK's server reads a repeated header),
+    else its `Authorization` credential: a Bearer token, or the password of Basic auth."""
+    key = headers.get("x-api-key", "").strip()
+    if key:
+        return key
+    scheme, _, credential = headers.get("authorization", "").strip().partition(" ")
+    if scheme.lower() == "bearer":
         return credential.strip() or None
+    if scheme.lower() == "basic":
+        return _basic_password(credential.strip())
+    return None
 
-    def refusal(self, path: str) -> str | None:
-        """Why the request's headers cannot be used, or None: a length that is none, a session id given twice
-        or too long, `/create`'s secrets that are not what the SDK's client sends."""
-        for name in ("content-length", "x-session-id"):
-            if len(self.values.get(name, ())) > 1:
-                return f"the {name} header is given more than once"
-        length = self.first("content-length")
-        if length is not None and not re.fullmatch(r"\s*[0-9]+\s*", length):
-            return f"Content-Length {length[:40]!r} is not a length"
-        session = self.first("x-session-id") or ""
-        if len(session) > MAX_SESSION_ID_CHARS:
-            return f"X-Session-ID is {len(session):,} characters long: at most {MAX_SESSION_ID_CHARS}"
-        secrets = self.first("x-secrets")
-        if secrets and path.rstrip("/").lower() == f"/{CREATE}":
-            return _secrets_refusal(secrets)
+
+def _basic_password(encoded: str) -> str | None:
+    """The password of a Basic credential (base64 of `user:password`), or None for one that is not that.
+    aiohttp sends a URL's userinfo in UTF-8 or Latin-1: a token is ASCII, so both read the same."""
+    try:
+        decoded = base64.b64decode(encoded, validate=True).decode("latin-1")
+    except (binascii.Error, ValueError):
         return None
+    _, colon, password = decoded.partition(":")
+    return (password.strip() or None) if colon else None
+
+
+def header_refusal(headers: Headers, path: str) -> str | None:
+    """Why the request's headers cannot be used, or None: a length that is none, a session id given twice or too
+    long, `/create`'s secrets that are not what the SDK's client sends."""
+    for name in ("content-length", "x-session-id"):
+        if len(headers.getlist(name)) > 1:
+            return f"the {name} header is given more than once"
+    length = headers.get("content-length")
+    if length is not None and not re.fullmatch(r"\s*[0-9]+\s*", length):
+        return f"Content-Length {length[:40]!r} is not a length"
+    session = headers.get("x-session-id", "")
+    if len(session) > MAX_SESSION_ID_CHARS:
+        return f"X-Session-ID is {len(session):,} characters long: at most {MAX_SESSION_ID_CHARS}"
+    secrets = headers.get("x-secrets")
+    if secrets and path.rstrip("/").lower() == f"/{CREATE}":
+        return _secrets_refusal(secrets)
+    return None
 
 
 def _secrets_refusal(header: str) -> str | None:

@@ -23,10 +23,12 @@ import json
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
+from starlette.datastructures import Headers, MutableHeaders
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-HEADER = b"x-deployment"
+HEADER = "x-deployment"
 CREATE = "create"
 # What TRL's OpenRewardSpec sends as X-Deployment when it is given a URL and no env_name.
 TRL_PLACEHOLDER = "env"
@@ -95,7 +97,7 @@ class DeploymentRouter:
         if route not in SPLIT_ROUTES or scope.get("method") != "POST":
             await self.app(scope, receive, send)
             return
-        body, replayed = await _body(receive)
+        body, replayed = await _body(scope, receive)
         payload = _json(body)
         if isinstance(payload, dict):
             if route == CREATE and (refusal := self._create_refusal(payload)) is not None:
@@ -116,8 +118,8 @@ class DeploymentRouter:
                 variant = self._variant(_header(scope))
                 if variant is not None:
                     body = json.dumps({**payload, "env_name": variant}).encode()
-                    headers = [(k, v) for k, v in scope.get("headers", ()) if k.lower() != b"content-length"]
-                    scope = {**scope, "headers": [*headers, (b"content-length", str(len(body)).encode())]}
+                    scope = {**scope}
+                    MutableHeaders(scope=scope)["content-length"] = str(len(body))  # a copy of the headers
                     await self.app(scope, replay([whole(body)], receive), send)
                     return
         await self.app(scope, replayed, send)
@@ -163,10 +165,7 @@ def _named(name: str) -> str:
 
 def _header(scope: Scope) -> str | None:
     """The request's `X-Deployment` value, stripped; None when it has none (or a blank one)."""
-    for name, value in scope.get("headers", ()):
-        if name.lower() == HEADER:
-            return value.decode("latin-1").strip() or None
-    return None
+    return Headers(scope=scope).get(HEADER, "").strip() or None
 
 
 def _json(body: bytes) -> Any:
@@ -176,20 +175,13 @@ def _json(body: bytes) -> Any:
         return None  # not ours to judge: the server answers a broken body with its own 422
 
 
-async def _body(receive: Receive) -> tuple[bytes, Receive]:
+async def _body(scope: Scope, receive: Receive) -> tuple[bytes, Receive]:
     """The request's whole body, and a receive channel that gives it again."""
-    chunks: list[bytes] = []
-    messages: list[Message] = []
-    while True:
-        message = await receive()
-        messages.append(message)
-        if message["type"] != "http.request":
-            # The client went away mid-body: let the server see that as it would have.
-            return b"", replay(messages, receive)
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            break
-    body = b"".join(chunks)
+    try:
+        body = await Request(scope, receive).body()
+    except ClientDisconnect:
+        # The client went away mid-body: let the server see that as it would have.
+        return b"", replay([{"type": "http.disconnect"}], receive)
     return body, replay([whole(body)], receive)
 
 

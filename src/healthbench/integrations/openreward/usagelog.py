@@ -43,7 +43,9 @@ class _Window:
             "cached_prompt_tokens": total.cached_prompt_tokens,
             "completion_tokens": total.completion_tokens,
             "cache_hit_rate": None if (rate := hit_rate(total)) is None else round(rate, 4),
-            "cost_usd": round(sum(costs), 4) if costs else None,
+            # None too when some calls were answered without usage: their cost is not known, and is never $0.
+            "cost_usd": round(sum(costs), 4) if costs and not total.unmetered else None,
+            "unmetered_calls": total.unmetered,
             "cache_saved_usd": round(sum(saved), 4) if saved else None,
         }
 

@@ -23,7 +23,7 @@ from healthbench.runs.records import (
 )
 
 TOKEN_FIELDS = ("prompt_tokens", "cached_prompt_tokens", "completion_tokens", "reasoning_tokens")
-USAGE_FIELDS = ("calls", *TOKEN_FIELDS)
+USAGE_FIELDS = ("calls", *TOKEN_FIELDS, "unmetered")
 Side = Literal["policy", "grader"]
 SIDES: tuple[Side, ...] = ("policy", "grader")
 
@@ -77,7 +77,8 @@ def _line(who: str, side: UsageNumbers, model: str = "", cost: float | None = No
         calls=f"{side.calls:,}",
         batched=f"{batch_calls:,}",
         tokens=[f"{getattr(side, field):,}" for field in TOKEN_FIELDS],
-        usd=_usd(cost),
+        # Calls answered without usage: their tokens are not known, so neither is the cost (never $0).
+        usd="unknown" if side.unmetered else _usd(cost),
     )
 
 
@@ -91,7 +92,7 @@ def _lines(report: UsageReport, sides: Sequence[Side]) -> list[Line]:
     lines = [_side_line(who, part) for who, part in zip(sides, parts, strict=True)]
     total = UsageNumbers(**{field: sum(getattr(part, field) for part in parts) for field in USAGE_FIELDS})
     total_line = _line("total", total, cost=report.cost_usd, batch_calls=sum(part.batch_calls for part in parts))
-    if report.unpriced_models and report.cost_usd is not None:
+    if report.unpriced_models and report.cost_usd is not None and not total.unmetered:
         total_line = replace(
             total_line, usd=f"{dollars(report.cost_usd)} + {', '.join(report.unpriced_models)}: no price"
         )
@@ -136,7 +137,7 @@ def spending(
     scopes = [Scope("whole run", "every session of this run folder", _lines(whole, sides))]
     session_cost = None
     if session is not None:
-        session_cost = _usd(session.cost_usd)
+        session_cost = "unknown" if _unmetered(session) else _usd(session.cost_usd)
         hits = usage.verdict_cache_hits
         reused = f"; {hits:,} verdicts reused from earlier sessions" if hits else ""
         lines = _lines(session, sides)
@@ -145,9 +146,14 @@ def spending(
         note = "the last session, which wrote this page" + (", made every call of the run" if every else reused)
         scopes.append(Scope("this session", note, [] if every else lines))
     batched = any(line.batched != "0" for line in scopes[0].lines)
-    total = None if whole.cost_usd is None else dollars(whole.cost_usd)
+    total = "unknown" if _unmetered(whole) else None if whole.cost_usd is None else dollars(whole.cost_usd)
     cache = [line for who in sides if (line := cache_line(who, whole.side(who))) is not None]
     return Spending(scopes, total or shown_cost, session_cost, batched, cache)
+
+
+def _unmetered(report: UsageReport) -> bool:
+    """Whether some calls of a report were answered without usage, which makes its cost unknown."""
+    return any(side.unmetered for side in (report.grader, report.policy) if side is not None)
 
 
 def cache_line(who: str, side: SideUsage | None) -> str | None:

@@ -1,0 +1,256 @@
+"""`healthbench judges`: several graders' meta-evaluations of the same physician-labelled rows, side by side.
+
+Each grader (in each grader-call mode asked) is run as `meta-eval` runs it, into a folder of its own under --out
+that is itself a meta-eval run folder (it resumes, and `report` works on it); then judges.json and judges.html
+set them side by side. Graders share every grader flag but their model and endpoint, given by --grader; their
+key is the grader's usual one unless --grader-key-env names another variable for one of them."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import click
+from pydantic import SecretStr
+
+from healthbench.cli.bounds import bounded
+from healthbench.cli.execute import print_estimate
+from healthbench.cli.failures import user_errors
+from healthbench.cli.options import BOTH_CALLS, DryRun, grading_options, judges_grader_options, run_options
+from healthbench.cli.physicians import load_meta, meta_headline, meta_session, meta_units
+from healthbench.cli.render import finish, in_flags
+from healthbench.cli.tasks import said_limit
+from healthbench.data.select import select_rows
+from healthbench.errors import EndpointUnusable, QuotaExhausted
+from healthbench.files import write_atomic
+from healthbench.grading.grader import GRADER_CALLS
+from healthbench.grading.settings import GradingPlan
+from healthbench.reporting.judges import Judge, judges_record
+from healthbench.reporting.judges_page import judges_lines, write_page
+from healthbench.runs.folder import RunFolder
+from healthbench.runs.spec import DataSpec, Limit
+
+JUDGES_JSON = "judges.json"
+JUDGES_HTML = "judges.html"
+_URL_AT = re.compile(r"@(?=https?://)")
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclasses.dataclass(frozen=True)
+class GraderChoice:
+    """One --grader as given: its text, its model, and its endpoint when it names one."""
+
+    given: str
+    model: str
+    base_url: str | None
+
+
+def parse_grader(text: str) -> GraderChoice:
+    """`MODEL` or `MODEL@BASE_URL` (the URL with http:// or https://); `click.BadParameter` naming what is wrong."""
+    parts = _URL_AT.split(text.strip(), maxsplit=1)
+    model = parts[0].strip()
+    if not model:
+        raise click.BadParameter(
+            f"{text!r}: no model before the endpoint (MODEL or MODEL@BASE_URL)", param_hint="--grader"
+        )
+    if len(parts) == 1:
+        tail = model.rpartition("@")[2] if "@" in model else ""
+        if "@" in model and (not tail or ":" in tail or "/" in tail):
+            raise click.BadParameter(
+                f"{text!r}: the endpoint after @ must be a URL starting with http:// or https:// "
+                "(MODEL@http://HOST:PORT/v1)",
+                param_hint="--grader",
+            )
+        return GraderChoice(text, model, None)
+    url = parts[1].strip()
+    if not urlsplit(url).hostname:
+        raise click.BadParameter(f"{text!r}: {url!r} names no host (MODEL@http://HOST:PORT/v1)", param_hint="--grader")
+    return GraderChoice(text, model, url)
+
+
+def shown_url(url: str) -> str:
+    """An endpoint as judges.json and the page name it: without a user or password it may carry."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    netloc = host if parts.port is None else f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def folder_name(choice: GraderChoice) -> str:
+    """The grader's folder under --out: its model, and its endpoint's host, port and path when it names one."""
+    name = choice.model
+    if choice.base_url is not None:
+        parts = urlsplit(choice.base_url)
+        name += "@" + f"{parts.hostname}{'' if parts.port is None else f'-{parts.port}'}{parts.path}"
+    return _UNSAFE.sub("_", name).strip("._") or "grader"
+
+
+def key_variables(choices: Sequence[GraderChoice], pairs: Sequence[str]) -> dict[str, str]:
+    """--grader-key-env MODEL=VARIABLE pairs as {grader as given: variable}; VARIABLE empty for no key. A pair
+    names a grader by its text as given, or by its model when one grader has it."""
+    chosen: dict[str, str] = {}
+    for pair in pairs:
+        name, equals, variable = pair.rpartition("=")
+        if not equals or not name.strip():
+            raise click.BadParameter(f"{pair!r}: expected MODEL=VARIABLE", param_hint="--grader-key-env")
+        variable = variable.strip()
+        if variable and not _VARIABLE.match(variable):
+            raise click.BadParameter(f"{pair!r}: {variable!r} is no variable name", param_hint="--grader-key-env")
+        named = [c for c in choices if c.given == name.strip()] or [c for c in choices if c.model == name.strip()]
+        if len(named) != 1:
+            how = "no --grader" if not named else f"{len(named)} graders"
+            raise click.BadParameter(f"{pair!r}: {name.strip()!r} names {how}", param_hint="--grader-key-env")
+        if named[0].given in chosen:
+            raise click.BadParameter(f"{pair!r}: a second key for {named[0].given!r}", param_hint="--grader-key-env")
+        chosen[named[0].given] = variable
+    return chosen
+
+
+def _key(choice: GraderChoice, variables: dict[str, str]) -> SecretStr | None:
+    """The key of a grader whose variable --grader-key-env names (the variable's name said, never its value)."""
+    variable = variables[choice.given]
+    if not variable:
+        return None
+    value = os.environ.get(variable, "").strip()
+    if not value:
+        raise click.UsageError(f"--grader-key-env: {variable} (the key of {choice.given}) is not set")
+    return SecretStr(value)
+
+
+def _plans(choices: Sequence[GraderChoice], variables: dict[str, str], flags: dict[str, Any]) -> list[GradingPlan]:
+    """Each grader's settings: the shared flags with its model and endpoint, and its key."""
+    plans = []
+    for choice in choices:
+        plan = grading_options({**flags, "grader_model": choice.model, "grader_base_url": choice.base_url}).plan(None)
+        if choice.given in variables:
+            plan = dataclasses.replace(plan, grader=plan.grader.model_copy(update={"api_key": _key(choice, variables)}))
+        plans.append(plan)
+    return plans
+
+
+def _headline(label: str, metrics: dict[str, float | int]) -> str:
+    return f"{label}: {meta_headline(metrics)}"
+
+
+@click.command()
+@click.option(
+    "--grader",
+    "graders",
+    multiple=True,
+    metavar="MODEL[@BASE_URL]",
+    help="A grader to measure, repeated for each: its model, and its OpenAI-compatible endpoint after @ "
+    "(gpt-4.1-mini, Qwen/Qwen3-32B@http://localhost:8000/v1) [endpoint default: $HEALTHBENCH_GRADER_BASE_URL or "
+    "OpenAI]. Every other grader flag applies to all.",
+)
+@click.option(
+    "--grader-key-env",
+    "key_env",
+    multiple=True,
+    metavar="MODEL=VARIABLE",
+    help="Read this grader's key from the environment variable VARIABLE (MODEL as given to --grader, or its model); "
+    "MODEL= sends it no key [default: $HEALTHBENCH_GRADER_API_KEY, else $OPENAI_API_KEY, for every grader].",
+)
+@click.option("--data", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Meta-eval JSONL file.")
+@click.option("--subset", type=click.Choice(["meta"]), help="The official meta-eval file [default, unless --data].")
+@click.option("--limit", type=bounded(Limit), help="Grade N rows, chosen as the reference does: a cheap first look.")
+@run_options
+@judges_grader_options
+@user_errors
+def judges(
+    graders: tuple[str, ...],
+    key_env: tuple[str, ...],
+    data: Path | None,
+    subset: str | None,
+    limit: int | None,
+    out: Path,
+    seed: int,
+    prices: Path | None,
+    progress: bool,
+    dry_run: DryRun | None,
+    **flags: Any,
+) -> None:
+    """Measure several graders' agreement with physicians on the same rows, side by side: macro F1 overall and
+    per category with intervals, cost per 1,000 rewards, latency and failures, in OUT/judges.json and
+    OUT/judges.html. Each grader runs as meta-eval runs it, in a folder of its own under --out; run the same
+    command again to resume."""
+    if not graders:
+        raise click.UsageError("give the graders to compare: --grader MODEL[@BASE_URL], once for each")
+    choices = [parse_grader(text) for text in graders]
+    seen: dict[str, str] = {}
+    for choice in choices:
+        name = folder_name(choice)
+        if name in seen:
+            raise click.UsageError(f"--grader {choice.given!r} and {seen[name]!r} are the same grader (folder {name})")
+        seen[name] = choice.given
+    variables = key_variables(choices, key_env)
+    both = flags.get("grader_calls") == BOTH_CALLS
+    if both:
+        flags["grader_calls"] = None
+    plans = _plans(choices, variables, flags)
+    all_rows, data_sha = load_meta(data, subset)
+    said_limit(limit, len(all_rows), "rows in the data")
+    rows = select_rows(all_rows, limit)
+    runs: list[tuple[GraderChoice, GradingPlan, str]] = []
+    for choice, plan in zip(choices, plans, strict=True):
+        name = folder_name(choice)
+        if not both:
+            runs.append((choice, plan, name))
+            continue
+        for calls in GRADER_CALLS:
+            moded = dataclasses.replace(plan, grader=plan.grader.model_copy(update={"calls": calls}))
+            runs.append((choice, moded, f"{name}/{calls}"))
+    if dry_run:
+        for choice, plan, place in runs:
+            click.echo(f"{choice.given} ({plan.grader.calls}), into {out / place}:")
+            print_estimate(meta_units(rows, plan.grader.calls), plan.grader, prices, dry_run)
+        return
+    for _, plan, _ in runs:
+        plan.grader.check_pace_store()  # a shared pace out of reach stops the run before anything is sent
+    data_spec = DataSpec(source=str(data) if data else "subset:meta", sha256=data_sha)
+    judged = []
+    for choice, plan, place in runs:
+        label = f"{choice.given} ({plan.grader.calls})" if both else choice.given
+        folder = RunFolder(out / place)
+        failure = None
+        try:
+            result = meta_session(
+                rows, plan, folder, data_spec, seed=seed, limit=limit, batch=None, prices=prices, progress=progress
+            )
+        except (EndpointUnusable, QuotaExhausted) as exc:
+            failure = in_flags(str(exc))
+            click.echo(f"healthbench: {label}: stopped, {failure}", err=True)
+        else:
+            finish(result, functools.partial(_headline, label), "rows", stop=False)
+        judged.append(
+            Judge(
+                name=label,
+                model=plan.grader.model,
+                base_url=shown_url(plan.grader.base_url),
+                calls=plan.grader.calls,
+                folder=folder,
+                place=place,
+                failure=failure,
+            )
+        )
+    record = judges_record(judged, data=data_spec.source, data_sha256=data_sha, rows=len(rows), limit=limit, seed=seed)
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(out / JUDGES_JSON, record.model_dump_json(indent=2) + "\n")
+    page = write_page(record, out / JUDGES_HTML)
+    click.echo("\n".join(judges_lines(record)))
+    click.echo(f"judges.json and the page in {out / JUDGES_JSON}, {page}")
+    if not all(entry.finished for entry in record.judges):
+        unfinished = [entry.name for entry in record.judges if not entry.finished]
+        click.echo(
+            f"healthbench: not finished: {', '.join(unfinished)}; everything answered is kept: run the same command "
+            "again to finish.",
+            err=True,
+        )
+        sys.exit(1)

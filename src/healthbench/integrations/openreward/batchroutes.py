@@ -1,0 +1,301 @@
+"""`serve`'s batch reward routes: a trainer's whole step of replies graded at once, outside any session.
+
+- `POST /rewards`: `{"split": NAME, "items": [{"prompt_id": ID, "reply": TEXT}, ...]}`, answered with
+  `{"results": [{"prompt_id", "reward", "error", "axes"}, ...]}` in the items' order. A reply that cannot be
+  graded (a grader failure after the retries, or a reply longer than the server grades) has `reward: null` and
+  the error; the others are graded all the same.
+- `POST /openrlhf`: OpenRLHF's remote reward protocol (`--reward.remote_url`): `{"query": [...], "prompts": [...],
+  "labels": [...]}`, answered with `{"rewards": [...], "scores": [...], "extra_logs": {...}}`. A query is the
+  prompt's text and the reply's, decoded with the tokenizer's special tokens; the reply is what follows the
+  prompt, less the end-of-turn and padding tokens it ends with. A label is the task's prompt_id (`healthbench
+  export --format openrlhf` writes it). A sample that cannot be graded fails the whole request naming it (HTTP
+  502, or 400 for a reply too long): OpenRLHF then leaves that rollout's reward unset, never a made-up 0.
+
+Which split a prompt_id is looked up in: the request's (`split` in `/rewards`' body, `?split=NAME` on
+`/openrlhf`), else `train` when the server serves it, else `test`. An unknown split or prompt_id is HTTP 400
+naming it. A batch of more replies than `--max-batch-size` is refused (413) before any grader call.
+
+Every reply is graded as a session's would be (`Deployment.grade`: the split's settings and length adjustment,
+the server's grader key) under the server's one budget and with its warm graders, so the many one-sample
+requests of an OpenRLHF step share them as the items of one `/rewards` batch do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Sequence
+from typing import Any
+
+from fastapi import FastAPI, HTTPException
+from pydantic import BaseModel
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from healthbench.data.schema import Row
+from healthbench.errors import GradingError, HealthBenchError, OverLimit, UnknownPromptId
+from healthbench.grading.sample import GradedSample
+from healthbench.integrations.openreward.deployment import Deployment
+
+# What a decoded rollout may end with after the reply: end-of-turn and end-of-text tokens of the common chat
+# templates (Qwen and ChatML, Llama 3, Phi, Gemma, Mistral and Llama 2, DeepSeek, gpt-oss), and padding.
+END_TOKENS = (
+    "<|im_end|>",
+    "<|endoftext|>",
+    "<|eot_id|>",
+    "<|eom_id|>",
+    "<|end_of_text|>",
+    "<|end|>",
+    "<|return|>",
+    "<end_of_turn>",
+    "<eos>",
+    "</s>",
+    "<pad>",
+    "<|end▁of▁sentence|>",
+    "<\uff5cend\u2581of\u2581sentence\uff5c>",  # DeepSeek's, with full-width bars
+)
+AXIS_PREFIX = "axis:"
+REWARDS_PATH, OPENRLHF_PATH = "/rewards", "/openrlhf"
+BATCH_PATHS = frozenset({REWARDS_PATH, OPENRLHF_PATH})
+TRAIN, TEST = "train", "test"
+
+
+class RewardItem(BaseModel):
+    """One reply to grade: the task's prompt_id and the reply's text."""
+
+    prompt_id: str
+    reply: str
+
+
+class RewardsRequest(BaseModel):
+    """`POST /rewards`' body."""
+
+    split: str | None = None
+    items: list[RewardItem]
+
+
+class OpenRLHFRequest(BaseModel):
+    """OpenRLHF's remote reward request: decoded prompt-and-reply, prompt text and label, one each per sample."""
+
+    query: list[str]
+    prompts: list[str]
+    labels: list[str]
+
+
+def strip_end_tokens(reply: str) -> str:
+    """`reply` less the end-of-turn and padding tokens it ends with (`END_TOKENS`), and the whitespace between
+    them; whitespace that ends the reply itself stays, as `grade` would see it."""
+    while True:
+        trimmed = reply.rstrip()
+        token = next((token for token in END_TOKENS if trimmed.endswith(token)), None)
+        if token is None:
+            return reply
+        reply = trimmed[: -len(token)]
+
+
+def openrlhf_reply(index: int, query: str, prompt: str, label: str) -> str:
+    """The reply of sample `index`: its query after its prompt, less end tokens; HTTP 400 naming the sample when
+    the query does not start with its prompt."""
+    if not query.startswith(prompt):
+        raise HTTPException(
+            status_code=400,
+            detail=f"sample {index} (task {label}): its query does not start with its prompt, so its reply cannot be "
+            "told apart (OpenRLHF sends the prompt's tokens and the reply's, decoded: a prompt cut to fit "
+            "--data.max_len, or one the tokenizer does not decode back to itself, breaks that)",
+        )
+    return strip_end_tokens(query[len(prompt) :])
+
+
+class BatchRewards:
+    """The batch routes of one server's `deployment` (see the module docstring); `log` (the server's logger) is
+    told of each request graded (`info`) or failed for a grader failure (`warning`), in one line."""
+
+    def __init__(self, deployment: Deployment, log: Any) -> None:
+        self.deployment = deployment
+        self.log = log
+        self._axes: dict[str, list[str]] = {}
+
+    def split(self, named: str | None) -> str:
+        """The split a request grades on: the one named, else `train` if served, else `test`; HTTP 400 naming the
+        splits for one the server does not serve."""
+        splits = self.deployment.splits
+        split = named if named is not None else (TRAIN if TRAIN in splits else TEST)
+        if split not in splits:
+            listed = ", ".join(repr(name) for name in splits)
+            raise HTTPException(status_code=400, detail=f"no split {split[:100]!r} here: the splits are {listed}")
+        if self.deployment.missing_key(split) is not None:
+            # The batch routes have no session to bring a key: only the server's own grades them.
+            config = self.deployment.graders[split]
+            raise HTTPException(
+                status_code=503,
+                detail=f"this server has no grader key, and the grader {config.model} at {config.base_url} needs one "
+                "for the batch routes: start the server with HEALTHBENCH_GRADER_API_KEY set",
+            )
+        return split
+
+    def rows(self, split: str, prompt_ids: Sequence[str]) -> list[Row]:
+        """The rows of `prompt_ids` in `split`, in order: HTTP 413 for more than the server grades at once, 400
+        naming a prompt_id the split does not have, both before any grader call."""
+        most = self.deployment.limits.batch_size
+        if len(prompt_ids) > most:
+            raise HTTPException(
+                status_code=413,
+                detail=f"a batch of {len(prompt_ids):,} replies is more than this server grades at once: at most "
+                f"{most:,} (healthbench serve --max-batch-size)",
+            )
+        try:
+            return [self.deployment.task(split, prompt_id) for prompt_id in prompt_ids]
+        except UnknownPromptId as exc:
+            raise HTTPException(status_code=400, detail=str(exc)) from None
+
+    async def rewards(self, request: RewardsRequest) -> dict[str, Any]:
+        """`/rewards`: every item graded at once; an item that cannot be graded has a null reward and its error."""
+        split = self.split(request.split)
+        rows = self.rows(split, [item.prompt_id for item in request.items])
+        start = time.monotonic()
+
+        async def one(row: Row, reply: str) -> dict[str, Any]:
+            try:
+                sample = await self.deployment.grade(split, row, reply, None)
+            except (GradingError, OverLimit) as exc:
+                return {"prompt_id": row.prompt_id, "reward": None, "error": str(exc), "axes": {}}
+            return {"prompt_id": row.prompt_id, "reward": sample.reward, "error": None, "axes": axes(sample)}
+
+        try:
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(one(row, item.reply)) for row, item in zip(rows, request.items, strict=True)]
+        except* HealthBenchError as failed:  # the grader itself unusable (its key refused, say): no item can be
+            raise self._unusable(REWARDS_PATH, split, failed.exceptions[0]) from None
+        results = [task.result() for task in tasks]
+        failures = sum(result["reward"] is None for result in results)
+        self.log.info(
+            "rewards_graded", route=REWARDS_PATH, split=split, items=len(results), failed=failures, **_took(start)
+        )
+        return {"results": results}
+
+    async def openrlhf(self, request: OpenRLHFRequest, named: str | None) -> dict[str, Any]:
+        """`/openrlhf`: every sample graded at once; one that cannot be graded fails the request naming it."""
+        split = self.split(named)
+        counts = {len(request.query), len(request.prompts), len(request.labels)}
+        if len(counts) != 1:
+            raise HTTPException(
+                status_code=400,
+                detail=f"query, prompts and labels differ in length ({len(request.query)}, {len(request.prompts)}, "
+                f"{len(request.labels)}): one of each per sample",
+            )
+        rows = self.rows(split, request.labels)
+        samples = zip(request.query, request.prompts, request.labels, strict=True)
+        replies = [openrlhf_reply(index, *sample) for index, sample in enumerate(samples)]
+        start = time.monotonic()
+
+        async def one(index: int, row: Row, reply: str) -> GradedSample:
+            try:
+                return await self.deployment.grade(split, row, reply, None)
+            except (GradingError, OverLimit) as exc:
+                status = 400 if isinstance(exc, OverLimit) else 502
+                raise _SampleFailed(index, status, str(exc)) from exc
+
+        try:
+            async with asyncio.TaskGroup() as group:
+                pairs = enumerate(zip(rows, replies, strict=True))
+                tasks = [group.create_task(one(index, row, reply)) for index, (row, reply) in pairs]
+        except* _SampleFailed as failed:
+            first = failed.exceptions[0]
+            assert isinstance(first, _SampleFailed)
+            self.log.warning("openrlhf_failed", split=split, samples=len(rows), sample=first.index, detail=first.detail)
+            raise HTTPException(status_code=first.status, detail=f"sample {first.index}: {first.detail}") from None
+        except* HealthBenchError as failed:
+            raise self._unusable(OPENRLHF_PATH, split, failed.exceptions[0]) from None
+        graded = [task.result() for task in tasks]
+        rewards = [sample.reward for sample in graded]
+        self.log.info("rewards_graded", route=OPENRLHF_PATH, split=split, items=len(graded), failed=0, **_took(start))
+        return {"rewards": rewards, "scores": rewards, "extra_logs": self._extra_logs(split, graded)}
+
+    def _unusable(self, route: str, split: str, failure: BaseException) -> HTTPException:
+        """HTTP 502 for a grader no reply of the request could be graded with (its message names why), said in the
+        log too."""
+        self.log.warning("batch_rewards_failed", route=route, split=split, detail=str(failure))
+        return HTTPException(status_code=502, detail=f"the grader cannot grade: {failure}")
+
+    def _extra_logs(self, split: str, graded: Sequence[GradedSample]) -> dict[str, list[float]]:
+        """Per-axis scores, one value per sample, under the same keys for every request of the split (OpenRLHF
+        merges a step's logs by key): `axis:NAME` is the axis's score, 0 for a task with no item of the axis, and
+        `axis:NAME:graded` 1 or 0 says which; an axis's mean over a step is the first's mean over the second's."""
+        if split not in self._axes:
+            tags = {tag for row in self.deployment.splits[split] for item in row.rubrics for tag in item.tags}
+            self._axes[split] = sorted(tag for tag in tags if tag.startswith(AXIS_PREFIX))
+        logs: dict[str, list[float]] = {}
+        for tag in self._axes[split]:
+            logs[tag] = [sample.metrics.get(tag, 0.0) for sample in graded]
+            logs[f"{tag}:graded"] = [float(tag in sample.metrics) for sample in graded]
+        return logs
+
+
+class _SampleFailed(Exception):
+    """Sample `index` of an `/openrlhf` request could not be graded: the HTTP status and what to say."""
+
+    def __init__(self, index: int, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.index = index
+        self.status = status
+        self.detail = detail
+
+
+def axes(sample: GradedSample) -> dict[str, float]:
+    """A graded reply's per-axis scores (`axis:accuracy`, ...): the axes its task has items of."""
+    return {tag: value for tag, value in sample.metrics.items() if tag.startswith(AXIS_PREFIX)}
+
+
+def _took(start: float) -> dict[str, float]:
+    return {"grader_s": round(time.monotonic() - start, 2)}
+
+
+def batch_app(deployment: Deployment, log: Any) -> FastAPI:
+    """An app of its own answering `POST /rewards` and `POST /openrlhf` for `deployment`; `log` as `BatchRewards`
+    takes it, also told (`error`) of a failure that is no fault of the request's."""
+    routes = BatchRewards(deployment, log)
+    app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
+
+    async def rewards(body: RewardsRequest) -> dict[str, Any]:
+        """A step's replies graded at once: one result per item, a null reward with its error for a reply that
+        cannot be graded."""
+        return await _answered(routes.rewards(body), log)
+
+    async def openrlhf(body: OpenRLHFRequest, split: str | None = None) -> dict[str, Any]:
+        """OpenRLHF's remote reward protocol (`--reward.remote_url http://user:TOKEN@host:port/openrlhf`)."""
+        return await _answered(routes.openrlhf(body, split), log)
+
+    app.add_api_route(REWARDS_PATH, rewards, methods=["POST"])
+    app.add_api_route(OPENRLHF_PATH, openrlhf, methods=["POST"])
+    return app
+
+
+async def _answered(answer: Awaitable[dict[str, Any]], log: Any) -> dict[str, Any]:
+    """`answer`, or for a failure that is not the request's (a bug) one log line and HTTP 500 naming it, rather than
+    a traceback on the server's console."""
+    try:
+        return await answer
+    except HTTPException:
+        raise
+    except Exception as exc:
+        log.error("batch_route_failed", error=f"{type(exc).__name__}: {exc}")
+        raise HTTPException(status_code=500, detail=f"the server failed: {type(exc).__name__}: {exc}") from exc
+
+
+class BatchDoor:
+    """ASGI middleware sending the batch routes' paths to `routes` (see `batch_app`), everything else on to `app`.
+
+    The SDK's server sends a path whose first segment is none of its own routes to its default environment, and
+    learns its routes when it is built: the batch routes are served beside it, not inside it. Placed inside the
+    `Guard` (so the token and the body bound apply) and outside the `DeploymentRouter` (which would refuse the
+    paths as environments it does not serve).
+    """
+
+    def __init__(self, app: ASGIApp, *, routes: ASGIApp) -> None:
+        self.app = app
+        self.routes = routes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].rstrip("/").lower() in BATCH_PATHS:
+            await self.routes(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)

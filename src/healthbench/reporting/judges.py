@@ -1,0 +1,193 @@
+"""Several graders' meta-evaluations of the same rows, made into one `JudgesRecord`: each grader's agreement with
+physicians (macro F1 overall and per category, with seeded bootstrap intervals over completions, as
+`metamodes` draws them), what it cost per 1,000 rewards, how long its requests took, what failed, and whether the
+rows are enough to tell the leader from the others (the paired difference's interval leaves out zero)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from healthbench.grading.agreement import MODEL_F1, N_BOOTSTRAP, PHYSICIAN_F1, macro_f1_resamples
+from healthbench.reporting.metamodes import CONFIDENCE, cluster_of, interval
+from healthbench.runs.folder import RunFolder
+from healthbench.runs.judges import (
+    ITEMS_PER_REWARD,
+    CategoryAgreement,
+    Difference,
+    JudgeCost,
+    JudgeEntry,
+    JudgeLatency,
+    JudgesRecord,
+)
+from healthbench.runs.records import MetaRecord
+
+
+@dataclass(frozen=True)
+class Judge:
+    """One grader in one call mode, as the command was given it, and the folder of its meta-eval run (`place`:
+    that folder's path under the judges' folder, as judges.json names it)."""
+
+    name: str
+    model: str
+    base_url: str
+    calls: Literal["per-item", "per-reply"]
+    folder: RunFolder
+    place: str
+    failure: str | None = None
+
+
+def _resampled(records: Sequence[Sequence[MetaRecord]], seed: int, n_bootstrap: int) -> Any:
+    """Macro F1 resamples (resamples x raters) of each run's verdicts on the first run's rows and labels."""
+    rows = records[0]
+    verdicts = [[row.criteria_met for row in run] for run in records]
+    labels, clusters = [row.binary_labels for row in rows], [cluster_of(row) for row in rows]
+    return macro_f1_resamples(verdicts, labels, clusters, seed=seed, n_bootstrap=n_bootstrap)
+
+
+def _categories(
+    records: Sequence[MetaRecord], metrics: dict[str, float | int], seed: int, n_bootstrap: int
+) -> list[CategoryAgreement]:
+    by_category: dict[str, list[MetaRecord]] = {}
+    for record in records:
+        by_category.setdefault(record.category, []).append(record)
+    out = []
+    for category, rows in sorted(by_category.items()):
+        model, physicians = metrics.get(f"{category}: {MODEL_F1}"), metrics.get(f"{category}: {PHYSICIAN_F1}")
+        out.append(
+            CategoryAgreement(
+                category=category,
+                rows=len(rows),
+                macro_f1=None if model is None else float(model),
+                interval=interval(_resampled([rows], seed, n_bootstrap)[:, 0]),
+                physicians_f1=None if physicians is None else float(physicians),
+            )
+        )
+    return out
+
+
+def _cost(folder: RunFolder, records: Sequence[MetaRecord]) -> JudgeCost | None:
+    usage = folder.read_usage()
+    side = usage.whole_run.grader if usage is not None else None
+    if side is None or not records:
+        return None
+    per_reward = 1000 * ITEMS_PER_REWARD / len(records)  # rewards' worth of verdicts, per verdict graded
+    return JudgeCost(
+        verdicts=len(records),
+        calls=side.calls,
+        prompt_tokens=side.prompt_tokens,
+        cached_prompt_tokens=side.cached_prompt_tokens,
+        completion_tokens=side.completion_tokens,
+        cost_usd=side.cost_usd,
+        prompt_tokens_per_1000_rewards=side.prompt_tokens * per_reward,
+        completion_tokens_per_1000_rewards=side.completion_tokens * per_reward,
+        usd_per_1000_rewards=None if side.cost_usd is None else side.cost_usd * per_reward,
+    )
+
+
+def _latency(records: Sequence[MetaRecord]) -> JudgeLatency:
+    import numpy as np  # deferred: numpy costs 0.2 s of CLI start-up
+
+    seconds = [record.seconds for record in records if record.seconds is not None]
+    if not seconds:
+        return JudgeLatency(n=0)
+    p50, p95 = (float(value) for value in np.percentile(seconds, [50, 95]))
+    return JudgeLatency(n=len(seconds), p50=p50, p95=p95)
+
+
+def _retried(records: Sequence[MetaRecord]) -> int:
+    """Answers past the first of each request: each an answer without a usable verdict, asked again."""
+    asked = [record.usage.calls for record in records if record.usage is not None and record.usage.calls]
+    return sum(asked) - len(asked)
+
+
+def judge_entry(judge: Judge, *, seed: int, n_bootstrap: int) -> tuple[JudgeEntry, list[MetaRecord]]:
+    """The entry of one grader's meta-eval run as its folder holds it (finished or not), and its rows graded."""
+    folder = judge.folder
+    records = sorted(folder.read_meta_results(), key=lambda record: record.index) if folder.path.is_dir() else []
+    run = folder.read_run() if folder.path.is_dir() else None
+    metrics = folder.read_metrics() if run is not None and run.stats.finished else None
+    entry: dict[str, Any] = {
+        "name": judge.name,
+        "folder": judge.place,
+        "model": judge.model,
+        "base_url": judge.base_url,
+        "calls": judge.calls,
+        "finished": metrics is not None,
+        "rows": len(records),
+        "completions": len({cluster_of(record) for record in records}),
+        "failed_rows": run.stats.failed if run is not None else 0,
+        "retried_answers": _retried(records),
+        "failure": judge.failure,
+        "cost": _cost(folder, records) if run is not None else None,
+        "latency": _latency(records),
+    }
+    if metrics is not None:
+        model, physicians = metrics.get(MODEL_F1), metrics.get(PHYSICIAN_F1)
+        entry |= {
+            "metrics": dict(metrics),
+            "macro_f1": None if model is None else float(model),
+            "interval": interval(_resampled([records], seed, n_bootstrap)[:, 0]),
+            "physicians_f1": None if physicians is None else float(physicians),
+            "categories": _categories(records, dict(metrics), seed, n_bootstrap),
+        }
+    return JudgeEntry.model_validate(entry), records
+
+
+def _differences(
+    entries: Sequence[JudgeEntry], records: Sequence[Sequence[MetaRecord]], seed: int, n_bootstrap: int
+) -> tuple[str | None, list[Difference]]:
+    """The leader (highest macro F1 of the finished graders) and each other finished grader's difference from it
+    on the same resamples, when they all graded the same rows."""
+    finished = [(e, r) for e, r in zip(entries, records, strict=True) if e.finished and e.macro_f1 is not None]
+    if not finished:
+        return None, []
+    leader = max(range(len(finished)), key=lambda i: finished[i][0].macro_f1 or 0.0)
+    keys = {tuple((r.index, r.prompt_id, r.completion_id, r.rubric) for r in rows) for _, rows in finished}
+    if len(finished) < 2 or len(keys) > 1:
+        return finished[leader][0].name, []
+    resamples = _resampled([rows for _, rows in finished], seed, n_bootstrap)
+    best = finished[leader][0]
+    out = []
+    for i, (entry, _) in enumerate(finished):
+        if i == leader or entry.macro_f1 is None or best.macro_f1 is None:
+            continue
+        span = interval(resamples[:, i] - resamples[:, leader])
+        out.append(
+            Difference(
+                name=entry.name,
+                difference=entry.macro_f1 - best.macro_f1,
+                interval=span,
+                decided=span is not None and span[1] < 0,
+            )
+        )
+    return best.name, out
+
+
+def judges_record(
+    judges: Sequence[Judge],
+    *,
+    data: str,
+    data_sha256: str,
+    rows: int,
+    limit: int | None,
+    seed: int,
+    n_bootstrap: int = N_BOOTSTRAP,
+) -> JudgesRecord:
+    """judges.json's record of the graders' runs as their folders hold them."""
+    built = [judge_entry(judge, seed=seed, n_bootstrap=n_bootstrap) for judge in judges]
+    entries = [entry for entry, _ in built]
+    leader, differences = _differences(entries, [records for _, records in built], seed, n_bootstrap)
+    return JudgesRecord(
+        data=data,
+        data_sha256=data_sha256,
+        rows=rows,
+        limit=limit,
+        seed=seed,
+        n_bootstrap=n_bootstrap,
+        confidence=CONFIDENCE,
+        judges=entries,
+        leader=leader,
+        differences=differences,
+    )
