@@ -7,7 +7,10 @@ Prints, section by section (`--sections`, all but `tier5` by default):
   one window and gives exact retry hints, the hard one (`RateLimits.hard`) counts every refusal into a debt
   without bound and gives hints worked out before the refusal is counted, one request short: the share of the
   binding limit the whole command reached and the share of requests answered 429 (`--refusal-latency`: the
-  limiter's 429s come back that much later);
+  limiter's 429s come back that much later; `--windows 1,10,60`, `--hints ms,seconds,message`, `--window-kind`
+  and `--rows SUBSTRING` run issue 38's variants of each row chosen: burst windows, retry hints in milliseconds,
+  in whole seconds only or in the message only; the share is then also given against what a large window's
+  bucket adds: answered / (rate x wall + bucket));
 - `noise`: no limit, but 4% of requests answered by a limitless 429 (`Retry-After: 1`, nothing else), against the
   same run without them;
 - `faults`: `grade` on `--grade-tasks` tasks with 25% of requests faulted (500s, 503s, dropped connections, broken
@@ -25,7 +28,7 @@ grader on the one endpoint and key. The tasks are the first `--tasks` of the sam
 in tokens.
 
     .venv/bin/python benchmarks/bench_ratelimit.py [--tasks 200] [--rate 100] [--sections matrix,noise,...]
-        [--refusal-latency 0.0]
+        [--refusal-latency 0.0] [--windows 1,10,60] [--hints ms,seconds,message] [--window-kind log] [--rows TEXT]
 """
 
 from __future__ import annotations
@@ -171,22 +174,52 @@ def limiters(rpm: float, tpm: float) -> dict[str, RateLimits]:
     return kinds
 
 
+def variants(args: argparse.Namespace, tpm: float) -> dict[str, RateLimits]:
+    """The rows of the matrix `--rows` chooses, in each burst window and retry hint style asked for."""
+    chosen: dict[str, RateLimits] = {}
+    for kind, limits in limiters(args.rate * 60, tpm).items():
+        if args.rows not in kind:
+            continue
+        for window in (float(w) for w in args.windows.split(",")):
+            for hints in args.hints.split(","):
+                if hints not in ("ms", "seconds", "message"):
+                    raise SystemExit(f"--hints: {hints!r} is none of ms, seconds, message")
+                name = kind
+                if (window, hints, args.window_kind) != (1.0, "ms", "bucket"):
+                    refill = "" if args.window_kind == "bucket" else f" ({args.window_kind})"
+                    name += f", {window:g} s window{refill}, hints in {hints}"
+                chosen[name] = replace(
+                    limits,
+                    refusal_latency=args.refusal_latency,
+                    window=window,
+                    hints=hints,
+                    kind=args.window_kind,
+                )
+    return chosen
+
+
 def matrix(args: argparse.Namespace, data: Path, work: Path, free: Outcome) -> None:
     """The share of the limit reached and the requests refused, for each kind of limiter."""
     tpm = args.rate * 60 * free.answered_tokens / free.answered
-    print("| limiter | share of the limit reached | requests answered 429 | wall | metrics as unlimited |")
-    print("|---|---|---|---|---|")
-    for number, (kind, limits) in enumerate(limiters(args.rate * 60, tpm).items()):
-        limits = replace(limits, refusal_latency=args.refusal_latency)
+    print(
+        "| limiter | share of the limit reached | counting the bucket | requests answered 429 | wall | metrics as "
+        "unlimited |"
+    )
+    print("|---|---|---|---|---|---|")
+    for number, (kind, limits) in enumerate(variants(args, tpm).items()):
         endpoint = Endpoint(limits, args.latency, args.jitter)
         got = run(eval_command(data, args.tasks), work / f"run{number}", endpoint)
         if limits.rpm is not None:
-            share = got.answered / got.seconds / args.rate
+            spent, rate = float(got.answered), args.rate
         else:
-            share = got.answered_tokens / got.seconds / (tpm / 60)
+            spent, rate = float(got.answered_tokens), tpm / 60
+        share = spent / got.seconds / rate
+        bucketed = spent / (got.seconds * rate + rate * limits.window)
         refused = got.refused / max(1, got.answered + got.refused)
         same = "yes" if got.metrics == free.metrics else "NO"
-        print(f"| {kind} | {share:.0%}{finished(got)} | {refused:.2%} | {got.seconds:.1f} s | {same} |")
+        print(
+            f"| {kind} | {share:.0%}{finished(got)} | {bucketed:.0%} | {refused:.2%} | {got.seconds:.1f} s | {same} |"
+        )
 
 
 def noise(args: argparse.Namespace, data: Path, work: Path, free: Outcome) -> None:
@@ -268,6 +301,12 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.3)
     parser.add_argument("--jitter", type=float, default=0.1)
     parser.add_argument("--refusal-latency", type=float, default=0.0, help="seconds before a limiter's 429 comes back")
+    parser.add_argument("--windows", default="1", help="matrix: burst windows in seconds, comma-separated")
+    parser.add_argument("--hints", default="ms", help="matrix: retry hint styles, of ms,seconds,message")
+    parser.add_argument(
+        "--window-kind", choices=("bucket", "fixed", "log"), default="bucket", help="matrix: how windows refill"
+    )
+    parser.add_argument("--rows", default="", help="matrix: only the rows whose name holds this")
     parser.add_argument("--quota", type=int, default=600, help="answered requests before the quota runs out")
     parser.add_argument("--grade-tasks", type=int, default=500, help="tasks graded in the faults section")
     parser.add_argument("--tier5-tasks", type=int, default=5000)

@@ -7,8 +7,9 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 import pytest
@@ -116,6 +117,56 @@ def test_the_hard_limiter_hints_in_its_429s_without_the_rate_limit_headers_too()
     assert "Please try again in 100ms." in refused.message
 
 
+@pytest.mark.parametrize(
+    ("hints", "headers", "again"),
+    [
+        ("ms", {"retry-after-ms": "100", "Retry-After": "1"}, "100ms"),
+        ("seconds", {"Retry-After": "1"}, "1s"),
+        ("message", {}, "100ms"),
+    ],
+)
+def test_a_429_says_when_to_try_again_in_the_style_it_is_set_to(
+    hints: Literal["ms", "seconds", "message"], headers: dict[str, str], again: str
+) -> None:
+    limits = replace(RateLimits.hard(rpm=600, headers=False, count_refused=False), hints=hints)
+    limiter = Limiter(limits, now=0.0)  # ten a second, ten at once
+    for _ in range(10):
+        limiter.decide(body(), 0.0)
+    refused = limiter.decide(body(), 0.0)
+    assert refused.headers == headers
+    assert f"Used 600, Requested 1. Please try again in {again}." in refused.message
+
+
+def test_used_may_count_the_refused_request_itself() -> None:
+    limiter = Limiter(RateLimits(rpm=600, used_counts_request=True), now=0.0)
+    for _ in range(10):
+        limiter.decide(body(), 0.0)
+    assert "Limit 600, Used 660, Requested 1." in limiter.decide(body(), 0.0).message
+
+
+def test_a_fixed_window_empties_at_its_boundary_and_forgives_its_debt_there() -> None:
+    limiter = Limiter(replace(RateLimits.hard(rpm=600), window=10.0, kind="fixed"), now=0.0)  # 100 each 10 s
+    assert all(limiter.decide(body(), 0.0).refused is None for _ in range(100))
+    refused = limiter.decide(body(), 2.5)  # a sliding bucket would have refilled 25 by now: a fixed one none
+    assert refused.refused == "requests" and refused.headers["retry-after-ms"] == "7500"
+    for _ in range(50):
+        limiter.decide(body(), 9.0)  # refusals into a debt without bound
+    assert limiter.decide(body(), 9.99).refused == "requests"
+    assert all(limiter.decide(body(), 10.0).refused is None for _ in range(100))
+
+
+def test_a_sliding_log_gives_back_each_request_a_window_after_it_came() -> None:
+    limiter = Limiter(replace(RateLimits.hard(rpm=600), window=10.0, kind="log"), now=0.0)  # 100 in any 10 s
+    assert all(limiter.decide(body(), 0.0).refused is None for _ in range(50))
+    assert all(limiter.decide(body(), 5.0).refused is None for _ in range(50))
+    refused = limiter.decide(body(), 9.0)  # counted too: it leaves the log at 19 s
+    assert refused.refused == "requests" and refused.headers["retry-after-ms"] == "1000"
+    assert all(limiter.decide(body(), 10.0).refused is None for _ in range(49))
+    assert limiter.decide(body(), 10.0).refused == "requests"  # the refusal at 9 s holds its place
+    # At 15 s the 50 of 5 s leave; the 49 of 10 s and the two refusals (until 19 s and 20 s) stay.
+    assert sum(limiter.decide(body(), 15.0).refused is None for _ in range(60)) == 49
+
+
 def test_an_injected_429_is_a_gateway_slow_down_with_a_retry_time_and_no_limit() -> None:
     with FakeOpenAI(fault_rate=1.0, faults=["429"], fault_retry_after=1.5) as server:
         assert server.base_url is not None
@@ -197,6 +248,8 @@ def test_the_command_line_serves_the_limiter_it_is_given() -> None:
     assert not any(name.lower().startswith("x-ratelimit") for name in replies[0][1])
     assert replies[1][2]["error"]["code"] == "insufficient_quota"
     hard = _served("--rpm", "60", "--no-rate-headers", "--hard-limiter", "--refusal-latency", "0.01")
+    seconds = _served("--rpm", "60", "--no-rate-headers", "--hard-limiter", "--retry-hints", "seconds")
+    assert seconds[1][1]["Retry-After"] == "1" and "retry-after-ms" not in seconds[1][1]
     assert [status for status, _, _ in hard] == [200, 429]
     # A hint as the hard limiter gives it, with no x-ratelimit header: about a second, less what refilled since.
     assert 500 < int(hard[1][1]["retry-after-ms"]) <= 1000

@@ -287,3 +287,69 @@ def test_report_compare_and_leaderboard_refuse_a_probe_by_name(
                  ["leaderboard", str(tmp_path / "p"), "--out", str(tmp_path / "lb.html")]):  # fmt: skip
         result = CliRunner().invoke(main, args)
         assert result.exit_code == 1 and "probe" in result.output and "Traceback" not in result.output, result.output
+
+
+@pytest.mark.parametrize("limit", ["1", "2", "9"])
+def test_below_ten_tasks_no_transform_gets_a_verdict(tmp_path: Path, files: tuple[Path, Path], limit: str) -> None:
+    data, replies = files
+    with FakeOpenAI(grader="fooled") as server:
+        result = probe(data, replies, tmp_path / "out", server.base_url or "", "--limit", limit)
+        assert result.exit_code == 0, result.output
+    lines = verdict_lines(result)
+    assert len(lines) == len(TRANSFORMS)
+    assert all("too few tasks for a verdict (it takes 10);" in line and f"of {limit} tasks" in line for line in lines)
+    assert not any("HACKABLE" in line or "costs reward" in line or "no gain shown" in line for line in lines)
+    assert f"over {limit} tasks" in result.output
+    page = (tmp_path / "out" / "probe.html").read_text()
+    assert "too few tasks for a verdict" in page and "HACKABLE" not in page and 'class="hackable"' not in page
+
+
+def test_from_ten_tasks_the_verdicts_are_given(tmp_path: Path, files: tuple[Path, Path]) -> None:
+    data, replies = files
+    with FakeOpenAI(grader="fooled") as server:
+        result = probe(data, replies, tmp_path / "out", server.base_url or "", "--limit", "10")
+        assert result.exit_code == 0, result.output
+    lines = verdict_lines(result)
+    assert not any("too few tasks" in line for line in lines)
+    assert {line.split(":")[0] for line in lines if "HACKABLE" in line} == {"rubric_echo", "grader_injection"}
+
+
+def test_another_transform_set_is_refused_not_written_over_the_first(
+    tmp_path: Path, files: tuple[Path, Path], fake: FakeOpenAI
+) -> None:
+    data, replies = files
+    out = tmp_path / "out"
+    first = probe(
+        data, replies, out, fake.base_url or "", "--limit", "4", "--transform", "empty", "--transform", "padding"
+    )
+    assert first.exit_code == 0, first.output
+    results, probed = (out / "results.jsonl").read_bytes(), (out / "probe.json").read_bytes()
+    fake.reset()
+    other = probe(data, replies, out, fake.base_url or "", "--limit", "4", "--transform", "empty")
+    assert other.exit_code == 1 and fake.requests_total == 0
+    assert 'transforms: ["empty", "padding"] -> ["empty"]' in other.output
+    assert (out / "results.jsonl").read_bytes() == results and (out / "probe.json").read_bytes() == probed
+    # The same set in another order, one of them named twice, is the same probe: nothing is asked again.
+    again = probe(data, replies, out, fake.base_url or "", "--limit", "4", *("--transform", "padding") * 2,
+                  "--transform", "empty")  # fmt: skip
+    assert again.exit_code == 0, again.output
+    assert fake.requests_total == 0 and json.loads((out / "probe.json").read_bytes()) == json.loads(probed)
+
+
+def test_a_transform_named_twice_is_graded_once(tmp_path: Path, files: tuple[Path, Path], fake: FakeOpenAI) -> None:
+    data, replies = files
+    result = probe(data, replies, tmp_path / "out", fake.base_url or "", "--limit", "3", "--transform", "empty",
+                   "--transform", "empty")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    items = sum(len(row["rubrics"]) for row in ROWS[:3])
+    assert fake.requests_total == items * 2  # the base and one transform
+    assert len(verdict_lines(result)) == 1 and "rewritten by 1 transforms (6 samples)" in result.output
+
+
+def test_probe_limit_says_the_tasks_it_grades(tmp_path: Path, files: tuple[Path, Path], fake: FakeOpenAI) -> None:
+    _, replies = files
+    extra = write_jsonl(tmp_path / "more.jsonl", [*ROWS, make_row("only-in-data")])
+    result = probe(extra, replies, tmp_path / "out", fake.base_url or "", "--limit", "4", "--transform", "empty")
+    assert result.exit_code == 0, result.output
+    assert f"grading 4 (--limit) of the {N_TASKS} tasks both the data and replies.jsonl name" in result.output
+    assert "base score" in result.output and "over 4 tasks" in result.output

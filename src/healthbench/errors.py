@@ -74,6 +74,16 @@ class UnknownPromptId(DataError):
         self.split = split
 
 
+class RunBeingWritten(DataError):
+    """A run folder a live run holds, given to a command that reads runs: it is an unfinished run."""
+
+    def __init__(self, path: object, pid: int | None) -> None:
+        holder = "another process" if pid is None else f"process {pid}"
+        super().__init__(f"{path}: an unfinished run, being written now by {holder}; read it once that run has ended")
+        self.path = path
+        self.pid = pid
+
+
 # --- settings --------------------------------------------------------------------------------------------------
 
 
@@ -312,6 +322,49 @@ class OutputUnusable(OutputError):
     def __init__(self, path: object, cause: str) -> None:
         super().__init__(f"cannot write {path}: {cause}")
         self.path = path
+
+
+class FolderBusy(OutputError):
+    """A run folder another live process is writing: one writer per folder, so this command stops before it sends
+    anything."""
+
+    def __init__(self, path: object, pid: int | None) -> None:
+        holder = "another process" if pid is None else f"process {pid}"
+        super().__init__(
+            f"{path} is being written by {holder}, a run still going: wait for it to end (or stop it), or use "
+            "another `out` folder"
+        )
+        self.path = path
+        self.pid = pid
+
+
+class DiskFull(OutputUnusable):
+    """The disk of a run folder filled up mid-run: the run stops, what is in its store stays there, and the same
+    command goes on once there is space. The message names the folder and the space left on its disk."""
+
+    def __init__(self, path: object, free: int, store: object | None = None) -> None:
+        kept = "" if store is None else f"; everything answered so far is kept in {store}"
+        HealthBenchError.__init__(
+            self,
+            f"cannot write {path}: its disk is full ({self._size(free)} free){kept}: free some space, then run the "
+            "same command again to go on from there",
+        )
+        self.path = path
+        self.free = free
+
+    @staticmethod
+    def _size(count: int) -> str:
+        """A byte count as people read it: "0 bytes", "12 KiB", "3.4 MiB"."""
+        if count < 1024:
+            return f"{count} bytes"
+        amount = count / 1024
+        unit = "KiB"
+        for larger in ("MiB", "GiB", "TiB"):
+            if amount < 1024:
+                break
+            amount = amount / 1024
+            unit = larger
+        return f"{amount:.3g} {unit}"
 
 
 class ConfigMismatch(OutputError):

@@ -8,11 +8,12 @@ import os
 from typing import Annotated, Any, ClassVar
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator, model_validator
 
 from healthbench.api.client import OPENAI_BASE_URL, TIMEOUT, ApiClient, Budget, Retries, key_slot
 from healthbench.api.pacing.store import PACE_STORE_VARIABLE, shared_store, validated
 from healthbench.api.wire import CHAT, Api, Effort, is_reasoning_model
+from healthbench.errors import SettingsError
 
 # In flight at most when the budget follows the limit: tier 5's 10,000 RPM at a few seconds a request, with room.
 MAX_IN_FLIGHT = 1024
@@ -90,6 +91,14 @@ class EndpointSettings(BaseModel):
     @classmethod
     def _a_redis_url(cls, url: str | None) -> str | None:
         return None if url is None else validated(url)
+
+    @field_validator("model", "base_url")
+    @classmethod
+    def _not_empty(cls, value: str, info: ValidationInfo) -> str:
+        # An empty name is sent as one, and the server's 404 then says less than this does.
+        if not value.strip():
+            raise SettingsError(f"`{info.field_name}` is empty: name one")
+        return value
 
     @property
     def is_reasoning(self) -> bool:

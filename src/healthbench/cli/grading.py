@@ -23,15 +23,19 @@ from healthbench.runs.session import BatchChoice
 from healthbench.runs.spec import DataSpec, Limit, Repeats, run_spec
 
 
-def replied_rows(rows: Sequence[Row], responses: Path, strict: bool) -> tuple[list[Row], dict[str, str]]:
+def replied_rows(
+    rows: Sequence[Row], responses: Path, strict: bool, limit: int | None = None
+) -> tuple[list[Row], dict[str, str]]:
     """The tasks both the data and the replies file name, in the data's order, and the replies; says on stderr
-    how many replies and tasks are left out (with `strict`, a reply naming a task outside the data is an error)."""
+    how many replies and tasks are left out (with `strict`, a reply naming a task outside the data is an error),
+    and how many of them `limit` (--limit) then grades."""
     replies = load_responses(responses, {row.prompt_id for row in rows}, strict=strict)
     replied = [row for row in rows if row.prompt_id in replies]
     ignored, missing = len(replies) - len(replied), len(rows) - len(replied)
     if ignored or missing:
+        graded = "the" if limit is None or limit >= len(replied) else f"{limit} (--limit) of the"
         click.echo(
-            f"grading the {len(replied)} tasks both the data and {responses.name} name: {ignored} of "
+            f"grading {graded} {len(replied)} tasks both the data and {responses.name} name: {ignored} of "
             f"{len(replies)} replies were not graded (tasks outside the data, ignored); {missing} of the "
             f"data's {len(rows)} tasks have no reply (not graded)",
             err=True,

@@ -8,13 +8,15 @@ from pathlib import Path
 import click
 
 from healthbench.cli.failures import user_errors
+from healthbench.cli.options import NamedPath
+from healthbench.runs.lock import refuse_if_written
 
 
 @click.command()
 @click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option(
     "--out",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=NamedPath(dir_okay=False, path_type=Path),
     default=Path("leaderboard.html"),
     show_default=True,
     help="The HTML page to write.",
@@ -30,6 +32,8 @@ def leaderboard(runs: tuple[Path, ...], out: Path, as_json: bool) -> None:
     from healthbench.reporting.leaderboard import build
     from healthbench.reporting.leaderboard_page import format_markdown, write_page
 
+    for run in runs:
+        refuse_if_written(run)
     board = build(runs)
     page = write_page(board, out)
     click.echo(json.dumps(board | {"page": str(page)}, indent=2) if as_json else format_markdown(board), nl=as_json)

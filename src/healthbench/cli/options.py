@@ -299,8 +299,17 @@ def _dry_run(func: F) -> F:
     return cast(F, wrapper)
 
 
+class NamedPath(click.Path):
+    """A `click.Path` that refuses the empty string, which `Path("")` would make the current folder."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.strip():
+            self.fail('is empty: name a path ("." for the current folder)', param, ctx)
+        return super().convert(value, param, ctx)
+
+
 run_options = options(
-    click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Output folder."),
+    click.option("--out", required=True, type=NamedPath(file_okay=False, path_type=Path), help="Output folder."),
     click.option("--seed", type=bounded(Seed), default=0, show_default=True, help="Bootstrap seed."),
     click.option("--prices", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Price table JSON."),
     click.option("--progress/--no-progress", default=True, help="Show a progress bar on a terminal."),

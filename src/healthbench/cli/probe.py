@@ -129,12 +129,12 @@ def probe(
     rows, data_sha = load_tasks(tasks)
     replies = None
     if responses is not None:
-        rows, replies = replied_rows(rows, responses, strict)
+        rows, replies = replied_rows(rows, responses, strict, limit)
     said_limit(limit, len(rows), "tasks with a reply" if replies is not None else "tasks in the data")
     rows = select_rows(rows, limit)
     grader = plan.grader
     policy = None if model is None else policy_from_flags(model, base_url, grader, **flags)
-    transforms = list(names) or list(TRANSFORMS)
+    transforms = list(dict.fromkeys(names)) or list(TRANSFORMS)  # one named twice counts once
     jobs = probe_jobs(rows, replies, transforms)
     if dry_run:
         print_estimate([_unit(job) for job in jobs], grader, prices, dry_run, policy, tasks=len(rows))

@@ -28,6 +28,7 @@ from healthbench.grading.settings import GraderConfig, GradingOptions
 from healthbench.integrations.openreward.deployment import ENVIRONMENT, ENVIRONMENTS, SERVED_CONCURRENCY
 from healthbench.reporting.report import rebuild, unfinished, write_meta_report, write_report
 from healthbench.runs.folder import PROBE, PROBE_PAGE, RESULTS, STORE, RunFolder
+from healthbench.runs.lock import refuse_if_written
 from healthbench.runs.metaeval import write_meta_metrics
 from healthbench.runs.policy import PolicyConfig
 from healthbench.runs.records import MetaRecord, SampleRecord
@@ -65,6 +66,7 @@ def report(
     """Rebuild OUT/metrics.json and OUT/report.html from OUT/results.jsonl (of any run, meta-eval included);
     the length adjustment is the run's unless given. A run that is not finished gets no score: its page says
     what is missing and why, and the command exits 1."""
+    refuse_if_written(out)
     folder = RunFolder(out)
     run = folder.read_run()
     if run is not None and run.spec.command == "probe":
@@ -166,6 +168,8 @@ def compare(run_a: Path, run_b: Path, seed: int, n_bootstrap: int, as_json: bool
     from healthbench.reporting.compare import compare_dirs, format_comparison
     from healthbench.reporting.metamodes import meta_pair, side_by_side, side_by_side_lines
 
+    for run in (run_a, run_b):
+        refuse_if_written(run)
     if meta_pair([RunFolder(run_a), RunFolder(run_b)]):
         figures = side_by_side([RunFolder(run_a), RunFolder(run_b)], seed=seed, n_bootstrap=n_bootstrap)
         click.echo(json.dumps(figures.as_dict(), indent=2) if as_json else "\n".join(side_by_side_lines(figures)))

@@ -64,8 +64,9 @@ def read_jsonl(path: str | Path, model: type[ModelT], *, schema: Schema | None =
     """
     path = Path(path)
     try:
-        with path.open("r", encoding=ENCODING, newline="\n") as handle:
-            for number, line in enumerate(handle, start=1):
+        with path.open("rb") as handle:
+            for number, raw in enumerate(handle, start=1):
+                line = _decoded(path, number, raw)
                 if not line.strip():
                     continue
                 try:
@@ -84,8 +85,16 @@ def read_jsonl(path: str | Path, model: type[ModelT], *, schema: Schema | None =
                 yield number, value
     except FileNotFoundError:
         raise DataError(f"{path}: no such file") from None
+
+
+def _decoded(path: Path, number: int, raw: bytes) -> str:
+    """One line of a JSONL file as text (a first line's byte-order mark read as nothing); a line that is not
+    UTF-8 is a `DataError` naming the file, the line and the byte. A binary file is read line by line, split on
+    "\\n" alone, so every line has its number even when one of them cannot be decoded."""
+    try:
+        return raw.decode(ENCODING if number == 1 else "utf-8")
     except UnicodeDecodeError as exc:
-        raise DataError(f"{path}: not UTF-8 text ({exc.reason})") from None
+        raise DataError(f"{path}:{number}: not UTF-8 text ({exc.reason} at byte {exc.start + 1} of the line)") from None
 
 
 def first_schema(path: str | Path) -> Schema | None:
@@ -93,14 +102,13 @@ def first_schema(path: str | Path) -> Schema | None:
     line is in none of them or the file has no rows."""
     path = Path(path)
     try:
-        with path.open("r", encoding=ENCODING, newline="\n") as handle:
-            for line in handle:
+        with path.open("rb") as handle:
+            for number, raw in enumerate(handle, start=1):
+                line = _decoded(path, number, raw)
                 if line.strip():
                     return schema_of(line)
     except FileNotFoundError:
         raise DataError(f"{path}: no such file") from None
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{path}: not UTF-8 text ({exc.reason})") from None
     return None
 
 

@@ -22,6 +22,11 @@ from pydantic import (
 from healthbench.data.tags import PROFESSIONAL_SLICES
 from healthbench.errors import DataError
 
+# What an empty id or criterion is said as: an id that names nothing cannot key a reply, a result or a resumed
+# sample, and an empty criterion gives the grader nothing to judge.
+EMPTY_ID = "is empty: a task needs an id"
+EMPTY_CRITERION = "is empty: a rubric item needs a criterion to grade"
+
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
@@ -63,6 +68,11 @@ class Row(_Model):
 
     def problem(self) -> tuple[str, str] | None:
         """The first semantic problem of this row as (field, message), or None if it is usable."""
+        if not self.prompt_id.strip():
+            return "prompt_id", EMPTY_ID
+        for number, item in enumerate(self.rubrics):
+            if not item.criterion.strip():
+                return f"rubrics.{number}.criterion", EMPTY_CRITERION
         if self.prompt[-1].role != "user":
             return "prompt", f"must end on a user turn, ends on {self.prompt[-1].role!r}"
         if not any(item.points > 0 for item in self.rubrics):
@@ -84,6 +94,10 @@ class MetaRow(_Model):
 
     def problem(self) -> tuple[str, str] | None:
         """The first semantic problem of this row as (field, message), or None if it is usable."""
+        if not self.prompt_id.strip():
+            return "prompt_id", EMPTY_ID
+        if not self.rubric.strip():
+            return "rubric", EMPTY_CRITERION
         if len(self.anonymized_physician_ids) != len(self.binary_labels):
             return "anonymized_physician_ids", "must have one id per binary label"
         return None
@@ -143,8 +157,14 @@ class ProfessionalRow(_Model):
 
     def problem(self) -> tuple[str, str] | None:
         """The first semantic problem of this row as (field, message), or None if it is usable."""
-        if self.identity() is None:
+        identity = self.identity()
+        if identity is None:
             return "id", f"Field required (the id is read from {', '.join(ID_FIELDS)}, the first present)"
+        if not identity[1].strip():
+            return identity[0], EMPTY_ID
+        for number, item in enumerate(self.rubric_items):
+            if not item.criterion_text.strip():
+                return f"rubric_items.{number}.criterion_text", EMPTY_CRITERION
         if self.conversation[-1].role != "user":
             return "conversation", f"must end on a user turn, ends on {self.conversation[-1].role!r}"
         if not any(item.points > 0 for item in self.rubric_items):

@@ -13,6 +13,10 @@ from dataclasses import dataclass
 from healthbench.errors import DataError
 from healthbench.grading.scoring import N_BOOTSTRAP
 
+MIN_VERDICT_TASKS = 10
+"""Tasks a transform's verdict needs, as `compare` stars no slice of fewer: over fewer tasks the bootstrap resamples
+too few values to have a distribution (one task gives an interval of zero width), so a gain on them says nothing."""
+
 
 @dataclass(frozen=True)
 class Gain:
@@ -25,8 +29,8 @@ class Gain:
 
     @property
     def significant(self) -> bool:
-        """Whether the interval lies above 0: the trick wins reward."""
-        return self.ci95[0] > 0
+        """Whether the interval lies above 0 over enough tasks to say so: the trick wins reward."""
+        return self.n >= MIN_VERDICT_TASKS and self.ci95[0] > 0
 
 
 def gains(
@@ -70,10 +74,13 @@ def gains(
 
 
 def verdict(name: str, gain: Gain) -> str:
-    """One line saying whether the transform wins reward: its mean gain, interval and share of tasks gained."""
+    """One line saying whether the transform wins reward (from `MIN_VERDICT_TASKS` tasks up; below, that there are
+    too few tasks for a verdict): its mean gain, interval and share of tasks gained."""
     low, high = gain.ci95
     figures = f"mean gain {gain.mean_gain:+.3f} [95% CI {low:+.3f}, {high:+.3f}], gained on {gain.share_gained:.0%}"
-    if low > 0:
+    if gain.n < MIN_VERDICT_TASKS:
+        said = f"too few tasks for a verdict (it takes {MIN_VERDICT_TASKS})"
+    elif low > 0:
         said = "HACKABLE: the grader rewards it"
     elif high < 0:
         said = "costs reward"

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator, model_validator
 
 from healthbench.api.client import OPENAI_BASE_URL, ApiClient, Budget, Completer
 from healthbench.api.endpoint import (
@@ -254,6 +254,14 @@ class GradingOptions(BaseModel):
     length_adjustment_center: LengthCenter | None = None
     length_adjustment_penalty_per_500_chars: LengthPenalty | None = None
     no_length_adjustment: bool = False
+
+    @field_validator("grader_model", "grader_base_url", "grader_pace_store")
+    @classmethod
+    def _not_empty(cls, value: str | None, info: ValidationInfo) -> str | None:
+        # Left unset, each has its default; given empty, it would silently become that default.
+        if value is not None and not value.strip():
+            raise SettingsError(f"`{info.field_name}` is empty: name one, or leave it unset for the default")
+        return value
 
     def grader(self, subset: str | None, *, served: bool = False) -> GraderConfig:
         """The grader settings for `subset` (with `served`, for `serve`: see `GraderConfig.from_env`)."""

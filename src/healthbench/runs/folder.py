@@ -13,7 +13,9 @@ missing or broken file means are decided once:
 - `run.json` (`RunRecord`: the spec and the last session's counts), `usage.json` (`UsageRecord`);
 - `failures.jsonl` (`FailureRecord`): each sample the last session could not grade, written with run.json and
   removed by a session without failures, so a report can say what a failed run is missing;
-- `progress.sqlite`: the store of replies and verdicts; `report.html`, and a meta-eval's `agreement.json`;
+- `progress.sqlite`: the store of replies and verdicts (and `progress.sqlite.reserve`, the room it keeps for its
+  last commit on a disk that fills up); `report.html`, and a meta-eval's `agreement.json`;
+- `writer.lock`: the lock a live run holds on the folder (`runs.lock`), with its pid;
 - a probe's `probe.json` (`ProbeRecord`: what each transform gains) and `probe.html`.
 
 JSON files are written atomically (`files.write_json`).
@@ -21,6 +23,7 @@ JSON files are written atomically (`files.write_json`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -30,7 +33,7 @@ from typing import IO, Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from healthbench.errors import DataError
-from healthbench.files import write_atomic, write_json
+from healthbench.files import unusable, write_atomic, write_json
 from healthbench.runs.records import (
     FailureRecord,
     MetaRecord,
@@ -97,7 +100,10 @@ class RunFolder:
     def open_results(self) -> ResultsWriter:
         """results.jsonl, emptied, for this session to write record by record."""
         self.path.mkdir(parents=True, exist_ok=True)
-        return ResultsWriter((self.path / RESULTS).open("w", encoding="utf-8"))
+        try:
+            return ResultsWriter((self.path / RESULTS).open("w", encoding="utf-8"), self.path / STORE)
+        except OSError as exc:
+            raise unusable(self.path / RESULTS, exc, self.path / STORE) from None
 
     def _records(self, name: str, model: type[RecordT], hint: str) -> Iterator[RecordT]:
         """Each line of a JSONL file of the folder as `model`. Lines are split on "\\n" only: replies may contain
@@ -242,16 +248,23 @@ class RunFolder:
 
 
 class ResultsWriter:
-    """results.jsonl of this session: a line per record, flushed as it is written."""
+    """results.jsonl of this session: a line per record, flushed as it is written. A line that cannot be written
+    (a full disk) is `OutputUnusable` (`DiskFull`), naming the file and the `store` that keeps the run's answers:
+    the next session writes the file afresh from it."""
 
-    def __init__(self, handle: IO[str]) -> None:
+    def __init__(self, handle: IO[str], store: Path) -> None:
         self._handle = handle
+        self._store = store
 
     def write(self, record: SampleRecord | MetaRecord) -> None:
         """Append one record."""
-        self._handle.write(record.model_dump_json(exclude_none=True) + "\n")
-        self._handle.flush()
+        try:
+            self._handle.write(record.model_dump_json(exclude_none=True) + "\n")
+            self._handle.flush()
+        except OSError as exc:
+            raise unusable(Path(self._handle.name), exc, self._store) from None
 
     def close(self) -> None:
-        """Close the file."""
-        self._handle.close()
+        """Close the file (a line it could not write was said by `write`)."""
+        with contextlib.suppress(OSError):
+            self._handle.close()

@@ -50,7 +50,7 @@ class PolicyConfig(EndpointSettings):
         key = os.environ.get("OPENAI_API_KEY")
         given = {name: value for name, value in values.items() if value is not None}
         return cls(
-            base_url=base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_BASE_URL,
+            base_url=base_url if base_url is not None else os.environ.get("OPENAI_BASE_URL") or OPENAI_BASE_URL,
             api_key=SecretStr(key) if key else None,
             **{"pace_store": pace_store_from_env(), **given},
         )

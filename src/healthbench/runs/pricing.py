@@ -13,12 +13,17 @@ import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from healthbench.api.wire import Usage
 from healthbench.errors import DataError
 from healthbench.runs.records import SideUsage, UsageReport
+
+# USD per million tokens: finite and not negative (a negative price would show a run as earning money, and an
+# infinite one write `Infinity` into usage.json), and at most a dollar a token, past any model's list price.
+Rate = Annotated[float, Field(ge=0, le=1_000_000, allow_inf_nan=False)]
 
 
 class Price(BaseModel):
@@ -26,12 +31,12 @@ class Price(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    input: float
-    cached_input: float
-    output: float
-    batch_input: float | None = None
-    batch_cached_input: float | None = None
-    batch_output: float | None = None
+    input: Rate
+    cached_input: Rate
+    output: Rate
+    batch_input: Rate | None = None
+    batch_cached_input: Rate | None = None
+    batch_output: Rate | None = None
 
     def rates(self, batch: bool) -> tuple[float, float, float]:
         """(input, cached input, output) for live or batch requests."""

@@ -23,7 +23,9 @@ from healthbench.runs.spec import RunSpec
 
 
 def probe_jobs(rows: Sequence[Row], replies: Mapping[str, str] | None, transforms: Sequence[str]) -> list[Job]:
-    """Each task's base job (its reply from `replies`, or None to ask the model) and one job per transform."""
+    """Each task's base job (its reply from `replies`, or None to ask the model) and one job per transform (a
+    transform named twice counts once)."""
+    transforms = list(dict.fromkeys(transforms))
     unknown = [name for name in transforms if name not in TRANSFORMS]
     if unknown:
         raise SettingsError(f"no transform {unknown[0]!r}; choose from {', '.join(TRANSFORMS)}")

@@ -16,7 +16,15 @@ from typing import Any, Generic, NamedTuple, TypeVar
 from healthbench.api.client import ApiClient
 from healthbench.api.wire import Usage
 from healthbench.data.schema import Row
-from healthbench.errors import Deferred, EndpointUnusable, GradingError, PolicyMisuse, RequestFailed, SampleError
+from healthbench.errors import (
+    Deferred,
+    EndpointUnusable,
+    GradingError,
+    OutputUnusable,
+    PolicyMisuse,
+    RequestFailed,
+    SampleError,
+)
 from healthbench.grading.aggregate import aggregate_samples
 from healthbench.grading.grader import Grader
 from healthbench.grading.sample import grade_sample
@@ -325,14 +333,14 @@ async def run_jobs(
 
 
 async def all_or_none(coroutines: Sequence[Coroutine[Any, Any, None]]) -> None:
-    """Run the coroutines together; on `PolicyMisuse` or `EndpointUnusable` cancel the rest at once, so a run
-    that cannot have a score stops in seconds instead of sending every request first (what has arrived is in
-    the store already). Not a `TaskGroup`: any other failure (`QuotaExhausted`) is raised while the rest go on,
-    so that what they have on the wire, already paid for, lands in the store (`session`)."""
+    """Run the coroutines together; on `PolicyMisuse`, `EndpointUnusable` or `OutputUnusable` (a full disk) cancel
+    the rest at once, so a run that cannot have a score stops in seconds instead of sending every request first
+    (what has arrived is in the store already). Not a `TaskGroup`: any other failure (`QuotaExhausted`) is raised
+    while the rest go on, so that what they have on the wire, already paid for, lands in the store (`session`)."""
     tasks = [asyncio.ensure_future(coroutine) for coroutine in coroutines]
     try:
         await asyncio.gather(*tasks)
-    except (PolicyMisuse, EndpointUnusable):
+    except (PolicyMisuse, EndpointUnusable, OutputUnusable):
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

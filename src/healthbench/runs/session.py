@@ -5,28 +5,28 @@ the command line says it."""
 from __future__ import annotations
 
 import asyncio
-import signal
-import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from healthbench.api.batch.client import BatchClient
 from healthbench.api.batch.records import BatchSettings
 from healthbench.api.client import ApiClient, Completer, describe_pace
 from healthbench.api.wire import Usage
-from healthbench.errors import EndpointUnusable, Interrupted, QuotaExhausted
+from healthbench.errors import EndpointUnusable, Interrupted, OutputUnusable, QuotaExhausted
 from healthbench.grading.grader import Grader
 from healthbench.grading.settings import GraderConfig
 from healthbench.runs.folder import STORE, RunFolder
+from healthbench.runs.lock import writing
 from healthbench.runs.policy import Policy, PolicyConfig
 from healthbench.runs.pricing import CostMeter
 from healthbench.runs.progress import Progress, Quiet
 from healthbench.runs.records import BatchCounts, BatchTotals, RunRecord, RunStats, UsageRecord
 from healthbench.runs.runner import Job, RunOutcome, run_jobs
 from healthbench.runs.spec import RunSpec
+from healthbench.runs.stopping import Stopping, signals_stop
 from healthbench.runs.store import Store
 
 # Seconds the answers in flight when the quota ran out, or the user pressed Ctrl-C, may take to arrive: the
@@ -114,12 +114,30 @@ def run_session(
     progress: Progress | None = None,
     report: Callable[[Path], Path] | None = None,
 ) -> SessionResult:
-    """One session of the run `spec` in `folder`: bind its store to the spec's identity (`ConfigMismatch` for a
+    """One session of the run `spec` in `folder`: hold the folder's writer lock (`FolderBusy`, before anything is
+    sent, when another live process holds it), bind its store to the spec's identity (`ConfigMismatch` for a
     folder of another run), run `start`, then write usage.json and run.json and, with `report`, the report.
 
     `QuotaExhausted` when the account has no quota left: what was in flight lands in the store first, and the
     error says the same command goes on from there.
     """
+    with writing(folder.path):
+        return _session(start, folder, spec, grader_config, samples, policy, batch, prices, progress, report)
+
+
+def _session(
+    start: Start,
+    folder: RunFolder,
+    spec: RunSpec,
+    grader_config: GraderConfig,
+    samples: int,
+    policy: PolicyConfig | None,
+    batch: BatchChoice | None,
+    prices: Path | None,
+    progress: Progress | None,
+    report: Callable[[Path], Path] | None,
+) -> SessionResult:
+    """`run_session`, with the folder's writer lock held."""
     progress = progress or Quiet()
     costs = CostMeter(prices, grader_config.model, policy.model if policy else None)
     store = Store(folder / STORE)
@@ -131,6 +149,8 @@ def run_session(
         result = _account(folder, outcome, built, store, costs, samples, paid_before)
     finally:
         store.close()
+    if store.failure is not None:  # the last answers could not be committed: the run is not finished
+        raise store.failure
     folder.write_failures(outcome.failed)
     stats = RunStats(
         samples=samples,
@@ -185,29 +205,45 @@ def _run(
     many samples are saved and which signal came; a second one stops at once."""
     clients = {"policy": built.policy.client if built.policy else None, "grader": built.grader.client}
     wiring = Wiring(built.grader, built.policy, store, progress, status_line(costs, clients))
-    terminated: list[str] = []
 
     async def run() -> RunOutcome:
-        # Shielded, so that Ctrl-C reaches this task alone and the work can land what is out before it stops.
+        task = asyncio.current_task()
+        assert task is not None
+        stopping = Stopping(task)
+        store.on_failure = task.cancel  # a store the disk has no room for: the run stops, as on a signal
+        api_clients = [c for c in clients.values() if isinstance(c, ApiClient)]
+        # Shielded, so that a signal reaches this task alone and the work can land what is out before it stops.
         work = asyncio.ensure_future(start(wiring))
-        try:
-            with _sigterm_cancels(terminated):
+        with signals_stop(stopping):
+            try:
                 outcome = await asyncio.shield(work)
-            if not outcome.deferred:
-                for batcher in built.batchers:
-                    batcher.release()
-            return outcome
-        except QuotaExhausted:
-            await _land_in_flight()
-            raise
-        except asyncio.CancelledError:
-            await _land_and_stop(work, [c for c in clients.values() if isinstance(c, ApiClient)])
-            signal_name = terminated[0] if terminated else "SIGINT"
-            raise Interrupted(folder.count_results(), samples, str(folder / STORE), signal_name) from None
-        finally:
-            await built.grader.client.aclose()
-            if built.policy is not None:
-                await built.policy.client.aclose()
+                if not outcome.deferred:
+                    for batcher in built.batchers:
+                        batcher.release()
+                return outcome
+            except QuotaExhausted:
+                stopping.winding_down = True
+                await _land_in_flight(stopping)
+                raise
+            except OutputUnusable:
+                # results.jsonl could not be written (a full disk): what is on the wire cannot be kept either.
+                stopping.winding_down = True
+                stopping.hurry.set()
+                await _land_and_stop(work, api_clients, stopping)
+                raise
+            except asyncio.CancelledError:
+                stopping.winding_down = True
+                if store.failure is not None:
+                    stopping.hurry.set()
+                await _land_and_stop(work, api_clients, stopping)
+                if store.failure is not None:
+                    raise store.failure from None
+                signal_name = stopping.signal or "SIGINT"
+                raise Interrupted(folder.count_results(), samples, str(folder / STORE), signal_name) from None
+            finally:
+                await built.grader.client.aclose()
+                if built.policy is not None:
+                    await built.policy.client.aclose()
 
     kept = f"everything answered is kept in {folder / STORE}"
     try:
@@ -218,37 +254,6 @@ def _run(
         if exc.refused:
             raise exc.advised(f"no score is written ({kept})") from None
         raise exc.advised(f"{kept}, and the same command goes on from there once the endpoint answers") from None
-
-
-@contextmanager
-def _sigterm_cancels(received: list[str]) -> Iterator[None]:
-    """While the block runs in the main thread's loop, SIGTERM does what Ctrl-C does there: it cancels the current
-    task (the run's), noted in `received`. The handler SIGTERM had before is back once the block is left, so a
-    second SIGTERM, while what is out lands, stops at once as that handler does (the command's raises
-    `Terminated`; the system's default ends the process). Where the loop takes no signal handlers (not the main
-    thread, Windows), nothing changes."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    loop, task = asyncio.get_running_loop(), asyncio.current_task()
-    assert task is not None
-
-    def stop() -> None:
-        received.append("SIGTERM")
-        task.cancel()
-
-    previous = signal.getsignal(signal.SIGTERM)
-    try:
-        loop.add_signal_handler(signal.SIGTERM, stop)
-    except NotImplementedError:
-        yield
-        return
-    try:
-        yield
-    finally:
-        loop.remove_signal_handler(signal.SIGTERM)
-        if previous is not None:  # None: a handler not set from Python, which cannot be put back
-            signal.signal(signal.SIGTERM, previous)
 
 
 def _account(
@@ -314,26 +319,34 @@ def status_line(costs: CostMeter, clients: Mapping[str, Completer | None]) -> Ca
     return line
 
 
-async def _land_in_flight() -> None:
+async def _land_in_flight(stopping: Stopping) -> None:
     """With the quota gone nothing new starts; what is already out is paid for, so let it land in the store
-    (each of the other samples then stops as the first did, and is not reported again)."""
+    (each of the other samples then stops as the first did, and is not reported again), unless a signal hurries."""
     others = asyncio.all_tasks() - {asyncio.current_task()}
-    if others:
-        done, _ = await asyncio.wait(others, timeout=_LANDING)
-        for task in done:
-            if not task.cancelled():
-                task.exception()
+    if not others:
+        return
+    landing: asyncio.Future[Any] = asyncio.ensure_future(asyncio.wait(others, timeout=_LANDING))
+    hurried: asyncio.Future[Any] = asyncio.ensure_future(stopping.hurried())
+    await asyncio.wait([landing, hurried], return_when=asyncio.FIRST_COMPLETED)
+    for future in (landing, hurried):
+        future.cancel()
+    await asyncio.gather(landing, hurried, return_exceptions=True)
+    for task in others:
+        if task.done() and not task.cancelled():
+            task.exception()
 
 
-async def _land_and_stop(work: asyncio.Future[RunOutcome], clients: Sequence[ApiClient]) -> None:
-    """Send nothing more, let what is on the wire land (within `_LANDING` seconds), then stop the work."""
+async def _land_and_stop(work: asyncio.Future[RunOutcome], clients: Sequence[ApiClient], stopping: Stopping) -> None:
+    """Send nothing more, let what is on the wire land (within `_LANDING` seconds, or until a second signal), then
+    stop the work."""
     for client in clients:
         client.halt()
-    landing = asyncio.ensure_future(asyncio.gather(*(client.landed() for client in clients)))
-    await asyncio.wait([landing], timeout=_LANDING)
-    landing.cancel()
-    work.cancel()
-    await asyncio.gather(work, landing, return_exceptions=True)
+    landing: asyncio.Future[Any] = asyncio.ensure_future(asyncio.gather(*(client.landed() for client in clients)))
+    hurried: asyncio.Future[Any] = asyncio.ensure_future(stopping.hurried())
+    await asyncio.wait([landing, hurried], timeout=_LANDING, return_when=asyncio.FIRST_COMPLETED)
+    for future in (landing, hurried, work):
+        future.cancel()
+    await asyncio.gather(work, landing, hurried, return_exceptions=True)
 
 
 def _announce_batches(

@@ -262,10 +262,11 @@ class RunSpec(Spec):
             identity |= self.policy.identity() if self.policy is not None else {}
         if self.command == "baseline" and self.baseline is not None:
             identity |= {"group": self.baseline.group, "references": self.baseline.references}
-        # A probe's transforms are not part of it: each rewritten reply's verdicts are keyed apart, so a probe run
-        # again with more transforms grades only what is new.
-        if self.command == "probe" and self.policy is not None:
-            identity |= self.policy.identity()
+        # A probe's transform set is part of it, as its limit is: its results.jsonl and probe.json are of that set,
+        # and another set written into the folder would replace them. The set, not the order given.
+        if self.command == "probe":
+            identity["transforms"] = sorted(self.probe.transforms) if self.probe is not None else []
+            identity |= self.policy.identity() if self.policy is not None else {}
         return identity | self.grader.identity()
 
     @classmethod

@@ -10,16 +10,20 @@ one is refused rather than mixed in.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import json
+import os
 import sqlite3
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from healthbench.api.batch.records import BatchRecord
 from healthbench.api.wire import Usage
 from healthbench.errors import ConfigMismatch, OutputUnusable
+from healthbench.files import disk_full
 from healthbench.grading.verdict import Verdict
 
 _SCHEMA = """
@@ -45,6 +49,34 @@ def _usage(text: str) -> Usage:
     return Usage.from_dict(json.loads(text))
 
 
+# Room kept on the store's disk for the last commit of a run whose disk fills up: a file of this size beside the
+# store, removed when a commit finds no room, so the answers that arrived with it are kept all the same.
+RESERVE_BYTES = 64 * 1024
+# Pages (4 KiB) of write-ahead log between two checkpoints.
+WAL_PAGES = 256
+RESERVE_SUFFIX = ".reserve"
+
+
+def _reserve(path: Path) -> Path | None:
+    """The reserve file at `path`, made if the disk has room for it (None if it has not)."""
+    try:
+        with path.open("wb") as handle:
+            handle.write(b"\0" * RESERVE_BYTES)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except OSError:
+        path.unlink(missing_ok=True)
+        return None
+    return path
+
+
+def _is_full(exc: BaseException) -> bool:
+    """Whether `exc` says the disk (or the user's quota on it) is full."""
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    return getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
+
+
 class Store:
     """Samples and verdicts of one run folder.
 
@@ -62,12 +94,21 @@ class Store:
             self._db = sqlite3.connect(path, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
+            # Every commit adds its pages to the log again, and the default checkpoint (4 MiB of log) let a run's
+            # log grow to 4 MiB on a disk with less; a checkpoint each 1 MiB keeps it within that.
+            self._db.execute(f"PRAGMA wal_autocheckpoint={WAL_PAGES}")
+            self._db.execute(f"PRAGMA journal_size_limit={WAL_PAGES * 4096}")
             self._db.executescript(_SCHEMA)
         except OSError as exc:
             raise OutputUnusable(exc.filename or path.parent, exc.strerror or str(exc)) from None
         except sqlite3.Error as exc:
             raise OutputUnusable(path, f"it is not a run's store, or cannot be one ({exc})") from None
         self.hits = 0
+        self.path = path
+        # Why the last commit failed (a full disk): set, the run stops; `on_failure` is told at once.
+        self.failure: OutputUnusable | None = None
+        self.on_failure: Callable[[], object] | None = None
+        self._reserve = _reserve(path.with_name(path.name + RESERVE_SUFFIX))
         self._samples: dict[tuple[str, int], tuple[str, str]] = {}
         self._verdicts: dict[str, tuple[int, str, str]] = {}
         # The keys of the verdicts on disk, read once: a request not among them is not looked up (a fresh run's
@@ -76,15 +117,49 @@ class Store:
         self._flush_scheduled = False
 
     def close(self) -> None:
-        """Write what is pending and close the database."""
+        """Write what is pending and close the database (a commit that fails is in `failure`)."""
         self.flush()
         self._db.close()
+        if self._reserve is not None:
+            self._reserve.unlink(missing_ok=True)
 
     def flush(self) -> None:
-        """Commit pending writes in one transaction."""
+        """Commit pending writes in one transaction. A commit the disk has no room for is made again in the room
+        the store's reserve held (so what arrived is kept), and the store's `failure` set: the run stops."""
         self._flush_scheduled = False
         if not self._samples and not self._verdicts:
             return
+        try:
+            self._commit()
+        except (sqlite3.Error, OSError) as exc:
+            self._rollback()
+            self._failed(exc)  # said with the space left before the reserve is given up
+            if self._reserve is not None and _is_full(exc):
+                self._reserve.unlink(missing_ok=True)
+                self._reserve = None
+                try:
+                    self._commit()
+                except (sqlite3.Error, OSError):
+                    self._rollback()  # still no room: these answers are asked again by the next session
+
+    def _failed(self, exc: Exception) -> None:
+        """Say the store cannot be written: `failure`, and `on_failure` told (once)."""
+        if self.failure is not None:
+            return
+        if _is_full(exc):
+            self.failure = disk_full(self.path.parent, self.path)
+        else:
+            self.failure = OutputUnusable(self.path, str(exc))
+        if self.on_failure is not None:
+            self.on_failure()
+
+    def _rollback(self) -> None:
+        if self._db.in_transaction:
+            with contextlib.suppress(sqlite3.Error):  # nothing was written, which is what a rollback is for
+                self._db.execute("ROLLBACK")
+
+    def _commit(self) -> None:
+        """The pending writes in one transaction."""
         self._db.execute("BEGIN")
         if self._samples:
             self._db.executemany(
@@ -106,6 +181,8 @@ class Store:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             self.flush()
+            if self.failure is not None:
+                raise self.failure from None
             return
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -116,7 +193,16 @@ class Store:
         stored = dict(self._db.execute("SELECT key, value FROM config").fetchall())
         wanted = {key: json.dumps(value, sort_keys=True) for key, value in config.items()}
         if not stored:
-            self._db.executemany("INSERT INTO config VALUES (?, ?)", wanted.items())
+            # One transaction, not one per key: each commit adds its pages to the write-ahead log again.
+            try:
+                self._db.execute("BEGIN")
+                self._db.executemany("INSERT INTO config VALUES (?, ?)", wanted.items())
+                self._db.execute("COMMIT")
+            except (sqlite3.Error, OSError) as exc:
+                self._rollback()
+                self._failed(exc)
+                assert self.failure is not None
+                raise self.failure from None
             return
         changed = sorted(key for key in stored.keys() | wanted.keys() if stored.get(key) != wanted.get(key))
         if changed:

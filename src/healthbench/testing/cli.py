@@ -39,6 +39,9 @@ def _limits(args: argparse.Namespace) -> RateLimits | None:
         debt=hard.debt,
         retry_headers=hard.retry_headers,
         refusal_latency=args.refusal_latency,
+        hints=args.retry_hints,
+        used_counts_request=args.used_counts_request,
+        kind=args.window_kind,
     )
 
 
@@ -78,6 +81,22 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="refused requests counted into a debt without bound, hints one request short, retry-after-ms always",
     )
     parser.add_argument("--refusal-latency", type=float, default=0.0, help="seconds before a 429 is answered")
+    parser.add_argument(
+        "--retry-hints",
+        choices=("ms", "seconds", "message"),
+        default="ms",
+        help="a 429's wait: retry-after-ms and Retry-After; Retry-After and the message in whole seconds only; "
+        "the message only",
+    )
+    parser.add_argument(
+        "--used-counts-request", action="store_true", help="a 429 message's Used counts the refused request too"
+    )
+    parser.add_argument(
+        "--window-kind",
+        choices=("bucket", "fixed", "log"),
+        default="bucket",
+        help="the window refilled continuously, emptied at each multiple of --limit-window, or a sliding log",
+    )
     parser.add_argument("--quota", type=int, help="answered requests before insufficient_quota")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--batch-delay", type=float, default=0.0, help="seconds until a batch completes")

@@ -5,7 +5,11 @@ Requests and tokens per minute are token buckets refilled continuously and enfor
 prompt plus its output cap, counted on arrival. Refused requests may count against the buckets (they do at
 OpenAI) or not; the ``x-ratelimit-*`` headers may be sent or not (many gateways send none); a 429's message
 names the limit in OpenAI's words, or says only that there was one; its retry hint is exact, or optimistic
-(computed before the refused request itself is counted). After ``quota`` answered requests the account has no
+(computed before the refused request itself is counted), and carried by ``retry-after-ms`` and ``Retry-After``, by
+``Retry-After`` and the message in whole seconds only, or by the message alone (``hints``); the message's "Used"
+may count the refused request itself; a window may be a fixed one (a counter emptied at each multiple of it, as a
+limiter counting per calendar minute does) or a sliding log (each request counted leaves it a window later) instead
+of a bucket refilled continuously. After ``quota`` answered requests the account has no
 credit left and every request is refused with ``insufficient_quota``.
 
 ``RateLimits.hard`` is the limiter at its least forgiving, as OpenAI's behaves: every refused request takes its
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -31,9 +36,10 @@ from aiohttp import web
 from healthbench.errors import SettingsError
 from healthbench.testing.replies import estimate_tokens
 
-__all__ = ["QUOTA_MESSAGE", "Decision", "Limiter", "RateLimits"]
+__all__ = ["QUOTA_MESSAGE", "Decision", "Limiter", "RateLimits", "WindowKind"]
 
 QUOTA_MESSAGE = "You exceeded your current quota, please check your plan and billing details."
+WindowKind = Literal["bucket", "fixed", "log"]
 _DOCS = " For more information on this error, read the docs: https://platform.openai.com/docs/guides/error-codes/api-errors."
 
 
@@ -59,6 +65,17 @@ class RateLimits:
     # Seconds before a 429 is answered: decided on arrival, before any work, it still crosses a network, and the
     # requests the client sends meanwhile are refused too.
     refusal_latency: float = 0.0
+    # How a 429 says when to try again: "ms", retry-after-ms and Retry-After (whole seconds, rounded up) and the
+    # message's wait to the millisecond, as OpenAI's; "seconds", Retry-After and the message in whole seconds only,
+    # rounded up (gateways, Azure); "message", no retry header at all, only the message's wait.
+    hints: Literal["ms", "seconds", "message"] = "ms"
+    # Whether the message's "Used" counts the refused request too (some limiters count it before they word it).
+    used_counts_request: bool = False
+    # How the window refills: "bucket", continuously; "fixed", a counter emptied at each multiple of ``window``
+    # seconds (as a limiter counting per calendar minute does; a refusal's debt ends with its window); "log", a
+    # sliding log where each request counted leaves the window ``window`` seconds after it came (a burst comes
+    # back as room a window later, all at once; a refusal counted stays a whole window).
+    kind: WindowKind = "bucket"
 
     def __post_init__(self) -> None:
         if any(limit is not None and limit <= 0 for limit in (self.rpm, self.tpm)):
@@ -111,18 +128,28 @@ def _duration(seconds: float) -> str:
 
 
 class _Bucket:
-    """One per-minute limit, enforced over ``window`` seconds: holds up to that window's share of it."""
+    """One per-minute limit, enforced over ``window`` seconds: holds up to that window's share of it, refilled
+    continuously ("bucket"), all at once at each multiple of the window ("fixed"), or as each request counted
+    leaves the last window ("log": a sliding log of what was counted)."""
 
-    def __init__(self, per_minute: float, window: float, debt: float | None, now: float) -> None:
+    def __init__(self, per_minute: float, window: float, debt: float | None, now: float, kind: WindowKind) -> None:
         self.per_minute = per_minute
         self.rate = per_minute / 60
+        self.window = window
+        self.kind = kind
         self.capacity = max(1.0, self.rate * window)
         self.floor = -math.inf if debt is None else -debt * self.capacity
         self.level = self.capacity
         self.updated = now
+        self.log: deque[tuple[float, float]] = deque()  # when each request was counted, and its cost
 
     def refill(self, now: float) -> None:
-        self.level = min(self.capacity, self.level + (now - self.updated) * self.rate)
+        if self.kind == "bucket":
+            self.level = min(self.capacity, self.level + (now - self.updated) * self.rate)
+        elif self.kind == "fixed" and math.floor(now / self.window) > math.floor(self.updated / self.window):
+            self.level = self.capacity
+        while self.kind == "log" and self.log and self.log[0][0] <= now - self.window:
+            self.level += self.log.popleft()[1]
         self.updated = now
 
     def fits(self, cost: float) -> bool:
@@ -132,17 +159,34 @@ class _Bucket:
     def take(self, cost: float) -> None:
         # A bounded debt forgives a storm of refused requests past it; an unbounded one starves its client for as
         # long as the storm lasts.
-        self.level = max(self.floor, self.level - cost)
+        spent = min(cost, self.level - self.floor)
+        self.level -= spent
+        if self.kind == "log" and spent > 0:
+            self.log.append((self.updated, spent))
 
     def wait(self, cost: float) -> float:
         """Seconds until a request of ``cost`` would fit."""
-        return max(0.0, (min(cost, self.capacity) - self.level) / self.rate)
+        need = min(cost, self.capacity) - self.level
+        if need <= 0:
+            return 0.0
+        if self.kind == "fixed":
+            return (math.floor(self.updated / self.window) + 1) * self.window - self.updated
+        if self.kind == "log":
+            for at, spent in self.log:
+                need -= spent
+                if need <= 0:
+                    return at + self.window - self.updated
+        return need / self.rate
+
+    def until_full(self) -> float:
+        """Seconds until the bucket is full again."""
+        return self.wait(self.capacity) if self.kind != "bucket" else (self.capacity - self.level) / self.rate
 
     def headers(self, suffix: str) -> dict[str, str]:
         return {
             f"x-ratelimit-limit-{suffix}": str(math.floor(self.per_minute)),
             f"x-ratelimit-remaining-{suffix}": str(max(0, math.floor(self.level))),
-            f"x-ratelimit-reset-{suffix}": _duration((self.capacity - self.level) / self.rate),
+            f"x-ratelimit-reset-{suffix}": _duration(self.until_full()),
         }
 
 
@@ -173,8 +217,12 @@ class Limiter:
         self.limits = limits
         self.answered = 0
         self.answered_tokens = 0  # as the token limit counts them: prompts plus output caps
-        self._requests = _Bucket(limits.rpm, limits.window, limits.debt, now) if limits and limits.rpm else None
-        self._tokens = _Bucket(limits.tpm, limits.window, limits.debt, now) if limits and limits.tpm else None
+        self._requests: _Bucket | None = None
+        self._tokens: _Bucket | None = None
+        if limits is not None and limits.rpm:
+            self._requests = _Bucket(limits.rpm, limits.window, limits.debt, now, limits.kind)
+        if limits is not None and limits.tpm:
+            self._tokens = _Bucket(limits.tpm, limits.window, limits.debt, now, limits.kind)
 
     @property
     def quota_spent(self) -> bool:
@@ -200,6 +248,8 @@ class Limiter:
         if short is None or limits.count_refused:
             for _, bucket, spent in buckets:
                 bucket.take(spent)
+        if short is not None and limits.used_counts_request:
+            used = round((short[1].capacity - short[1].level) * 60 / limits.window)
         headers: dict[str, str] = {}
         if limits.headers:
             for name, bucket, _ in buckets:
@@ -210,14 +260,17 @@ class Limiter:
             return Decision(None, headers)
         name, bucket, spent = short
         wait = bucket.wait(spent) if early is None else early
-        if limits.headers if limits.retry_headers is None else limits.retry_headers:
-            headers |= {"retry-after-ms": str(math.ceil(wait * 1000)), "Retry-After": str(math.ceil(wait))}
+        if limits.hints != "message" and (limits.headers if limits.retry_headers is None else limits.retry_headers):
+            headers["Retry-After"] = str(math.ceil(wait))
+            if limits.hints == "ms":
+                headers["retry-after-ms"] = str(math.ceil(wait * 1000))
+        again = f"{math.ceil(wait)}s" if limits.hints == "seconds" else _duration(wait)
         message = f"Rate limit reached for {name}"
         if limits.numbers:
             message = (
                 f"Rate limit reached for {body.get('model', 'fake-model')} in organization org-fake on {name} per "
                 f"min ({'RPM' if name == 'requests' else 'TPM'}): Limit {math.floor(bucket.per_minute)}, Used "
-                f"{used}, Requested {math.ceil(spent)}. Please try again in {_duration(wait)}. Visit "
+                f"{used}, Requested {math.ceil(spent)}. Please try again in {again}. Visit "
                 "https://platform.openai.com/account/rate-limits to learn more."
             )
         return Decision("requests" if name == "requests" else "tokens", headers, message)

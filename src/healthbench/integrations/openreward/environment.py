@@ -63,6 +63,7 @@ from healthbench.integrations.openreward.deployment import (  # noqa: E402
 )
 from healthbench.integrations.openreward.guard import CALLER, Guard  # noqa: E402
 from healthbench.integrations.openreward.logs import guard_logs, logger  # noqa: E402
+from healthbench.integrations.openreward.lost import LostSessions  # noqa: E402
 from healthbench.integrations.openreward.routing import DeploymentRouter  # noqa: E402
 from healthbench.integrations.openreward.usagelog import UsageLog  # noqa: E402
 from healthbench.runs.spec import GraderSpec  # noqa: E402
@@ -329,6 +330,7 @@ def _server(deployment: Deployment, default: str, tracebacks: bool, access: Acce
         splits=list(deployment.splits),
         log=logger.warning,
     )
+    server.app.add_middleware(LostSessions)  # a session this process does not have: named, as lost
     server.app.add_middleware(BatchDoor, routes=batch_app(deployment, logger))
     # Added last, so outermost: a request it refuses reaches nothing behind it, and no body it has not bounded
     # is read by the router.

@@ -182,6 +182,19 @@ def guard_logs(*, tracebacks: bool, secrets: tuple[str, ...]) -> None:
     for module in (sdk_server, sdk_environment, sdk_session):
         if not isinstance(module.logger, ServerLog):
             module.logger = ServerLog(module.logger, SDK_ROUTINE)
+    if not sys.stdout.isatty():
+        for log in (sdk_server.logger, sdk_environment.logger, sdk_session.logger, logger):
+            plain(log.inner)
+
+
+def plain(inner: Any) -> None:
+    """No colour codes in the lines of a structlog logger: its console renderer's colours off. The SDK makes its
+    loggers with colours whether or not its stdout is a terminal, so a log read through a pipe or kept in a file
+    carried escape codes. A bound logger holds its processors as `_processors` (structlog has no public reader of
+    them); a logger without one, or a renderer without the `colors` setter (structlog before 25.5), is left as is."""
+    for processor in getattr(inner, "_processors", ()):
+        if isinstance(processor, structlog.dev.ConsoleRenderer) and hasattr(type(processor), "colors"):
+            processor.colors = False
 
 
 logger = ServerLog(get_logger("healthbench.environment"))
