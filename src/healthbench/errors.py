@@ -92,16 +92,17 @@ class SettingsError(HealthBenchError, ValueError):
 
 
 class MissingExtra(HealthBenchError, ImportError):
-    """A feature asked for whose optional dependency (`module`) is not installed: the message names the extra
-    that installs it. An `ImportError` too, for code that catches those."""
+    """A feature asked for whose optional dependency (`module`, the package imported) is not installed: the message
+    names the extra that installs it. An `ImportError` too, for code that catches those."""
 
-    def __init__(self, feature: str, extra: str, module: str, *, how: str = "") -> None:
+    def __init__(self, feature: str, module: str, extra: str, *, how: str = "") -> None:
         also = f" ({how})" if how else ""
         super().__init__(
             f"{feature} needs the package's {extra} extra, and {module} is not installed: pip install -e "
             f"'.[{extra}]' in the clone{also}"
         )
         self.name = module
+        self.package = module
         self.feature = feature
         self.extra = extra
 
@@ -109,7 +110,7 @@ class MissingExtra(HealthBenchError, ImportError):
     def check(cls, module: str, feature: str, extra: str) -> None:
         """Raise for `feature` unless `module` can be imported (without importing it)."""
         if importlib.util.find_spec(module) is None:
-            raise cls(feature, extra, module)
+            raise cls(feature, module, extra)
 
 
 # --- a model endpoint ------------------------------------------------------------------------------------------

@@ -245,7 +245,7 @@ def serve(
     try:
         from healthbench.integrations.openreward.environment import serve as serve_environment
     except ModuleNotFoundError as exc:  # the quickstart installs the package without its extras
-        raise MissingExtra("serve", "serve", exc.name or "", how="bash scripts/dev serve sets it up") from None
+        raise MissingExtra("serve", exc.name or "", "serve", how="bash scripts/dev serve sets it up") from None
 
     access, limits = access_from_flags(flags)
     # The test split from a file is graded by its kind: Professional's settings for a file in its schema.
