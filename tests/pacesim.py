@@ -10,8 +10,9 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+from healthbench.api.failures import read_refusal
 from healthbench.api.pacing import LocalPace, Pace, Pacer
-from healthbench.api.ratesignals import read_refusal, request_cost
+from healthbench.api.ratesignals import request_cost
 from healthbench.testing.limits import Limiter, RateLimits
 
 # About a HealthBench grader call: 1,300 prompt tokens and max_tokens 2048, so about 3,350 tokens of TPM.

@@ -11,7 +11,8 @@ import pytest
 from healthbench.api.client import ApiClient, Retries
 from healthbench.api.ratesignals import duration_seconds, retry_after_seconds
 from healthbench.errors import EndpointUnusable, InvalidResponse, RequestFailed
-from healthbench.grading.grader import Grader, parse_verdict
+from healthbench.grading.grader import Grader
+from healthbench.grading.verdict import parse_verdict
 from healthbench.testing import FakeOpenAI, prompt_verdict
 
 T = TypeVar("T")

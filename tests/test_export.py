@@ -144,5 +144,8 @@ def test_bad_input_is_one_line(tmp_path: Path, data: Path, monkeypatch: pytest.M
     # Without pyarrow, verl's parquet names the extra that installs it.
     monkeypatch.setitem(sys.modules, "pyarrow", None)
     line = said("--format", "verl", "--data", str(data), "--split", "train")
-    assert line == "Error: verl's parquet needs pyarrow, which is not installed: pip install 'healthbench[train]'"
+    assert line == (
+        "Error: verl's parquet needs the package's train extra, and pyarrow is not installed: pip install -e "
+        "'.[train]' in the clone"
+    )
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())

@@ -12,8 +12,8 @@ from click.testing import CliRunner, Result
 
 from healthbench.cli import main
 from healthbench.errors import InvalidResponse
-from healthbench.grading.grader import NO_EXPLANATION, parse_verdicts
-from healthbench.grading.per_reply import PER_REPLY_TEMPLATE_SHA256, per_reply_prompt
+from healthbench.grading.per_reply import PER_REPLY_TEMPLATE_SHA256, parse_verdicts, per_reply_prompt
+from healthbench.grading.verdict import NO_EXPLANATION
 from healthbench.testing import FakeOpenAI
 from healthbench.testing.replies import LIST_FAULTS, item_verdict, per_reply_items
 from tests.conftest import make_row, write_jsonl

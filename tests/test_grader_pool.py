@@ -14,8 +14,8 @@ from pydantic import SecretStr
 
 from healthbench.api.client import ApiClient
 from healthbench.grading.grader import Grader
-from healthbench.grading.pool import GraderPool
 from healthbench.grading.settings import GraderConfig
+from healthbench.integrations.pool import GraderPool
 from healthbench.testing import FakeOpenAI
 
 

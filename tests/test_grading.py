@@ -12,7 +12,7 @@ import pytest
 from healthbench.api.client import ApiClient
 from healthbench.data.schema import Message, RubricItem
 from healthbench.errors import GradingError, InvalidResponse, RequestFailed
-from healthbench.grading.grader import Grader, parse_verdict
+from healthbench.grading.grader import Grader
 from healthbench.grading.prompt import (
     TEMPLATE,
     TEMPLATE_SHA256,
@@ -21,6 +21,7 @@ from healthbench.grading.prompt import (
     rubric_item_text,
     transcript_with_reply,
 )
+from healthbench.grading.verdict import parse_verdict
 
 PINNED = "2adffd51fd259554ebcd036ad1072d4aa2b7ce3aec2bbffe36271f911632ed3c"
 

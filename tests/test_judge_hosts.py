@@ -19,12 +19,13 @@ import pytest
 from click.testing import Result
 
 from healthbench.api.client import ApiClient, Retries
-from healthbench.api.hosts import refused_parameter
+from healthbench.api.failures import refused_parameter
 from healthbench.api.wire import with_cache_key
 from healthbench.data.schema import Row
 from healthbench.errors import EndpointUnusable, InvalidResponse
-from healthbench.grading.grader import parse_verdict, parse_verdicts
+from healthbench.grading.per_reply import parse_verdicts
 from healthbench.grading.settings import GraderConfig
+from healthbench.grading.verdict import parse_verdict
 from healthbench.integrations.openreward.deployment import Deployment
 from healthbench.integrations.openreward.environment import HealthBench
 from healthbench.testing import FakeOpenAI, Host, verdict_reply

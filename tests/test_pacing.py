@@ -12,9 +12,10 @@ import pytest
 from aiohttp import web
 
 from healthbench.api.client import ApiClient, describe_pace
+from healthbench.api.failures import read_refusal
 from healthbench.api.pacing import BURST, Gate, LocalPace, Pacer
 from healthbench.api.pacing.state import HEADROOM, Admission, Effects, Slowdown
-from healthbench.api.ratesignals import read_refusal, request_cost
+from healthbench.api.ratesignals import request_cost
 from healthbench.errors import QuotaExhausted
 from healthbench.testing import FakeOpenAI
 from healthbench.testing.limits import Limiter, RateLimits

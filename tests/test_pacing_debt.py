@@ -8,9 +8,9 @@ import json
 
 import pytest
 
+from healthbench.api.failures import read_refusal
 from healthbench.api.pacing import BURST, LocalPace, Pacer
 from healthbench.api.pacing.state import HEADROOM, LASTING, Admission, Effects, Learned, Slowdown
-from healthbench.api.ratesignals import read_refusal
 from tests.pacesim import COST
 
 LIMIT = {"x-ratelimit-limit-requests": "6000"}  # a hundred a second

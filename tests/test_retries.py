@@ -15,7 +15,8 @@ from aiohttp import web
 from click.testing import CliRunner
 
 from healthbench.api.client import ApiClient, Retries
-from healthbench.api.retrying import TABLE, Kind, status_failure
+from healthbench.api.failures import status_failure
+from healthbench.api.retrying import TABLE, Kind
 from healthbench.cli import main
 from healthbench.errors import RequestFailed
 from healthbench.testing import Canned, FakeOpenAI

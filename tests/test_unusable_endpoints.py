@@ -18,10 +18,10 @@ from aiohttp import web
 from aiohttp.client_reqrep import ConnectionKey
 
 from healthbench.api.client import ApiClient, Retries
-from healthbench.api.failures import transport_failure, unreachable
+from healthbench.api.failures import ProviderError, transport_failure, unreachable
 from healthbench.api.retrying import FIRST_FAILURES, Health, Kind
-from healthbench.errors import EndpointUnusable, ProviderError, RequestFailed
-from healthbench.grading.grader import parse_verdict
+from healthbench.errors import EndpointUnusable, RequestFailed
+from healthbench.grading.verdict import parse_verdict
 from healthbench.testing import Canned, FakeOpenAI
 from tests.reference import KEY
 from tests.test_client import run

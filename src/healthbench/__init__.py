@@ -15,9 +15,21 @@ from healthbench.data.loading import load_meta_rows, load_professional_rows, loa
 from healthbench.data.schema import IdealCompletions, Message, MetaRow, Row, RubricItem
 from healthbench.data.splits import SPLITS, SplitName, assign_splits, split_rows
 from healthbench.data.subsets import SUBSETS, TASK_SUBSETS, load_meta_subset, load_subset, subset_path
-from healthbench.errors import DataError, GradingError, HealthBenchError, InvalidResponse, RequestFailed, SettingsError
+from healthbench.errors import (
+    DataError,
+    EndpointError,
+    GradingError,
+    HealthBenchError,
+    InvalidResponse,
+    MissingExtra,
+    NotGraded,
+    OutputError,
+    RequestFailed,
+    ServeError,
+    SettingsError,
+)
 from healthbench.grading.aggregate import aggregate_samples
-from healthbench.grading.grader import DEFAULT_GRADER_MODEL, GradedItem, GradedReply, Grader, Verdict, parse_verdict
+from healthbench.grading.grader import DEFAULT_GRADER_MODEL, GradedItem, GradedReply, Grader
 from healthbench.grading.official import PROFESSIONAL_GRADER
 from healthbench.grading.prompt import (
     TEMPLATE,
@@ -37,6 +49,7 @@ from healthbench.grading.scoring import (
     task_metrics,
 )
 from healthbench.grading.settings import GraderConfig, GradingOptions, GradingPlan
+from healthbench.grading.verdict import Verdict, parse_verdict
 from healthbench.runs.folder import RunFolder
 from healthbench.runs.records import FailureRecord, MetaRecord, RunRecord, SampleRecord, UsageRecord
 from healthbench.runs.spec import RunSpec, run_spec
@@ -58,6 +71,7 @@ __all__ = [
     "BatchSettings",
     "Completer",
     "DataError",
+    "EndpointError",
     "FailureRecord",
     "GradedItem",
     "GradedReply",
@@ -76,6 +90,9 @@ __all__ = [
     "Message",
     "MetaRecord",
     "MetaRow",
+    "MissingExtra",
+    "NotGraded",
+    "OutputError",
     "RequestFailed",
     "Retries",
     "Row",
@@ -84,6 +101,7 @@ __all__ = [
     "RunRecord",
     "RunSpec",
     "SampleRecord",
+    "ServeError",
     "SettingsError",
     "Shape",
     "SplitName",

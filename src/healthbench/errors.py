@@ -1,20 +1,34 @@
 """Every error the package raises on purpose, under one base class: `except HealthBenchError` catches them all.
 
 Library code raises these and returns values; only the command line turns them into messages and exit
-statuses. A provider's error body is parsed here, once, into a `ProviderError` that every reader of a refused
-request (the retry table, the rate-limit reader, the policy's refusal rules) takes its fields from.
+statuses. They are grouped by the boundary they come from, each group under a base of its own:
+
+- `DataError`: bad input, a data file that cannot be used (naming file, line and field);
+- `SettingsError`: settings that cannot be used or cannot go together, and `MissingExtra`, a feature asked for
+  whose optional dependencies are not installed;
+- `EndpointError`: a model endpoint (the policy's or the grader's), its account or its shared pace;
+- `NotGraded`: a task, rubric item, candidate or meta-eval row that got no score;
+- `OutputError`: the output folder and the files in it;
+- `ServeError`: a request to a served environment;
+- `Interrupted`: the user stopped a run.
+
+`DataError` and `SettingsError` are also `ValueError`s: pydantic turns them into its `ValidationError` when a
+validator raises them, and code that takes any bad value catches them. A message is written once, in its
+error's constructor (a classmethod where one error has several messages); callers pass the facts. What a
+refused request said (the provider's error body) is read in `api.failures`, not here: this module holds only
+exceptions.
 """
 
 from __future__ import annotations
 
-import json
-import re
-from dataclasses import dataclass
-from typing import Any
+import importlib.util
 
 
 class HealthBenchError(Exception):
     """The base of every error this package raises on purpose."""
+
+
+# --- bad input -------------------------------------------------------------------------------------------------
 
 
 class DataError(HealthBenchError, ValueError):
@@ -36,6 +50,20 @@ class DownloadFailed(DataError):
         return DownloadFailed(self.failure, (*self.ways, way))
 
 
+class UnknownTask(DataError):
+    """A task asked for by a split and prompt id that the rows at hand do not have: the message names both, and
+    the splits there are when the split itself is not one."""
+
+    def __init__(self, split: object, prompt_id: object = None, *, splits: tuple[str, ...] = ()) -> None:
+        if splits:
+            shown = ", ".join(repr(name) for name in splits)
+            super().__init__(f"no task with split {split!r}: the splits are {shown}")
+        else:
+            super().__init__(f"no task with split {split!r} and prompt_id {prompt_id!r}")
+        self.split = split
+        self.prompt_id = prompt_id
+
+
 class UnknownPromptId(DataError):
     """A prompt_id that is not among a split's tasks (a reward asked for a task of another split, or of no data
     at all): the message names the prompt_id and the split."""
@@ -46,116 +74,56 @@ class UnknownPromptId(DataError):
         self.split = split
 
 
+class RunBeingWritten(DataError):
+    """A run folder a live run holds, given to a command that reads runs: it is an unfinished run."""
+
+    def __init__(self, path: object, pid: int | None) -> None:
+        holder = "another process" if pid is None else f"process {pid}"
+        super().__init__(f"{path}: an unfinished run, being written now by {holder}; read it once that run has ended")
+        self.path = path
+        self.pid = pid
+
+
+# --- settings --------------------------------------------------------------------------------------------------
+
+
 class SettingsError(HealthBenchError, ValueError):
     """Settings that cannot go together or cannot be used (a length adjustment given by halves, say)."""
 
 
-class MissingExtra(HealthBenchError):
-    """What was asked needs a package an optional extra installs, and it is not installed: the message names what
-    needs it, the package and the extra."""
+class MissingExtra(HealthBenchError, ImportError):
+    """A feature asked for whose optional dependency (`module`, the package imported) is not installed: the message
+    names the extra that installs it. An `ImportError` too, for code that catches those."""
 
-    def __init__(self, what: str, package: str, extra: str) -> None:
-        super().__init__(f"{what} needs {package}, which is not installed: pip install 'healthbench[{extra}]'")
-        self.package = package
+    def __init__(self, feature: str, module: str, extra: str, *, how: str = "") -> None:
+        also = f" ({how})" if how else ""
+        super().__init__(
+            f"{feature} needs the package's {extra} extra, and {module} is not installed: pip install -e "
+            f"'.[{extra}]' in the clone{also}"
+        )
+        self.name = module
+        self.package = module
+        self.feature = feature
         self.extra = extra
 
-
-class ConfigMismatch(HealthBenchError):
-    """The output folder holds a run made with other settings."""
-
-
-class OutputUnusable(HealthBenchError):
-    """An output folder, or a file in it, that cannot be made, written or read as a run's: the message names the
-    path and the cause ("cannot write /proc/nope: No such file or directory")."""
-
-    def __init__(self, path: object, cause: str) -> None:
-        super().__init__(f"cannot write {path}: {cause}")
-        self.path = path
-
-
-# Statuses that say the request is wrong whatever it carries: the key (401), its permissions (403), the URL or the
-# model (404, 405).
-_REQUEST_STATUSES = frozenset({401, 403, 404, 405})
-# Codes about the request rather than the conversation it carries, whatever parameter they name.
-_REQUEST_CODES = frozenset(
-    {"invalid_api_key", "model_not_found", "unsupported_parameter", "unsupported_value", "unknown_parameter"}
-)
-# The parameters that carry the conversation (`messages[1].content` among them): a 400 naming any other is about
-# the request.
-_CONVERSATION_PARAMS = frozenset({"messages", "input", "prompt"})
-# What a refusal of the conversation itself says (a content filter, a context too long for the model): codes, or
-# phrases of providers that send no code.
-_PROMPT_CODES = frozenset(
-    {
-        "invalid_prompt",
-        "content_filter",
-        "content_policy_violation",
-        "context_length_exceeded",
-        "string_above_max_length",
-    }
-)
-_PROMPT_PHRASES = ("content filter", "content management policy", "maximum context length", "prompt is too long")
-
-
-@dataclass(frozen=True)
-class ProviderError:
-    """What a provider's error body says: OpenAI's `{"error": {...}}`, vLLM's flat object, FastAPI's
-    `{"detail": ...}`, or plain text. Every field may be missing."""
-
-    status: int | None
-    code: str | None = None
-    type: str | None = None
-    param: str | None = None
-    message: str = ""
-
     @classmethod
-    def parse(cls, status: int | None, body: bytes) -> ProviderError:
-        """Read an error body; a body that is not JSON is its own message."""
-        try:
-            parsed: Any = json.loads(body)
-        except ValueError:
-            return cls(status, message=body.decode("utf-8", "replace").strip())
-        error = parsed.get("error", parsed) if isinstance(parsed, dict) else {}
-        if isinstance(error, str):
-            return cls(status, message=error)
-        if not isinstance(error, dict):
-            return cls(status)
-        message = error.get("message") or error.get("detail") or ""
-
-        def text(key: str) -> str | None:
-            value = error.get(key)
-            return value if isinstance(value, str) else None
-
-        return cls(status, text("code"), text("type"), text("param"), message if isinstance(message, str) else "")
-
-    @property
-    def about_request(self) -> bool:
-        """Whether the refusal is of the request itself (the key, the URL, the model, a parameter), which no
-        retry and no other prompt can change; a refusal of the conversation it carries (a content filter, a
-        context too long) is not, nor is a 400 that names no parameter and no known code."""
-        if self.status in _REQUEST_STATUSES:
-            return True
-        if self.status not in (400, 422):
-            return False
-        if self.code in _REQUEST_CODES:
-            return True
-        return self.param is not None and not self._names_the_conversation
-
-    @property
-    def about_prompt(self) -> bool:
-        """Whether the refusal is of the conversation the request carries (OpenAI's `invalid_prompt`, a content
-        filter, a context too long for the model): the model's outcome for that prompt, not the caller's mistake."""
-        if self.status not in (400, 422) or (self.param is not None and not self._names_the_conversation):
-            return False
-        return self.code in _PROMPT_CODES or any(phrase in self.message.lower() for phrase in _PROMPT_PHRASES)
-
-    @property
-    def _names_the_conversation(self) -> bool:
-        return self.param is not None and re.split(r"[.\[]", self.param, maxsplit=1)[0] in _CONVERSATION_PARAMS
+    def check(cls, module: str, feature: str, extra: str) -> None:
+        """Raise for `feature` unless `module` can be imported (without importing it)."""
+        if importlib.util.find_spec(module) is None:
+            raise cls(feature, module, extra)
 
 
-class RequestFailed(HealthBenchError):
-    """A request that did not succeed within the retry bound, or failed in a way not worth retrying."""
+# --- a model endpoint ------------------------------------------------------------------------------------------
+
+
+class EndpointError(HealthBenchError):
+    """What a model endpoint, its account or its shared pace did: a request that failed, an answer that cannot be
+    used, an account without quota, an endpoint no waiting can make usable."""
+
+
+class RequestFailed(EndpointError):
+    """A request that did not succeed within the retry bound, or failed in a way not worth retrying. A refusal
+    keeps the HTTP status and whole body it came with; `api.failures.provider_error` reads what the body says."""
 
     def __init__(
         self, cause: str, attempts: int, *, status: int | None = None, body: bytes = b"", cut_short: bool = False
@@ -165,13 +133,17 @@ class RequestFailed(HealthBenchError):
         self.attempts = attempts
         # The output cap ended the last answer before it could be used: a larger cap cures it, asking again does not.
         self.cut_short = cut_short
-        # The HTTP status and whole body of a refused request, and the body read as the provider's error.
         self.status = status
         self.body = body
-        self.error = ProviderError.parse(status, body) if status is not None else None
+
+    @property
+    def lasting(self) -> bool:
+        """Whether the call fails again however often it is asked: its answers ran out of output tokens, or its
+        host refused the request itself (a 4xx)."""
+        return self.cut_short or self.status is not None
 
 
-class InvalidResponse(HealthBenchError):
+class InvalidResponse(EndpointError):
     """An answer arrived but cannot be used (broken body, empty content, no valid verdict): retried."""
 
 
@@ -180,11 +152,33 @@ class UnreadableAnswer(InvalidResponse):
     one whose content cannot be used: an endpoint none of whose first answers can be read is unusable."""
 
 
-class QuotaExhausted(HealthBenchError):
-    """The account has no quota (credit) left, as a 429 with code `insufficient_quota` says: retrying cannot help."""
+class QuotaExhausted(EndpointError):
+    """The account has no quota (credit) left, as a 429 with code `insufficient_quota` says: retrying cannot help.
+    `endpoint` names the endpoint once a caller knows it, `store` where what was answered is kept once a run
+    knows it."""
+
+    def __init__(self, endpoint: str = "", store: str = "") -> None:
+        said = f"{endpoint}: " if endpoint else ""
+        message = f"{said}the account has no quota left (insufficient_quota)"
+        if store:
+            message += (
+                f". Everything answered is kept in {store}: add credit (or use another key), then run the same "
+                "command again to go on from there."
+            )
+        super().__init__(message)
+        self.endpoint = endpoint
+        self.store = store
+
+    def at(self, endpoint: str) -> QuotaExhausted:
+        """The same error, said of `endpoint`."""
+        return QuotaExhausted(endpoint, self.store)
+
+    def kept_in(self, store: str) -> QuotaExhausted:
+        """The same error, saying where what was answered is kept and how to go on."""
+        return QuotaExhausted(self.endpoint, store)
 
 
-class EndpointUnusable(HealthBenchError):
+class EndpointUnusable(EndpointError):
     """An endpoint no waiting can make usable: it cannot be reached (connection refused, no such host), its URL is
     not one, or it refuses the requests themselves (`refused`: a 401 or 403, a 404, a 400 about a parameter or the
     model). Never retried: the run stops. The message names the endpoint (without a password) and the cause, never
@@ -192,7 +186,9 @@ class EndpointUnusable(HealthBenchError):
     what to do, once the run knows where its answers are kept."""
 
     def __init__(self, endpoint: str, cause: str, *, refused: bool, role: str = "", advice: str = "") -> None:
-        super().__init__(f"{role + ' ' if role else ''}endpoint {endpoint} {cause}{'; ' + advice if advice else ''}")
+        whose = f"{role} " if role else ""
+        then = f"; {advice}" if advice else ""
+        super().__init__(f"{whose}endpoint {endpoint} {cause}{then}")
         self.endpoint = endpoint
         self.cause = cause
         self.refused = refused
@@ -208,23 +204,25 @@ class EndpointUnusable(HealthBenchError):
         return EndpointUnusable(self.endpoint, self.cause, refused=self.refused, role=self.role, advice=advice)
 
 
-class Interrupted(HealthBenchError):
-    """The user stopped a run (Ctrl-C, or `signal` SIGTERM: docker stop, systemd, SLURM) after what was in flight
-    landed; `done` of `total` samples are graded and kept, with every answer that arrived, so the same command
-    goes on from there."""
+class PolicyMisuse(EndpointError):
+    """The model's endpoint refuses the requests themselves, not a few prompts: no score can come of it."""
 
-    def __init__(self, done: int, total: int, store: str, signal: str = "SIGINT") -> None:
-        how = "interrupted" if signal == "SIGINT" else f"stopped by {signal}"
-        super().__init__(
-            f"{how}: {done} of {total} graded and saved, and every answer that arrived is kept in {store}; run the "
-            "same command again to go on from there"
+    @classmethod
+    def refused_request(cls, endpoint: str, said: str) -> PolicyMisuse:
+        """A request refused with a 4xx that is no refusal of the prompt; `said` is what the refusal said."""
+        return cls(f"{endpoint} refused a request to the model ({said}); no score is written.")
+
+    @classmethod
+    def refusals(cls, refused: int, seen: int, last: str) -> PolicyMisuse:
+        """`refused` of the `seen` prompts answered refused, most of them; `last` is the last refusal in words."""
+        return cls(
+            f"the model refused {refused} of the {seen} prompts answered so far; refusals this common are not a few "
+            "prompts a filter flags but a problem with the requests (model, endpoint, parameters, key), so no score "
+            f"is written. The last refusal: {last}"
         )
-        self.done = done
-        self.total = total
-        self.signal = signal
 
 
-class PaceStoreUnreachable(HealthBenchError):
+class PaceStoreUnreachable(EndpointError):
     """The store a shared pace was asked to use (`--pace-store`) cannot be reached at start: nothing is sent.
     The URL is named without its password."""
 
@@ -234,11 +232,22 @@ class PaceStoreUnreachable(HealthBenchError):
         self.cause = cause
 
 
-class Deferred(HealthBenchError):
+class Deferred(EndpointError):
     """A request left in a batch for a later session to collect (`--no-wait`): neither an answer nor a failure."""
 
+    def __init__(self, purpose: str) -> None:
+        super().__init__(f"waiting in a {purpose} batch")
+        self.purpose = purpose
 
-class GradingError(HealthBenchError):
+
+# --- grading ---------------------------------------------------------------------------------------------------
+
+
+class NotGraded(HealthBenchError):
+    """A task, rubric item, candidate or meta-eval row that got no score: which one, and the last cause."""
+
+
+class GradingError(NotGraded):
     """A reply that could not be graded: which task, which rubric item, and the last cause. `lasting`: asking again
     fails the same way (an output cap that ran out, a request the grader's host refuses), so running the same
     command again does not finish the run."""
@@ -257,7 +266,7 @@ class ReplyGradingError(GradingError):
     many items, and the last cause. There is no verdict for any of its items."""
 
     def __init__(self, prompt_id: str, items: int, cause: str, *, lasting: bool = False) -> None:
-        HealthBenchError.__init__(
+        NotGraded.__init__(
             self,
             f"task {prompt_id}: its {items} rubric items, asked in one grader call (per-reply), could not be graded: "
             f"{cause}",
@@ -269,7 +278,15 @@ class ReplyGradingError(GradingError):
         self.lasting = lasting
 
 
-class CandidateError(HealthBenchError):
+class SampleError(NotGraded):
+    """The evaluated model gave no usable reply for a task within the retry bound."""
+
+    def __init__(self, prompt_id: str, cause: str) -> None:
+        super().__init__(f"task {prompt_id}: the model under evaluation gave no reply: {cause}")
+        self.prompt_id = prompt_id
+
+
+class CandidateError(NotGraded):
     """A candidate of a group (OpenReward's `score_group`) that cannot be scored: it has no reply, or its reply
     could not be graded. The message names the candidate's index."""
 
@@ -278,29 +295,7 @@ class CandidateError(HealthBenchError):
         self.index = index
 
 
-class OverLimit(HealthBenchError):
-    """A request to a served environment that asks more than the server's bounds allow (a reply too long to
-    grade, a group of too many candidates): nothing of it was graded. The message names the bound and the flag
-    that sets it."""
-
-
-class SessionRefused(HealthBenchError):
-    """A request a served session refuses for its state: a group scored after the session's episode finished."""
-
-
-class SampleError(HealthBenchError):
-    """The evaluated model gave no usable reply for a task within the retry bound."""
-
-    def __init__(self, prompt_id: str, cause: str) -> None:
-        super().__init__(f"task {prompt_id}: the model under evaluation gave no reply: {cause}")
-        self.prompt_id = prompt_id
-
-
-class PolicyMisuse(HealthBenchError):
-    """The model's endpoint refuses the requests themselves, not a few prompts: no score can come of it."""
-
-
-class MetaGradingError(HealthBenchError):
+class MetaGradingError(NotGraded):
     """A meta-eval row the grader could not judge within the retry bound."""
 
     def __init__(
@@ -314,7 +309,23 @@ class MetaGradingError(HealthBenchError):
         self.lasting = lasting  # as `GradingError.lasting`
 
 
-class FolderBusy(HealthBenchError):
+# --- the output folder -----------------------------------------------------------------------------------------
+
+
+class OutputError(HealthBenchError):
+    """An output folder that cannot hold this run: it cannot be used, or it holds another run."""
+
+
+class OutputUnusable(OutputError):
+    """An output folder, or a file in it, that cannot be made, written or read as a run's: the message names the
+    path and the cause ("cannot write /proc/nope: No such file or directory")."""
+
+    def __init__(self, path: object, cause: str) -> None:
+        super().__init__(f"cannot write {path}: {cause}")
+        self.path = path
+
+
+class FolderBusy(OutputError):
     """A run folder another live process is writing: one writer per folder, so this command stops before it sends
     anything."""
 
@@ -328,16 +339,6 @@ class FolderBusy(HealthBenchError):
         self.pid = pid
 
 
-class RunBeingWritten(DataError):
-    """A run folder a live run holds, given to a command that reads runs: it is an unfinished run."""
-
-    def __init__(self, path: object, pid: int | None) -> None:
-        holder = "another process" if pid is None else f"process {pid}"
-        super().__init__(f"{path}: an unfinished run, being written now by {holder}; read it once that run has ended")
-        self.path = path
-        self.pid = pid
-
-
 class DiskFull(OutputUnusable):
     """The disk of a run folder filled up mid-run: the run stops, what is in its store stays there, and the same
     command goes on once there is space. The message names the folder and the space left on its disk."""
@@ -346,20 +347,101 @@ class DiskFull(OutputUnusable):
         kept = "" if store is None else f"; everything answered so far is kept in {store}"
         HealthBenchError.__init__(
             self,
-            f"cannot write {path}: its disk is full ({_size(free)} free){kept}: free some space, then run the same "
-            "command again to go on from there",
+            f"cannot write {path}: its disk is full ({self._size(free)} free){kept}: free some space, then run the "
+            "same command again to go on from there",
         )
         self.path = path
         self.free = free
 
+    @staticmethod
+    def _size(count: int) -> str:
+        """A byte count as people read it: "0 bytes", "12 KiB", "3.4 MiB"."""
+        if count < 1024:
+            return f"{count} bytes"
+        amount = count / 1024
+        unit = "KiB"
+        for larger in ("MiB", "GiB", "TiB"):
+            if amount < 1024:
+                break
+            amount = amount / 1024
+            unit = larger
+        return f"{amount:.3g} {unit}"
 
-def _size(count: int) -> str:
-    """A byte count as people read it: "0 bytes", "12 KiB", "3.4 MiB"."""
-    if count < 1024:
-        return f"{count} bytes"
-    amount, unit = count / 1024, "KiB"
-    for larger in ("MiB", "GiB", "TiB"):
-        if amount < 1024:
-            break
-        amount, unit = amount / 1024, larger
-    return f"{amount:.3g} {unit}"
+
+class ConfigMismatch(OutputError):
+    """The output folder holds a run made with other settings; `details` names the settings that differ."""
+
+    def __init__(self, details: str) -> None:
+        super().__init__(
+            f"this output folder holds a run with other settings ({details}). "
+            "Use a new `out` folder, or run with the recorded settings to resume."
+        )
+        self.details = details
+
+
+# --- a served environment --------------------------------------------------------------------------------------
+
+
+class ServeError(HealthBenchError):
+    """A request a served environment refuses, or a server that cannot serve as it was built."""
+
+
+class OverLimit(ServeError):
+    """A request to a served environment that asks more than the server's bounds allow (a reply too long to
+    grade, a group of too many candidates): nothing of it was graded. The message names the bound and the flag
+    that sets it."""
+
+    @staticmethod
+    def reply_cause(chars: int, most: int) -> str:
+        """Why a reply of `chars` characters is not graded by a server that grades `most`."""
+        return (
+            f"the reply is {chars:,} characters, more than this server grades: at most {most:,} "
+            "(healthbench serve --max-reply-chars)"
+        )
+
+    @classmethod
+    def reply(cls, prompt_id: str, chars: int, most: int) -> OverLimit:
+        """A reply to task `prompt_id` too long to grade."""
+        return cls(f"task {prompt_id}: {cls.reply_cause(chars, most)}")
+
+    @classmethod
+    def group(cls, size: int, most: int) -> OverLimit:
+        """A group of `size` candidates, more than the `most` scored at once."""
+        return cls(
+            f"a group of {size:,} candidates is more than this server scores at once: at most {most} "
+            "(healthbench serve --max-group-size)"
+        )
+
+
+class SessionRefused(ServeError):
+    """A request a served session refuses for its state: a group scored after the session's episode finished."""
+
+    def __init__(self, prompt_id: str) -> None:
+        super().__init__(
+            f"task {prompt_id}: this session's episode has finished (its reply was graded): score a group on a "
+            "session of its own"
+        )
+        self.prompt_id = prompt_id
+
+
+class NotServing(ServeError, RuntimeError):
+    """A server, or an environment class, used before it has what it serves (no rows bound), or started twice."""
+
+
+# --- a run stopped ---------------------------------------------------------------------------------------------
+
+
+class Interrupted(HealthBenchError):
+    """The user stopped a run (Ctrl-C, or `signal` SIGTERM: docker stop, systemd, SLURM) after what was in flight
+    landed; `done` of `total` samples are graded and kept, with every answer that arrived, so the same command
+    goes on from there."""
+
+    def __init__(self, done: int, total: int, store: str, signal: str = "SIGINT") -> None:
+        how = "interrupted" if signal == "SIGINT" else f"stopped by {signal}"
+        super().__init__(
+            f"{how}: {done} of {total} graded and saved, and every answer that arrived is kept in {store}; run the "
+            "same command again to go on from there"
+        )
+        self.done = done
+        self.total = total
+        self.signal = signal

@@ -27,13 +27,23 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 import aiohttp
 
-from healthbench.api.failures import TRANSPORT, said, shown, transport_failure
-from healthbench.api.hosts import REFERENCE_PARAMETERS, Adaptations, refused_parameter
+from healthbench.api.failures import (
+    TRANSPORT,
+    ProviderError,
+    excerpt,
+    read_refusal,
+    refused_parameter,
+    said,
+    shown,
+    status_failure,
+    transport_failure,
+)
+from healthbench.api.hosts import REFERENCE_PARAMETERS, Adaptations
 from healthbench.api.inflight import InFlight
 from healthbench.api.pacing import Gate
 from healthbench.api.pacing.gate import Budget as Budget  # re-exported: made with clients
 from healthbench.api.pacing.state import LocalPace, remembered
-from healthbench.api.ratesignals import DEFAULT_OUTPUT_CAP, read_refusal, request_cost
+from healthbench.api.ratesignals import DEFAULT_OUTPUT_CAP, request_cost
 from healthbench.api.retrying import (
     RETRY_STATUSES as RETRY_STATUSES,  # re-exported: what is worth asking again
 )
@@ -42,16 +52,13 @@ from healthbench.api.retrying import (
     Failure,
     Health,
     Kind,
-    excerpt,
     log_retry,
-    status_failure,
 )
 from healthbench.api.retrying import Retries as Retries  # re-exported: made with clients
 from healthbench.api.wire import CHAT, Api, Reading, Usage
 from healthbench.errors import (
     EndpointUnusable,
     InvalidResponse,
-    ProviderError,
     QuotaExhausted,
     RequestFailed,
     UnreadableAnswer,
@@ -112,7 +119,8 @@ def _gate_for(base_url: str, api_key: str | None, store: PaceStore | None) -> Ga
     entry = (slot, store.url if store else None)
     gate = _GATES.get(entry)
     if gate is None:
-        gate = _GATES[entry] = Gate(store.pace(slot) if store else LocalPace(learned=remembered(slot)))
+        gate = Gate(store.pace(slot) if store else LocalPace(learned=remembered(slot)))
+        _GATES[entry] = gate
     return gate
 
 
@@ -275,8 +283,8 @@ class ApiClient:
         try:
             with self._in_flight.call():
                 return await self._with_retries(attempt, f"POST {shown(self.url)}", "a request"), usage
-        except QuotaExhausted:
-            raise QuotaExhausted(f"{self.base_url}: the account has no quota left (insufficient_quota)") from None
+        except QuotaExhausted as exc:
+            raise exc.at(self.base_url) from None
 
     @overload
     async def api(
@@ -323,7 +331,7 @@ class ApiClient:
             except TRANSPORT as exc:
                 raise self._transport(exc, _BULK) from None
             if status == 429 and read_refusal(body, response_headers).quota:
-                raise QuotaExhausted(f"{self.base_url}: the account has no quota left (insufficient_quota)")
+                raise QuotaExhausted(self.base_url)
             if not 200 <= status < 300:
                 raise AttemptFailed(status_failure(status, body, response_headers))
             try:

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, fi
 from healthbench.api.client import OPENAI_BASE_URL, TIMEOUT, ApiClient, Budget, Retries, key_slot
 from healthbench.api.pacing.store import PACE_STORE_VARIABLE, shared_store, validated
 from healthbench.api.wire import CHAT, Api, Effort, is_reasoning_model
+from healthbench.errors import SettingsError
 
 # In flight at most when the budget follows the limit: tier 5's 10,000 RPM at a few seconds a request, with room.
 MAX_IN_FLIGHT = 1024
@@ -96,7 +97,7 @@ class EndpointSettings(BaseModel):
     def _not_empty(cls, value: str, info: ValidationInfo) -> str:
         # An empty name is sent as one, and the server's 404 then says less than this does.
         if not value.strip():
-            raise ValueError(f"`{info.field_name}` is empty: name one")
+            raise SettingsError(f"`{info.field_name}` is empty: name one")
         return value
 
     @property

@@ -27,10 +27,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 from collections.abc import Mapping
 
-from healthbench.errors import ProviderError
+from healthbench.api.failures import ProviderError, refused_parameter
 
 log = logging.getLogger("healthbench.api")
 
@@ -44,45 +43,6 @@ same value under another name, or (None) nothing."""
 
 REFERENCE_PARAMETERS = frozenset({"model", "messages", "temperature", "max_tokens", "input", "reasoning"})
 """What the reference's requests carry: a host that refuses one of these cannot grade as the reference does."""
-
-_NAME = r"([A-Za-z_][A-Za-z0-9_.]*)"
-# How hosts say that a request carries a parameter they do not take (see the module's docstring), the name caught.
-_REFUSALS = tuple(
-    re.compile(pattern, re.IGNORECASE)
-    for pattern in (
-        rf"unrecognized request argument supplied:\s*{_NAME}",
-        rf"(?:unsupported|unknown|unrecognized) (?:parameter|argument|field)s?:\s*'{_NAME}'",
-        rf"(?:parameter|property|argument|field) '{_NAME}' is (?:unsupported|not supported|not allowed|not permitted)",
-        rf"unknown field `{_NAME}`",
-        rf"#/{_NAME}: extra inputs are not permitted",
-        rf'"extra_forbidden",\s*"loc":\s*\[\s*"body",\s*"{_NAME}"\s*\]',
-        rf'"loc":\s*\[\s*"body",\s*"{_NAME}"\s*\],\s*"msg":\s*"extra inputs are not permitted"',
-        rf"does not support (?:the )?parameter:?\s*'?{_NAME}",
-    )
-)
-# OpenAI's codes for a parameter the model does not take (its `param` names it); a refused value is another code.
-_PARAMETER_CODES = frozenset({"unsupported_parameter", "unknown_parameter", "unrecognized_parameter"})
-
-
-def refused_parameter(status: int | None, body: bytes) -> str | None:
-    """The top-level request parameter that a refusal (`status`, `body`) says the host does not take, as the request
-    spells it; None for any other answer (a refused value among them: "Unsupported value: 'temperature' ...")."""
-    if status is None or not 400 <= status < 500 or status == 429:
-        return None
-    text = body.decode("utf-8", "replace")
-    try:
-        parsed = json.loads(text)
-    except ValueError:
-        parsed = None
-    error = parsed.get("error", parsed) if isinstance(parsed, dict) else None
-    if isinstance(error, dict) and error.get("code") in _PARAMETER_CODES and isinstance(error.get("param"), str):
-        return str(error["param"])
-    # A message may hold an escaped JSON document of its own (Mistral's): read it unescaped.
-    text = text.replace('\\"', '"')
-    for pattern in _REFUSALS:
-        if (found := pattern.search(text)) is not None:
-            return found[1]
-    return None
 
 
 def _key(name: str) -> bytes:
@@ -143,7 +103,8 @@ class Adaptations:
             self.settled = True
             return False
         if name not in self.changes:
-            self.changes[name] = renamed = ADDED[name]
+            renamed = ADDED[name]
+            self.changes[name] = renamed
             instead = f"as {renamed} instead" if renamed is not None else f"without {name}"
             message = ProviderError.parse(status, body).message or body.decode("utf-8", "replace")
             said = " ".join(message.split())[:200]

@@ -1,35 +1,21 @@
-"""What requests and answers say about rate limits: a request's token cost, and what a 429 means.
+"""What requests and answers say about rate limits in numbers: a request's token cost, the waits a server asks
+for, and a limit header's value.
 
-OpenAI counts a request against its tokens-per-minute limit on arrival, as its prompt plus its output cap;
-its 429s name the limit that refused (with its size and when to try again) or say that the account has no
-quota left. `pacing.Pacer` acts on these; this module only reads them.
+OpenAI counts a request against its tokens-per-minute limit on arrival, as its prompt plus its output cap. What a
+429's body says (which limit refused, or no quota left) is read in `failures` with the rest of a refused request.
+`pacing.Pacer` acts on these; this module only reads them.
 """
 
 from __future__ import annotations
 
 import email.utils
 import math
-import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
-
-from healthbench.errors import ProviderError
+from typing import Any
 
 DEFAULT_OUTPUT_CAP = 4096
 """The output cap a request without one is counted at (a provider counts the model's own default)."""
-
-Dimension = Literal["requests", "tokens"]
-# OpenAI's words, read leniently: limiters that imitate them write the numbers with decimals or separators, and
-# may leave out what was used or requested.
-_NUMBER = r"(\d+(?:,\d{3})*(?:\.\d+)?)"
-_LIMIT_MESSAGE = re.compile(
-    rf"on (requests|tokens) per min[^:]*:\s*Limit:?\s*{_NUMBER}"
-    rf"(?:,\s*Used:?\s*{_NUMBER})?(?:,\s*Requested:?\s*{_NUMBER})?",
-    re.IGNORECASE,
-)
-_TRY_AGAIN = re.compile(r"try again in ((?:\d+(?:\.\d+)?(?:ms|h|m|s))+)", re.IGNORECASE)
 
 
 def duration_seconds(text: str) -> float | None:
@@ -93,46 +79,6 @@ def request_cost(body: Mapping[str, Any], default_cap: int = DEFAULT_OUTPUT_CAP)
     caps = [body.get(key) for key in ("max_tokens", "max_completion_tokens", "max_output_tokens")]
     cap = next((value for value in caps if isinstance(value, int) and not isinstance(value, bool)), default_cap)
     return math.ceil(chars / 4) + 4 * items + cap
-
-
-@dataclass(frozen=True)
-class RateLimited:
-    """What a 429 says: no quota left, or which limit refused, its per-minute size, and when to try again."""
-
-    quota: bool = False
-    retry_after: float | None = None
-    dimension: Dimension | None = None
-    limit: float | None = None
-    requested: int | None = None
-    # A limiter's own hint on when its bucket has room (`retry-after-ms`, or "try again in" in its message), not
-    # a gateway's bare `Retry-After`: the refusal is a limit's even when it names neither the limit nor its size.
-    hinted: bool = False
-
-
-def read_refusal(body: bytes, headers: Mapping[str, str]) -> RateLimited:
-    """Read a 429: its error code, the numbers in OpenAI's message, and its retry time."""
-    error = ProviderError.parse(429, body)
-    code, message = error.code, error.message
-    if code == "insufficient_quota":
-        return RateLimited(quota=True)
-    retry_after = retry_after_seconds(headers)
-    again = _TRY_AGAIN.search(message)
-    if retry_after is None and again:
-        retry_after = duration_seconds(again.group(1))
-    hinted = again is not None or headers.get("retry-after-ms") is not None
-    numbers = _LIMIT_MESSAGE.search(message)
-    if numbers is None:
-        return RateLimited(retry_after=retry_after, hinted=hinted)
-    dimension: Dimension = "requests" if numbers.group(1).lower() == "requests" else "tokens"
-    requested = _number(numbers.group(4))
-    return RateLimited(
-        False, retry_after, dimension, _number(numbers.group(2)), None if requested is None else math.ceil(requested),
-        hinted,
-    )  # fmt: skip
-
-
-def _number(text: str | None) -> float | None:
-    return None if text is None else float(text.replace(",", ""))
 
 
 def header_number(value: str | None) -> float | None:

@@ -17,9 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from healthbench.api.hosts import refused_parameter
-from healthbench.api.ratesignals import retry_after_seconds
-from healthbench.errors import EndpointUnusable, ProviderError
+from healthbench.errors import EndpointUnusable
 
 log = logging.getLogger("healthbench.api")
 
@@ -99,7 +97,7 @@ TABLE: Mapping[Kind, Rule] = {
     # Not JSON, no choices, an HTML page, `{}`: what the API never answers.
     Kind.UNREADABLE: Rule(retried=True, unusable=False, first_calls=True, proves=False),
     # The key (401), its permissions (403), the URL or the model (404, 405), a 400 about a parameter (one the host
-    # does not take, in whatever words: `hosts.refused_parameter`).
+    # does not take, in whatever words: `failures.refused_parameter`).
     Kind.REFUSED_REQUEST: Rule(retried=False, unusable=True, first_calls=False, proves=True),
     # Any other 4xx (a prompt a filter flags, say): the caller's to judge.
     Kind.REFUSED: Rule(retried=False, unusable=False, first_calls=False, proves=True),
@@ -145,38 +143,10 @@ class AttemptFailed(Exception):
         self.failure = failure
 
 
-def excerpt(body: bytes) -> str:
-    """The first 200 characters of a body, on one line."""
-    return " ".join(body[:200].decode("utf-8", "replace").split())
-
-
 def is_retryable(status: int) -> bool:
     """Whether an HTTP status is worth asking again, the server saying nothing more (a 4xx other than these is the
     caller's mistake)."""
     return status in RETRY_STATUSES or status >= 500
-
-
-def status_failure(status: int, body: bytes, headers: Mapping[str, str]) -> Failure:
-    """An answer other than 200 as a failure of its kind, with its `Retry-After`, `x-request-id` and
-    `x-should-retry`."""
-    hint = headers.get("x-should-retry")
-    if status == 429:
-        kind = Kind.RATE_LIMITED
-    elif is_retryable(status):
-        kind = Kind.SERVER_ERROR
-    elif ProviderError.parse(status, body).about_request or refused_parameter(status, body) is not None:
-        kind = Kind.REFUSED_REQUEST
-    else:
-        kind = Kind.REFUSED
-    return Failure(
-        kind,
-        f"HTTP {status}: {excerpt(body)}",
-        status=status,
-        body=body,
-        retry_after=retry_after_seconds(headers),
-        request_id=headers.get("x-request-id"),
-        should_retry={"true": True, "false": False}.get(hint.lower()) if hint else None,
-    )
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from healthbench.errors import InvalidResponse, UnreadableAnswer
+from healthbench.errors import InvalidResponse, SettingsError, UnreadableAnswer
 
 ApiName = Literal["chat", "responses"]
 Effort = Literal["minimal", "low", "medium", "high"]
@@ -113,10 +113,22 @@ def _usage(usage: Any, names: tuple[str, str, str, str, str, str], batch: bool) 
     )
 
 
-_CHAT_USAGE = ("prompt_tokens", "prompt_tokens_details", "cached_tokens", "completion_tokens",
-               "completion_tokens_details", "reasoning_tokens")  # fmt: skip
-_RESPONSES_USAGE = ("input_tokens", "input_tokens_details", "cached_tokens", "output_tokens",
-                    "output_tokens_details", "reasoning_tokens")  # fmt: skip
+_CHAT_USAGE = (
+    "prompt_tokens",
+    "prompt_tokens_details",
+    "cached_tokens",
+    "completion_tokens",
+    "completion_tokens_details",
+    "reasoning_tokens",
+)
+_RESPONSES_USAGE = (
+    "input_tokens",
+    "input_tokens_details",
+    "cached_tokens",
+    "output_tokens",
+    "output_tokens_details",
+    "reasoning_tokens",
+)
 
 
 def _decode(body: bytes | Mapping[str, Any]) -> Mapping[str, Any]:
@@ -251,9 +263,9 @@ class Shape:
 
     def __post_init__(self) -> None:
         if self.reasoning and self.temperature is not None:
-            raise ValueError("a reasoning model takes no temperature")
+            raise SettingsError("a reasoning model takes no temperature")
         if not self.reasoning and self.effort is not None:
-            raise ValueError("a reasoning effort needs a reasoning model")
+            raise SettingsError("a reasoning effort needs a reasoning model")
 
     @property
     def endpoint(self) -> Api:
@@ -304,7 +316,7 @@ def with_cache_key(payload: bytes, cache_key: str) -> bytes:
     """A request's JSON bytes with `"prompt_cache_key"` added as the body's last field: byte for byte what
     `json.dumps` gives for the body with that field added, and every other byte as it was."""
     if not payload.endswith(b"}"):
-        raise ValueError("a request body is a JSON object")
+        raise SettingsError("a request body is a JSON object")
     return payload[:-1] + b', "prompt_cache_key": ' + json.dumps(cache_key).encode() + b"}"
 
 

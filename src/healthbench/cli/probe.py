@@ -45,7 +45,7 @@ def _unit(job: Job) -> Unit:
     if job.transform is None:
         return Unit(job.row.prompt, job.reply, criteria)
     reply = _TYPICAL_REPLY if job.reply is None else job.reply
-    return Unit(job.row.prompt, TRANSFORMS[job.transform].apply(reply, job.row), criteria)
+    return Unit(job.row.prompt, job.transform.apply(reply, job.row), criteria)
 
 
 # The sampling flags that mean nothing without --model, by their parameter names.

@@ -22,7 +22,7 @@ from healthbench.cli.tasks import data_flag_offered, professional_note
 from healthbench.data.source import TaskSource
 from healthbench.data.splits import SPLITS
 from healthbench.data.subsets import DOWNLOADABLE, TASK_SUBSETS
-from healthbench.errors import RequestFailed
+from healthbench.errors import MissingExtra, RequestFailed, SettingsError
 from healthbench.grading.bootstrap import Bootstraps, Seed
 from healthbench.grading.settings import GraderConfig, GradingOptions
 from healthbench.integrations.openreward.deployment import ENVIRONMENT, ENVIRONMENTS, SERVED_CONCURRENCY
@@ -260,10 +260,7 @@ def serve(
     try:
         from healthbench.integrations.openreward.environment import serve as serve_environment
     except ModuleNotFoundError as exc:  # the quickstart installs the package without its extras
-        raise click.ClickException(
-            f"serve needs the package's serve extra, and {exc.name} is not installed: pip install -e '.[serve]' "
-            "in the clone (bash scripts/dev serve sets it up)"
-        ) from None
+        raise MissingExtra("serve", exc.name or "", "serve", how="bash scripts/dev serve sets it up") from None
 
     access, limits = access_from_flags(flags)
     if heldout is not None and data is None:
@@ -276,7 +273,7 @@ def serve(
         kinds["test"] = source.kind
     try:
         names = split_names(data, subsets)
-    except ValueError as exc:  # --data together with --subset full
+    except SettingsError as exc:  # --data together with --subset full
         raise click.UsageError(str(exc)) from None
     # The training splits are of the test split's data, and graded as it is.
     kinds |= {split: kinds.get("test", "test") for split in SPLITS}

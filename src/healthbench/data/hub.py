@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from healthbench.errors import DataError, DownloadFailed
+from healthbench.errors import DataError, DownloadFailed, MissingExtra
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 # Seconds to wait on each connection for the metadata request; the body's reads use huggingface_hub's own
@@ -102,6 +102,7 @@ def resolve_commit(repo_id: str, filename: str, revision: str) -> str:
 
     It fails fast, without huggingface_hub's retries, and with the access or network message of `hub_error`.
     """
+    MissingExtra.check("huggingface_hub", "HealthBench Professional's download", "hub")
     from huggingface_hub import get_hf_file_metadata
 
     url = file_url(repo_id, filename, revision)
@@ -126,6 +127,7 @@ def downloaded(repo_id: str, filename: str, commit: str, folder: Path) -> Iterat
     download leaves nothing half-written. huggingface_hub's own cache is not used, so the file is not
     stored twice.
     """
+    MissingExtra.check("huggingface_hub", "HealthBench Professional's download", "hub")
     from huggingface_hub import hf_hub_download
 
     folder.mkdir(parents=True, exist_ok=True)

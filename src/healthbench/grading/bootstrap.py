@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Annotated
 
 from pydantic import Field
 
+from healthbench.errors import DataError
+
 if TYPE_CHECKING:
     import numpy as np
     from numpy.typing import NDArray
@@ -71,7 +73,7 @@ class Bootstrap:
 def _length(series: Sequence[NDArray[np.float64]]) -> int:
     lengths = {len(values) for values in series}
     if len(lengths) != 1 or 0 in lengths:
-        raise ValueError(f"the bootstrap takes series of one length, at least 1, got lengths {sorted(lengths)}")
+        raise DataError(f"the bootstrap takes series of one length, at least 1, got lengths {sorted(lengths)}")
     (n,) = lengths
     return n
 

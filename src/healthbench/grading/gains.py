@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from healthbench.errors import DataError
 from healthbench.grading.bootstrap import N_BOOTSTRAP, Bootstrap, percentile_interval
 
 MIN_VERDICT_TASKS = 10
@@ -52,7 +53,7 @@ def gains(
     for name, scores in transformed.items():
         missing = [task for task in ids if task not in scores]
         if missing:
-            raise ValueError(f"transform {name}: no score for tasks {missing[:3]}")
+            raise DataError(f"transform {name}: no score for tasks {missing[:3]}")
     if not ids:
         return {}
     base_scores = np.asarray([base[task] for task in ids], dtype=np.float64)

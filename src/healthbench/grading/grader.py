@@ -4,9 +4,10 @@ Every rubric item gets a grader call of its own. A verdict is valid only when `c
 anything else is asked again within the client's retry bound, and an item that never gets a valid verdict makes
 the whole reply fail with `GradingError`. No partial score is ever produced.
 
-Opt-in (`calls="per-reply"`, not the reference's): one call per reply, whose answer must be a JSON list with a
-valid verdict for every item's id exactly once (`parse_verdicts`); any other answer is asked again in the same
-way, and past the bound the reply fails as a whole. Each item's verdict is still stored and recorded apart.
+Opt-in (`calls="per-reply"`, not the reference's): one call per reply, made and read in `per_reply`, whose answer
+must be a JSON list with a valid verdict for every item's id exactly once; any other answer is asked again in the
+same way, and past the bound the reply fails as a whole. Each item's verdict is still stored and recorded apart.
+What one verdict says is read in `verdict`.
 
 Every request may carry a `prompt_cache_key` (see `prompt.prompt_cache_key`): the same for the requests that
 share a prompt's start, so OpenAI routes them to one cache. It is added at the end of the body, so the prompt's
@@ -16,20 +17,17 @@ asks nothing again.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import functools
 import json
-import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from healthbench.api.client import Completer
 from healthbench.api.wire import Shape, Usage, request_key, with_cache_key
 from healthbench.data.schema import Message, RubricItem
-from healthbench.errors import GradingError, InvalidResponse, ReplyGradingError, RequestFailed
-from healthbench.grading.per_reply import output_cap, per_reply_prompt
+from healthbench.errors import GradingError, RequestFailed
+from healthbench.grading.per_reply import grade_reply, output_cap
 from healthbench.grading.prompt import (
     GRADER_SYSTEM_MESSAGE,
     RUBRIC_PLACEHOLDER,
@@ -43,20 +41,18 @@ from healthbench.grading.prompt import (
     render_conversation,
     rubric_item_text,
 )
-from healthbench.grading.thinking import after_thinking, still_thinking
+from healthbench.grading.verdict import Answer, Verdict, parse_verdict
+from healthbench.together import together
 
 DEFAULT_GRADER_MODEL = "gpt-4.1-2025-04-14"
 GRADER_TEMPERATURE = 0.5
 GRADER_MAX_TOKENS = 2048
 # What the reference sends gpt-4.1: Chat Completions, temperature 0.5, max_tokens 2048.
 REFERENCE_SHAPE = Shape(api="chat", temperature=GRADER_TEMPERATURE, max_output_tokens=GRADER_MAX_TOKENS)
-NO_EXPLANATION = "No explanation provided"
 # How the grader is called: once per rubric item (the reference's), or once per reply for all its items (opt-in).
 GraderCalls = Literal["per-item", "per-reply"]
 GRADER_CALLS: tuple[GraderCalls, ...] = ("per-item", "per-reply")
 PER_ITEM: GraderCalls = "per-item"
-
-_FENCE = re.compile(r"^```json\s*|\s*```$")
 
 
 def _escaped(text: str) -> str:
@@ -67,96 +63,6 @@ def _escaped(text: str) -> str:
 # The template's pieces escaped once, for the bytes of item requests (`Grader._item_payloads`).
 _HEAD, _BRIDGE, _TAIL = _escaped(TEMPLATE_HEAD), _escaped(TEMPLATE_BRIDGE), _escaped(TEMPLATE_TAIL)
 _PROMPT = "\0healthbench grader prompt\0"  # stands in for the prompt in a body, to find where it goes
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """The grader's judgement of one rubric item."""
-
-    criteria_met: bool
-    explanation: str
-
-
-def _json(text: str) -> Any:
-    """The reference's reading of an answer: a leading "```json" and a trailing "```" stripped, the rest JSON."""
-    return json.loads(_FENCE.sub("", text.strip()))
-
-
-def _decoded(text: str) -> Any:
-    """An answer's JSON as the reference reads it; failing that, what follows the grader's thinking
-    (`thinking.after_thinking`), which no answer the reference reads has."""
-    try:
-        return _json(text)
-    except ValueError:
-        pass
-    for rest in after_thinking(text):
-        try:
-            return _json(rest)
-        except ValueError:
-            continue
-    if still_thinking(text):
-        raise InvalidResponse("the answer ends inside the grader's thinking (a <think> block never closed)")
-    raise InvalidResponse("grader answer is not JSON")
-
-
-def _verdict(parsed: Mapping[str, Any], where: str = "") -> Verdict:
-    met = parsed.get("criteria_met")
-    if not isinstance(met, bool):
-        raise InvalidResponse(f"{where}criteria_met is {json.dumps(met)[:40]}, not a JSON boolean")
-    explanation = parsed.get("explanation", NO_EXPLANATION)
-    if not isinstance(explanation, str):
-        explanation = json.dumps(explanation)
-    return Verdict(met, explanation)
-
-
-def parse_verdict(text: str) -> Verdict:
-    """Parse a grader answer; raise `InvalidResponse` unless `criteria_met` is a JSON boolean."""
-    parsed = _decoded(text)
-    if not isinstance(parsed, dict):
-        raise InvalidResponse("grader answer is not a JSON object")
-    return _verdict(parsed)
-
-
-def _item_id(value: Any) -> int | None:
-    """An item's id as the grader wrote it: a JSON integer, or a string of one (not a float, not a boolean)."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().isdecimal():
-        return int(value.strip())
-    return None
-
-
-def parse_verdicts(text: str, count: int) -> list[Verdict]:
-    """Parse a per-reply grader answer for items 1 to `count`: a JSON list (fenced or not) holding one object
-    per item, each with its `id` and a verdict as `parse_verdict` takes it; the verdicts in item order.
-
-    `InvalidResponse` (asked again, like a bad verdict) for anything else: not JSON, not a list, an entry that
-    is not an object, an id missing, repeated, or not one of the items, a `criteria_met` that is no boolean."""
-    parsed = _decoded(text)
-    if not isinstance(parsed, list):
-        raise InvalidResponse("grader answer is not a JSON list")
-    found: dict[int, Verdict] = {}
-    for entry in parsed:
-        if not isinstance(entry, dict):
-            raise InvalidResponse("an entry of the grader's list is not a JSON object")
-        number = _item_id(entry.get("id"))
-        if number is None or not 1 <= number <= count:
-            shown = json.dumps(entry.get("id"))[:20]
-            raise InvalidResponse(f"the grader's list has id {shown}, not one of 1 to {count}")
-        if number in found:
-            raise InvalidResponse(f"the grader's list has id {number} twice")
-        found[number] = _verdict(entry, f"item {number}: ")
-    missing = [str(number) for number in range(1, count + 1) if number not in found]
-    if missing:
-        shown = ", ".join(missing[:10]) + (", ..." if len(missing) > 10 else "")
-        raise InvalidResponse(f"the grader's list has no verdict for id {shown}")
-    return [found[number] for number in range(1, count + 1)]
-
-
-def lasting(exc: RequestFailed) -> bool:
-    """Whether a grader call that failed so fails again however often it is asked: its answers ran out of output
-    tokens, or its host refused the request itself (a 4xx)."""
-    return exc.cut_short or exc.status is not None
 
 
 @dataclass(frozen=True)
@@ -190,21 +96,6 @@ class GradedReply:
     items: list[GradedItem]
     usage: Usage = field(default_factory=Usage)
     paid: Usage = field(default_factory=Usage)
-
-
-@dataclass(frozen=True)
-class Answer:
-    """A verdict with what its call cost (`usage`, whenever it was made; a per-reply call's with its first item),
-    and whether it came from the cache (`reused`: nothing was paid for it now)."""
-
-    verdict: Verdict
-    usage: Usage
-    reused: bool = False
-
-    @property
-    def paid(self) -> Usage:
-        """What asking cost now: nothing for a verdict reused."""
-        return Usage() if self.reused else self.usage
 
 
 class VerdictCache(Protocol):
@@ -251,15 +142,6 @@ class Grader:
         self.prompt_cache_keys = prompt_cache_keys
         self.per_reply_caps = per_reply_caps
 
-    def failure(self, exc: RequestFailed) -> str:
-        """Why a grader call failed, in words, with the cure of an output cap that ran out before a verdict (a
-        thinking grader's, say): a larger `grader_max_output_tokens`, which asking again does not give."""
-        if not exc.cut_short:
-            return str(exc)
-        cap = self.shape.max_output_tokens
-        now = f", {cap:,} tokens now" if cap is not None else ""
-        return f"{exc}; give the grader a larger output cap (`grader_max_output_tokens`{now})"
-
     def request_body(self, prompt: str, *, items: int | None = None) -> dict[str, Any]:
         """The request body for one grader prompt (of `items` rubric items, for a per-reply prompt); with the
         defaults, what the reference sampler sends."""
@@ -300,6 +182,15 @@ class Grader:
 
         return payload
 
+    def failure(self, exc: RequestFailed) -> str:
+        """Why a grader call failed, in words, with the cure of an output cap that ran out before a verdict (a
+        thinking grader's, say): a larger `grader_max_output_tokens`, which asking again does not give."""
+        if not exc.cut_short:
+            return str(exc)
+        cap = self.shape.max_output_tokens
+        now = f", {cap:,} tokens now" if cap is not None else ""
+        return f"{exc}; give the grader a larger output cap (`grader_max_output_tokens`{now})"
+
     async def verdict(self, prompt: str, *, ident: str | None = None, cache_key: str | None = None) -> Answer:
         """One grader call for a rendered grader prompt; raises `RequestFailed` past the retry bound.
 
@@ -325,29 +216,6 @@ class Grader:
         self.cache.put_verdict(key, verdict, usage)
         return Answer(verdict, usage)
 
-    async def verdicts(self, prompt: str, count: int, *, ident: str, cache_key: str | None = None) -> list[Answer]:
-        """One grader call for a per-reply prompt of `count` items, its usage with the first; raises
-        `RequestFailed` past the retry bound (an answer without a valid verdict for every item is asked again, as
-        a bad verdict is).
-
-        `ident` names the sample; with a cache, item i's verdict is kept under the request and `ident/i`, and
-        the call's usage with the first item, so a resumed run asks again only for a reply not all of whose
-        verdicts are kept (and reuses those with what they cost)."""
-        payload, sent = self._encoded(prompt, cache_key, count)
-        parse = functools.partial(parse_verdicts, count=count)
-        parsed = self.request_body(prompt, items=count)
-        if self.cache is not None:
-            keys = [request_key(payload + b"\0" + f"{ident}/{index}".encode()) for index in range(count)]
-            kept = [self.cache.get_verdict(key) for key in keys]
-            if all(pair is not None for pair in kept):
-                return [Answer(*pair, reused=True) for pair in kept if pair is not None]
-        found, usage = await self.client.complete(sent, parse, ident=ident, parsed=parsed)
-        answers = [Answer(verdict, usage if index == 0 else Usage()) for index, verdict in enumerate(found)]
-        if self.cache is not None:
-            for key, answer in zip(keys, answers, strict=True):
-                self.cache.put_verdict(key, answer.verdict, answer.usage)
-        return answers
-
     async def grade(
         self, prompt_id: str, transcript: Sequence[Message], rubrics: Sequence[RubricItem], *, ident: str | None = None
     ) -> GradedReply:
@@ -359,7 +227,7 @@ class Grader:
         """
         conversation = render_conversation(transcript)
         if self.calls == "per-reply":
-            results = await self._per_reply(prompt_id, transcript, conversation, rubrics, ident or prompt_id)
+            results = await grade_reply(self, prompt_id, transcript, conversation, rubrics, ident or prompt_id)
         else:
             results = await self._per_item(prompt_id, conversation, rubrics, ident)
         graded = GradedReply(prompt_id, [])
@@ -377,7 +245,8 @@ class Grader:
     ) -> list[Answer]:
         # Every item's prompt starts with the template's head and the whole conversation, reply included.
         cache_key = self.cache_key(conversation)
-        payloads, prompts = self._item_payloads(conversation), item_prompts(conversation)
+        payloads = self._item_payloads(conversation)
+        prompts = item_prompts(conversation)
 
         async def one(index: int, item: RubricItem) -> Answer:
             item_ident = None if ident is None else f"{ident}/{index}"
@@ -390,30 +259,8 @@ class Grader:
             try:
                 return await self._verdict(prompt, payload, item_ident, cache_key)
             except RequestFailed as exc:
-                raise GradingError(prompt_id, item.criterion, self.failure(exc), lasting=lasting(exc)) from None
+                raise GradingError(prompt_id, item.criterion, self.failure(exc), lasting=exc.lasting) from None
 
-        tasks = [asyncio.ensure_future(one(index, item)) for index, item in enumerate(rubrics)]
-        try:
-            return list(await asyncio.gather(*tasks))
-        except BaseException:
-            # The siblings are stopped and awaited, so none outlives the reply it grades (nor sends after it).
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            raise
-
-    async def _per_reply(
-        self,
-        prompt_id: str,
-        transcript: Sequence[Message],
-        conversation: str,
-        rubrics: Sequence[RubricItem],
-        ident: str,
-    ) -> list[Answer]:
-        # One request per reply: what its requests share with others is the task's conversation before the reply.
-        cache_key = self.cache_key(render_conversation(transcript[:-1]))
-        prompt = per_reply_prompt(conversation, [rubric_item_text(item) for item in rubrics])
-        try:
-            return await self.verdicts(prompt, len(rubrics), ident=ident, cache_key=cache_key)
-        except RequestFailed as exc:
-            raise ReplyGradingError(prompt_id, len(rubrics), self.failure(exc), lasting=lasting(exc)) from None
+        # The first failure stops the siblings and awaits them, so none outlives the reply it grades (nor sends
+        # after it).
+        return await together(one(index, item) for index, item in enumerate(rubrics))

@@ -6,14 +6,31 @@ a request for a JSON list of `{"id", "explanation", "criteria_met"}`. Its conver
 two places as they are (the template is split, not searched and replaced), so a conversation that holds a
 placeholder's text is not substituted again. Its instructions come first and the conversation after them, so
 the requests of one task's replies share the longest start a prompt cache can reuse.
+
+The answer must be a JSON list with a valid verdict for every item's id exactly once (`parse_verdicts`); any other
+answer is asked again as a bad verdict is, and past the bound the reply fails as a whole (`ReplyGradingError`).
+The call (`reply_verdicts`) goes through the grader's client and verdict cache, and keeps each item's verdict
+apart.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import json
 import re
 from collections.abc import Sequence
 from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+from healthbench.api.wire import Usage, request_key, with_cache_key
+from healthbench.data.schema import Message, RubricItem
+from healthbench.errors import InvalidResponse, ReplyGradingError, RequestFailed
+from healthbench.grading.prompt import render_conversation, rubric_item_text
+from healthbench.grading.verdict import Answer, Verdict, decode_answer, read_verdict
+
+if TYPE_CHECKING:  # the grader calls this module for its per-reply calls
+    from healthbench.grading.grader import Grader
 
 PER_REPLY_TEMPLATE = (
     resources.files("healthbench.grading").joinpath("grader_template_per_reply.txt").read_bytes().decode("utf-8")
@@ -47,3 +64,87 @@ def heading_chars(count: int) -> int:
 def per_reply_prompt(conversation: str, items: Sequence[str]) -> str:
     """The per-reply grader prompt: the conversation once, then every rubric item numbered from 1."""
     return _HEAD + conversation + _MIDDLE + numbered_items(items) + _TAIL
+
+
+def _item_id(value: Any) -> int | None:
+    """An item's id as the grader wrote it: a JSON integer, or a string of one (not a float, not a boolean)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().isdecimal():
+        return int(value.strip())
+    return None
+
+
+def parse_verdicts(text: str, count: int) -> list[Verdict]:
+    """Parse a per-reply grader answer for items 1 to `count`: a JSON list (fenced or not) holding one object
+    per item, each with its `id` and a verdict as `parse_verdict` takes it; the verdicts in item order.
+
+    `InvalidResponse` (asked again, like a bad verdict) for anything else: not JSON, not a list, an entry that
+    is not an object, an id missing, repeated, or not one of the items, a `criteria_met` that is no boolean."""
+    parsed = decode_answer(text)
+    if not isinstance(parsed, list):
+        raise InvalidResponse("grader answer is not a JSON list")
+    found: dict[int, Verdict] = {}
+    for entry in parsed:
+        if not isinstance(entry, dict):
+            raise InvalidResponse("an entry of the grader's list is not a JSON object")
+        number = _item_id(entry.get("id"))
+        if number is None or not 1 <= number <= count:
+            shown = json.dumps(entry.get("id"))[:20]
+            raise InvalidResponse(f"the grader's list has id {shown}, not one of 1 to {count}")
+        if number in found:
+            raise InvalidResponse(f"the grader's list has id {number} twice")
+        found[number] = read_verdict(entry, f"item {number}: ")
+    missing = [str(number) for number in range(1, count + 1) if number not in found]
+    if missing:
+        shown = ", ".join(missing[:10]) + (", ..." if len(missing) > 10 else "")
+        raise InvalidResponse(f"the grader's list has no verdict for id {shown}")
+    return [found[number] for number in range(1, count + 1)]
+
+
+async def reply_verdicts(
+    grader: Grader, prompt: str, count: int, *, ident: str, cache_key: str | None = None
+) -> list[Answer]:
+    """One call of `grader` for a per-reply prompt of `count` items, its usage with the first; raises
+    `RequestFailed` past the retry bound (an answer without a valid verdict for every item is asked again, as
+    a bad verdict is).
+
+    `ident` names the sample; with a cache, item i's verdict is kept under the request and `ident/i`, and
+    the call's usage with the first item, so a resumed run asks again only for a reply not all of whose
+    verdicts are kept (and reuses those with what they cost)."""
+    # Encoded once: the same bytes are sent and are part of the cache key.
+    payload = grader.request_bytes(prompt, items=count)
+    sent = payload if cache_key is None else with_cache_key(payload, cache_key)
+    parse = functools.partial(parse_verdicts, count=count)
+    parsed = grader.request_body(prompt, items=count)
+    cache = grader.cache
+    if cache is not None:
+        keys = [request_key(payload + b"\0" + f"{ident}/{index}".encode()) for index in range(count)]
+        kept = [cache.get_verdict(key) for key in keys]
+        if all(pair is not None for pair in kept):
+            return [Answer(*pair, reused=True) for pair in kept if pair is not None]
+    found, usage = await grader.client.complete(sent, parse, ident=ident, parsed=parsed)
+    answers = [Answer(verdict, usage if index == 0 else Usage()) for index, verdict in enumerate(found)]
+    if cache is not None:
+        for key, answer in zip(keys, answers, strict=True):
+            cache.put_verdict(key, answer.verdict, answer.usage)
+    return answers
+
+
+async def grade_reply(
+    grader: Grader,
+    prompt_id: str,
+    transcript: Sequence[Message],
+    conversation: str,
+    rubrics: Sequence[RubricItem],
+    ident: str,
+) -> list[Answer]:
+    """Every rubric item of the reply that ends `transcript` (rendered as `conversation`), in one call of
+    `grader`: the answers in item order, or `ReplyGradingError` past the retry bound."""
+    # One request per reply: what its requests share with others is the task's conversation before the reply.
+    cache_key = grader.cache_key(render_conversation(transcript[:-1]))
+    prompt = per_reply_prompt(conversation, [rubric_item_text(item) for item in rubrics])
+    try:
+        return await reply_verdicts(grader, prompt, len(rubrics), ident=ident, cache_key=cache_key)
+    except RequestFailed as exc:
+        raise ReplyGradingError(prompt_id, len(rubrics), grader.failure(exc), lasting=exc.lasting) from None

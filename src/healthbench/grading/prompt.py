@@ -18,7 +18,8 @@ from healthbench.data.schema import Message, RubricItem
 TEMPLATE = resources.files("healthbench.grading").joinpath("grader_template.txt").read_bytes().decode("utf-8")
 TEMPLATE_SHA256 = hashlib.sha256(TEMPLATE.encode("utf-8")).hexdigest()
 GRADER_SYSTEM_MESSAGE = "You are a helpful assistant."
-CONVERSATION_PLACEHOLDER, RUBRIC_PLACEHOLDER = "<<conversation>>", "<<rubric_item>>"
+CONVERSATION_PLACEHOLDER = "<<conversation>>"
+RUBRIC_PLACEHOLDER = "<<rubric_item>>"
 # The template around its placeholders: before the conversation, from it to the rubric item, and after that.
 TEMPLATE_HEAD, _, _REST = TEMPLATE.partition(CONVERSATION_PLACEHOLDER)
 TEMPLATE_BRIDGE, _, TEMPLATE_TAIL = _REST.partition(RUBRIC_PLACEHOLDER)
@@ -50,9 +51,10 @@ def grader_prompt(conversation: str, rubric_item: str) -> str:
 
 
 def item_prompts(conversation: str) -> Callable[[str], str]:
-    """Each rubric item's grader prompt for one conversation, joined from the template's pieces: what
-    `grader_prompt` gives when the template is `SPLICEABLE` and the conversation holds no rubric item placeholder
-    (the caller's to check), without two replacements over the whole template for every item."""
+    """Each rubric item's grader prompt for one conversation, joined from the template's pieces around its
+    placeholders: what `grader_prompt`'s two replacements over the whole template give when the template is
+    `SPLICEABLE` and the conversation holds no rubric item placeholder (the caller's to check), where
+    `Grader._item_payloads` splices, without those two replacements for every item."""
     start = TEMPLATE_HEAD + conversation + TEMPLATE_BRIDGE
     return lambda item: start + item + TEMPLATE_TAIL
 

@@ -65,16 +65,16 @@ async def grade_sample(
     repeat: int = 0,
     system_message: str | None = None,
     adjustment: LengthAdjustment | None = None,
-    variant: str | None = None,
+    transform: str | None = None,
 ) -> GradedSample:
     """Grade `reply` to `row` (sample `repeat` of it), every rubric item with a call of its own.
 
     `system_message` is one the runner sent to the model, which heads the graded transcript as in the
-    reference. `variant` names a rewrite of the sample's reply (a probe's transform): its verdicts are kept apart
+    reference. `transform` names a rewrite of the sample's reply (a probe's): its verdicts are kept apart
     from the sample's own, whatever the two replies are. Raises `GradingError` when an item cannot be graded.
     """
     transcript = transcript_with_reply(row.prompt, reply, system_message)
-    ident = f"{row.prompt_id}#{repeat}" if variant is None else f"{row.prompt_id}#{repeat}~{variant}"
+    ident = f"{row.prompt_id}#{repeat}" if transform is None else f"{row.prompt_id}#{repeat}~{transform}"
     graded = await grader.grade(row.prompt_id, transcript, row.rubrics, ident=ident)
     metrics = task_metrics(
         row.example_tags,

@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from healthbench.errors import SettingsError
+from healthbench.errors import DataError, SettingsError
 from healthbench.grading.bootstrap import N_BOOTSTRAP, Bootstrap
 
 LENGTH_ADJUSTED = "overall_score_length_adjusted"
@@ -25,7 +25,7 @@ WORST_AT_K = "worst_at_k"
 def score(points: Sequence[int], met: Sequence[bool]) -> float | None:
     """Points met over positive points available; None when no item has positive points."""
     if len(points) != len(met):
-        raise ValueError("points and verdicts differ in length")
+        raise DataError("points and verdicts differ in length")
     possible = sum(p for p in points if p > 0)
     if possible == 0:
         return None
@@ -45,7 +45,7 @@ def task_metrics(
     """
     overall = score(points, met)
     if overall is None:
-        raise ValueError("a task needs at least one rubric item with positive points")
+        raise DataError("a task needs at least one rubric item with positive points")
     metrics = {"overall_score": overall}
     metrics.update(dict.fromkeys(example_tags, overall))
     by_tag: dict[str, tuple[list[int], list[bool]]] = {}
@@ -116,7 +116,7 @@ def mean_worst_of_k(scores: Sequence[float], k: int) -> float:
     """
     n = len(scores)
     if not 1 <= k <= n:
-        raise ValueError(f"worst-of-k needs 1 <= k <= {n} scores, got k={k}")
+        raise SettingsError(f"worst-of-k needs 1 <= k <= {n} scores, got k={k}")
     total = math.comb(n, k)
     return sum(s * math.comb(n - i, k - 1) for i, s in enumerate(sorted(scores), start=1)) / total
 
@@ -126,7 +126,7 @@ def worst_at_k(per_task: Sequence[Sequence[float]]) -> dict[int, float]:
     mean over tasks of each task's mean worst-of-K, clipped to [0, 1]. K = 1 is the pooled mean."""
     counts = {len(scores) for scores in per_task}
     if len(counts) != 1 or 0 in counts:
-        raise ValueError(f"worst-at-k needs the same number of samples for every task, got counts {sorted(counts)}")
+        raise DataError(f"worst-at-k needs the same number of samples for every task, got counts {sorted(counts)}")
     (n,) = counts
     return {k: clipped_mean([mean_worst_of_k(scores, k) for scores in per_task]) for k in range(1, n + 1)}
 

@@ -144,7 +144,7 @@ class GraderConfig(EndpointSettings):
     @model_validator(mode="after")
     def _settings_fit_the_model(self) -> GraderConfig:
         if self.reasoning_effort is not None and not self.is_reasoning:
-            raise ValueError(
+            raise SettingsError(
                 f"grader {self.model} is not treated as a reasoning model, so it takes no reasoning effort: drop "
                 "`grader_reasoning_effort`, or set `grader_reasoning=True`"
             )
@@ -260,7 +260,7 @@ class GradingOptions(BaseModel):
     def _not_empty(cls, value: str | None, info: ValidationInfo) -> str | None:
         # Left unset, each has its default; given empty, it would silently become that default.
         if value is not None and not value.strip():
-            raise ValueError(f"`{info.field_name}` is empty: name one, or leave it unset for the default")
+            raise SettingsError(f"`{info.field_name}` is empty: name one, or leave it unset for the default")
         return value
 
     def grader(self, subset: str | None, *, served: bool = False) -> GraderConfig:

@@ -25,7 +25,7 @@ from healthbench.data.subsets import PROFESSIONAL
 from healthbench.data.tags import breakdown
 from healthbench.errors import DataError, DownloadFailed, SettingsError
 from healthbench.grading.bootstrap import Seed
-from healthbench.grading.pool import GraderPool
+from healthbench.integrations.pool import GraderPool
 from healthbench.runs.spec import Limit, Repeats
 
 logger = logging.getLogger(__name__)

@@ -41,11 +41,11 @@ from healthbench.api.endpoint import Concurrency
 from healthbench.data.schema import Row
 from healthbench.data.subsets import TASK_SUBSETS
 from healthbench.errors import GradingError, SettingsError, UnknownPromptId
-from healthbench.grading.pool import GraderPool
 from healthbench.grading.sample import grade_sample
 from healthbench.grading.settings import GraderConfig, GradingOptions
 from healthbench.integrations.common import load_tasks
 from healthbench.integrations.openreward.deployment import served_budget
+from healthbench.integrations.pool import GraderPool
 
 DATA_VARIABLE = "HEALTHBENCH_DATA"
 CONCURRENCY_VARIABLE = "HEALTHBENCH_GRADER_CONCURRENCY"

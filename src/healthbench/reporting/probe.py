@@ -128,11 +128,17 @@ def gain_chart(summary: ProbeRecord) -> GainChart:
 
 def _changes(base: Sequence[ItemRecord], transformed: Sequence[ItemRecord]) -> list[Change]:
     return [
-        Change(after.criterion, after.points, before.criteria_met, after.criteria_met, before.explanation,
-               after.explanation)
+        Change(
+            criterion=after.criterion,
+            points=after.points,
+            before=before.criteria_met,
+            after=after.criteria_met,
+            was=before.explanation,
+            now=after.explanation,
+        )
         for before, after in zip(base, transformed, strict=False)
         if before.criteria_met != after.criteria_met
-    ]  # fmt: skip
+    ]
 
 
 def examples(records: Sequence[SampleRecord], summary: ProbeRecord) -> dict[str, list[Example]]:

@@ -14,9 +14,10 @@ from healthbench.api.wire import Usage
 from healthbench.data.schema import MetaRow
 from healthbench.errors import Deferred, EndpointUnusable, MetaGradingError, RequestFailed
 from healthbench.grading.agreement import meta_metrics
-from healthbench.grading.grader import Answer, Grader, lasting
-from healthbench.grading.per_reply import per_reply_prompt
+from healthbench.grading.grader import Grader
+from healthbench.grading.per_reply import per_reply_prompt, reply_verdicts
 from healthbench.grading.prompt import grader_prompt, render_conversation, transcript_with_reply
+from healthbench.grading.verdict import Answer
 from healthbench.runs.folder import AGREEMENT, RunFolder
 from healthbench.runs.progress import Progress, Quiet
 from healthbench.runs.records import AgreementRecord, MetaRecord, UsageNumbers
@@ -91,14 +92,16 @@ async def grade_meta_rows(
             if grader.calls == "per-reply":
                 prompt = per_reply_prompt(conversation, [rows[index].rubric for index in group])
                 cache_key = grader.cache_key(render_conversation(first.prompt))
-                results = await grader.verdicts(prompt, len(group), ident=f"meta#{group[0]}", cache_key=cache_key)
+                results = await reply_verdicts(
+                    grader, prompt, len(group), ident=f"meta#{group[0]}", cache_key=cache_key
+                )
             else:
                 prompt, cache_key = grader_prompt(conversation, first.rubric), grader.cache_key(conversation)
                 results = [await grader.verdict(prompt, ident=f"meta#{group[0]}", cache_key=cache_key)]
         except RequestFailed as exc:
             for index in group:
                 row = rows[index]
-                cause, lasts = grader.failure(exc), lasting(exc)
+                cause, lasts = grader.failure(exc), exc.lasting
                 sink.fail(MetaGradingError(index, row.prompt_id, row.completion_id, row.rubric, cause, lasting=lasts))
             return
         except Deferred:

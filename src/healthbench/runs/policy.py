@@ -21,9 +21,10 @@ from pydantic import Field, SecretStr, model_validator
 
 from healthbench.api.client import OPENAI_BASE_URL, ApiClient, Completer
 from healthbench.api.endpoint import REASONING_TIMEOUT, EndpointSettings, OutputTokens, pace_store_from_env
+from healthbench.api.failures import provider_error
 from healthbench.api.wire import Shape, Usage
 from healthbench.data.schema import Message
-from healthbench.errors import PolicyMisuse, RequestFailed
+from healthbench.errors import PolicyMisuse, RequestFailed, SettingsError
 
 # OpenAI's range of sampling temperatures; nan would go out as `NaN`, which is not JSON.
 Temperature = Annotated[float, Field(ge=0, le=2, allow_inf_nan=False)]
@@ -58,12 +59,12 @@ class PolicyConfig(EndpointSettings):
     def _settings_fit_the_model(self) -> PolicyConfig:
         # Each setting is sent or refused here, never dropped on the way: what run.json records went out.
         if self.is_reasoning and self.temperature is not None:
-            raise ValueError(
+            raise SettingsError(
                 f"{self.model} is treated as a reasoning model, which takes no temperature: drop `temperature`, "
                 "or set `reasoning=False` to send it anyway"
             )
         if not self.is_reasoning and self.reasoning_effort is not None:
-            raise ValueError(
+            raise SettingsError(
                 f"{self.model} is not treated as a reasoning model, so it takes no reasoning effort: drop "
                 "`reasoning_effort`, or set `reasoning=True` if it is one"
             )
@@ -123,7 +124,7 @@ class PromptRefusal:
 
 def prompt_refusal(failure: RequestFailed) -> PromptRefusal | None:
     """The refusal when `failure` is the provider refusing the prompt itself, else None."""
-    error = failure.error
+    error = provider_error(failure)
     if error is None or error.status is None or not error.about_prompt:
         return None
     return PromptRefusal(error.status, error.code, error.message or failure.cause)
@@ -158,18 +159,13 @@ class RefusalGuard:
     def _check(self) -> None:
         seen = self.answered + self.refused
         if self.decided and 2 * self.refused > seen and self.last is not None:
-            shown = f" The last refusal: {self.last.describe()}"
-            raise PolicyMisuse(
-                f"the model refused {self.refused} of the {seen} prompts answered so far; refusals this "
-                "common are not a few prompts a filter flags but a problem with the requests (model, endpoint, "
-                f"parameters, key), so no score is written.{shown}"
-            )
+            raise PolicyMisuse.refusals(self.refused, seen, self.last.describe())
 
 
 def misuse(failure: RequestFailed, base_url: str) -> PolicyMisuse | None:
     """`PolicyMisuse` for a request refused with a 4xx that is no refusal of the prompt, else None."""
     if failure.status is None or not 400 <= failure.status < 500 or prompt_refusal(failure) is not None:
         return None
-    message = failure.error.message if failure.error is not None else ""
-    said = f"HTTP {failure.status}: {message}" if message else failure.cause
-    return PolicyMisuse(f"{base_url} refused a request to the model ({said}); no score is written.")
+    error = provider_error(failure)
+    said = f"HTTP {failure.status}: {error.message}" if error is not None and error.message else failure.cause
+    return PolicyMisuse.refused_request(base_url, said)

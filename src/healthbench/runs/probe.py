@@ -33,7 +33,7 @@ def probe_jobs(rows: Sequence[Row], replies: Mapping[str, str] | None, transform
     for row in rows:
         reply = None if replies is None else replies[row.prompt_id]
         jobs.append(Job(row, 0, reply))
-        jobs += [Job(row, 0, reply, transform=name) for name in transforms]
+        jobs += [Job(row, 0, reply, transform=TRANSFORMS[name]) for name in transforms]
     return jobs
 
 

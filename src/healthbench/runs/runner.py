@@ -29,7 +29,7 @@ from healthbench.grading.aggregate import aggregate_samples
 from healthbench.grading.grader import Grader
 from healthbench.grading.sample import grade_sample
 from healthbench.grading.scoring import LengthAdjustment
-from healthbench.grading.transforms import TRANSFORMS
+from healthbench.grading.transforms import Transform
 from healthbench.runs.folder import METRICS, RunFolder
 from healthbench.runs.policy import REFUSED_REPLY, Policy, PromptRefusal, RefusalGuard, misuse, prompt_refusal
 from healthbench.runs.progress import Progress, Quiet
@@ -40,13 +40,18 @@ from healthbench.runs.store import Store
 @dataclass(frozen=True)
 class Job:
     """One sample to grade: a task, which repeat of it, and a fixed reply or None to ask the policy; with
-    `transform` (a name of `grading.transforms.TRANSFORMS`), that reply rewritten, graded as a sample of its own
+    `transform` (a rewrite step: `grading.transforms.Transform`), that reply rewritten, graded as a sample of its own
     (a probe's). Jobs of one task and repeat share its reply: the policy is asked once."""
 
     row: Row
     repeat: int = 0
     reply: str | None = None
-    transform: str | None = None
+    transform: Transform | None = None
+
+    @property
+    def transform_name(self) -> str | None:
+        """The name of its transform, as its records name it; None for the reply as it is."""
+        return None if self.transform is None else self.transform.name
 
 
 @dataclass
@@ -169,7 +174,8 @@ class _Sampler:
         if key in self._asking:
             asked = await self._asking[key]
             return Reply(asked.text, Usage(), refusal=asked.refusal)  # counted once, by the first job of the sample
-        self._asking[key] = asking = asyncio.ensure_future(self._ask(job))
+        asking = asyncio.ensure_future(self._ask(job))
+        self._asking[key] = asking
         return await asking
 
     async def _ask(self, job: Job) -> Reply:
@@ -276,7 +282,7 @@ async def run_jobs(
                 raise got
             reply = got if got is not None else await sampler.reply(job)
             outcome.policy_usage.add(reply.paid)
-            text = reply.text if job.transform is None else TRANSFORMS[job.transform].apply(reply.text, job.row)
+            text = reply.text if job.transform is None else job.transform.apply(reply.text, job.row)
             sample = await grade_sample(
                 grader,
                 job.row,
@@ -284,12 +290,12 @@ async def run_jobs(
                 repeat=job.repeat,
                 system_message=system_message,
                 adjustment=length_adjustment,
-                variant=job.transform,
+                transform=job.transform_name,
             )
         except EndpointUnusable as exc:
             raise exc if exc.role else exc.of(GRADER) from None
         except (SampleError, GradingError) as exc:
-            sink.fail(exc, job.row.prompt_id, job.repeat, transform=job.transform)
+            sink.fail(exc, job.row.prompt_id, job.repeat, transform=job.transform_name)
             return
         except Deferred:
             sink.defer()
@@ -307,7 +313,7 @@ async def run_jobs(
                 policy_model=None if policy is None else policy.config.model,
                 policy_usage=None if policy is None else reply.usage,
                 policy_error=None if reply.refusal is None else PolicyErrorRecord.of(reply.refusal),
-                transform=job.transform,
+                transform=job.transform_name,
             )
         )
 
@@ -329,7 +335,8 @@ async def run_jobs(
 async def all_or_none(coroutines: Sequence[Coroutine[Any, Any, None]]) -> None:
     """Run the coroutines together; on `PolicyMisuse`, `EndpointUnusable` or `OutputUnusable` (a full disk) cancel
     the rest at once, so a run that cannot have a score stops in seconds instead of sending every request first
-    (what has arrived is in the store already)."""
+    (what has arrived is in the store already). Not a `TaskGroup`: any other failure (`QuotaExhausted`) is raised
+    while the rest go on, so that what they have on the wire, already paid for, lands in the store (`session`)."""
     tasks = [asyncio.ensure_future(coroutine) for coroutine in coroutines]
     try:
         await asyncio.gather(*tasks)

@@ -249,10 +249,7 @@ def _run(
     try:
         return asyncio.run(run())
     except QuotaExhausted as exc:
-        raise QuotaExhausted(
-            f"{exc}. Everything answered is kept in {folder / STORE}: add credit (or use another key), then run the "
-            "same command again to go on from there."
-        ) from None
+        raise exc.kept_in(str(folder / STORE)) from None
     except EndpointUnusable as exc:
         if exc.refused:
             raise exc.advised(f"no score is written ({kept})") from None

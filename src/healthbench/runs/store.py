@@ -24,7 +24,7 @@ from healthbench.api.batch.records import BatchRecord
 from healthbench.api.wire import Usage
 from healthbench.errors import ConfigMismatch, OutputUnusable
 from healthbench.files import disk_full
-from healthbench.grading.grader import Verdict
+from healthbench.grading.verdict import Verdict
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS config (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -209,10 +209,7 @@ class Store:
             details = "; ".join(
                 f"{key}: {stored.get(key, '(unset)')} -> {wanted.get(key, '(unset)')}" for key in changed
             )
-            raise ConfigMismatch(
-                f"this output folder holds a run with other settings ({details}). "
-                "Use a new `out` folder, or run with the recorded settings to resume."
-            )
+            raise ConfigMismatch(details)
 
     def config(self) -> dict[str, Any]:
         """The recorded configuration."""

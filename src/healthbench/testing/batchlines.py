@@ -28,24 +28,24 @@ def _parse_line(line: str) -> dict[str, tuple[Any, str]]:
     fields: dict[str, tuple[Any, str]] = {}
     pos = _skip_ws(line, 0)
     if not line.startswith("{", pos):
-        raise ValueError("not a JSON object")
+        raise json.JSONDecodeError("not a JSON object", line, pos)
     pos = _skip_ws(line, pos + 1)
     closed = line.startswith("}", pos)
     while not closed:
         key, pos = _DECODER.raw_decode(line, pos)
         pos = _skip_ws(line, pos)
         if not isinstance(key, str) or not line.startswith(":", pos):
-            raise ValueError("expected a string key and ':'")
+            raise json.JSONDecodeError("expected a string key and ':'", line, pos)
         start = _skip_ws(line, pos + 1)
         value, pos = _DECODER.raw_decode(line, start)
         fields[key] = (value, line[start:pos])
         pos = _skip_ws(line, pos)
         closed = line.startswith("}", pos)
         if not closed and not line.startswith(",", pos):
-            raise ValueError("expected ',' or '}'")
+            raise json.JSONDecodeError("expected ',' or '}'", line, pos)
         pos = _skip_ws(line, pos + 1)
     if pos < len(line):
-        raise ValueError("trailing data after the object")
+        raise json.JSONDecodeError("trailing data after the object", line, pos)
     return fields
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import re
 
+from healthbench.errors import SettingsError
 from healthbench.testing.replies import item_verdict, prompt_verdict
 
 __all__ = ["GRADERS", "fake_verdict", "graded_parts", "item_prompt", "list_item_verdict"]
@@ -71,7 +72,7 @@ def fake_verdict(grader: str, prompt: str, seed: int = 0) -> tuple[bool, str]:
         if _normal(criterion) and _normal(criterion) in _normal(reply):
             return True, f"The response states: {criterion}"
     elif grader != "reply_blind":
-        raise ValueError(f"unknown fake grader {grader!r}; choose from {', '.join(GRADERS)}")
+        raise SettingsError(f"unknown fake grader {grader!r}; choose from {', '.join(GRADERS)}")
     return _flip(str(seed), criterion), "judged from the rubric item alone"
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from healthbench.errors import SettingsError
 from healthbench.testing.replies import Body, error_body, estimate_tokens
 
 __all__ = ["THINKING", "Host", "ThinkMode"]
@@ -39,9 +40,9 @@ class Host:
 
     def __post_init__(self) -> None:
         if self.think is not None and self.think not in THINKING:
-            raise ValueError(f"unknown think mode {self.think!r}; choose from {THINKING}")
+            raise SettingsError(f"unknown think mode {self.think!r}; choose from {THINKING}")
         if self.thinking_tokens < 1:
-            raise ValueError("thinking_tokens must be positive")
+            raise SettingsError("thinking_tokens must be positive")
 
     def refusal(self, body: Body) -> Body | None:
         """The error object of the 400 this host answers ``body`` with, if it carries a parameter it refuses."""

@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 from aiohttp import web
 
+from healthbench.errors import SettingsError
 from healthbench.testing.replies import estimate_tokens
 
 __all__ = ["QUOTA_MESSAGE", "Decision", "Limiter", "RateLimits", "WindowKind"]
@@ -78,13 +79,13 @@ class RateLimits:
 
     def __post_init__(self) -> None:
         if any(limit is not None and limit <= 0 for limit in (self.rpm, self.tpm)):
-            raise ValueError("rpm and tpm must be positive")
+            raise SettingsError("rpm and tpm must be positive")
         if self.window <= 0:
-            raise ValueError("window must be positive")
+            raise SettingsError("window must be positive")
         if self.quota is not None and self.quota < 0:
-            raise ValueError("quota must be non-negative")
+            raise SettingsError("quota must be non-negative")
         if (self.debt is not None and self.debt < 0) or self.refusal_latency < 0:
-            raise ValueError("debt and refusal_latency must be non-negative")
+            raise SettingsError("debt and refusal_latency must be non-negative")
 
     @classmethod
     def per_second(cls, rate: float) -> RateLimits:
@@ -98,9 +99,14 @@ class RateLimits:
         """The limiter at its least forgiving (see the module docstring): debt without bound, hints one request
         short, retry-after-ms on every 429, with or without the x-ratelimit headers."""
         return cls(
-            rpm=rpm, tpm=tpm, headers=headers, count_refused=count_refused, optimistic_hints=True, debt=None,
+            rpm=rpm,
+            tpm=tpm,
+            headers=headers,
+            count_refused=count_refused,
+            optimistic_hints=True,
+            debt=None,
             retry_headers=True,
-        )  # fmt: skip
+        )
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,8 @@ from typing import Any
 
 from aiohttp import web
 
+from healthbench.errors import SettingsError
+
 __all__ = [
     "GRADER_MARKER",
     "LIST_FAULTS",
@@ -109,7 +111,7 @@ def faulty_list(kind: str, verdicts: Verdicts) -> str:
         return _fenced({"verdicts": entries})
     if kind == "string_verdict":
         return _fenced([{**entry, "criteria_met": str(entry["criteria_met"]).lower()} for entry in entries])
-    raise ValueError(f"unknown list fault {kind!r}; choose from {LIST_FAULTS}")
+    raise SettingsError(f"unknown list fault {kind!r}; choose from {LIST_FAULTS}")
 
 
 def verdict_reply(criteria_met: bool, explanation: str | None = None) -> str:

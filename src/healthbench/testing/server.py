@@ -21,6 +21,7 @@ from types import TracebackType
 
 from aiohttp import web
 
+from healthbench.errors import NotServing, SettingsError
 from healthbench.testing.agent import answer_call, chat_stream, wants_stream, with_tool_call
 from healthbench.testing.batch import FakeBatchAPI
 from healthbench.testing.caching import PromptCache
@@ -133,23 +134,23 @@ class FakeOpenAI:
     ) -> None:
         unknown = sorted(set(faults) - set(FAULT_KINDS))
         if unknown:
-            raise ValueError(f"unknown faults {unknown}; choose from {FAULT_KINDS}")
+            raise SettingsError(f"unknown faults {unknown}; choose from {FAULT_KINDS}")
         if not 0.0 <= fault_rate <= 1.0:
-            raise ValueError("fault_rate must be between 0 and 1")
+            raise SettingsError("fault_rate must be between 0 and 1")
         if fault_rate > 0 and not faults:
-            raise ValueError("fault_rate > 0 needs at least one fault kind")
+            raise SettingsError("fault_rate > 0 needs at least one fault kind")
         if grader not in GRADERS:
-            raise ValueError(f"unknown grader {grader!r}; choose from {GRADERS}")
+            raise SettingsError(f"unknown grader {grader!r}; choose from {GRADERS}")
         if rate_limit is not None and rate_limit <= 0:
-            raise ValueError("rate_limit must be positive")
+            raise SettingsError("rate_limit must be positive")
         if latency < 0 or not 0 <= latency_jitter <= latency:
-            raise ValueError("latency must be non-negative, and latency_jitter between 0 and latency")
+            raise SettingsError("latency must be non-negative, and latency_jitter between 0 and latency")
         if batch_delay < 0 or fault_retry_after < 0:
-            raise ValueError("batch_delay and fault_retry_after must be non-negative")
+            raise SettingsError("batch_delay and fault_retry_after must be non-negative")
         if not (0.0 <= batch_fail_rate <= 1.0 and 0.0 <= batch_malformed_rate <= 1.0):
-            raise ValueError("batch_fail_rate and batch_malformed_rate must be between 0 and 1")
+            raise SettingsError("batch_fail_rate and batch_malformed_rate must be between 0 and 1")
         if max_file_bytes <= 0 or max_batch_requests <= 0:
-            raise ValueError("max_file_bytes and max_batch_requests must be positive")
+            raise SettingsError("max_file_bytes and max_batch_requests must be positive")
         self.respond = respond
         self.fault_rate = fault_rate
         self.faults = tuple(faults)
@@ -194,8 +195,10 @@ class FakeOpenAI:
         self.reset()
 
     def reset(self) -> None:
-        """Clear counters and records, and restart the fault RNGs and rate limiter from scratch (uploaded files and
-        created batches are kept)."""
+        """Clear counters and records, and restart the fault RNGs and rate limiter from scratch.
+
+        Uploaded files and created batches are kept.
+        """
         self.requests_total = 0
         self.responses_by_kind: Counter[str] = Counter()
         self.max_in_flight = 0
@@ -206,7 +209,8 @@ class FakeOpenAI:
         self._rng = random.Random(self.seed)
         self._latency_rng = random.Random(self.seed)
         self._limiter = Limiter(self.limits or self.rate_limit, self.clock())
-        self.batches_created = self.batch_lines_submitted = 0
+        self.batches_created = 0
+        self.batch_lines_submitted = 0
         self.batch_bodies: list[str] = []
         self.files_uploaded = 0
         self.batch_api.reset()
@@ -341,7 +345,7 @@ class FakeOpenAI:
             self._lists_answered[digest] += 1
             if fault is not None:
                 if fault not in LIST_FAULTS:
-                    raise ValueError(f"unknown list fault {fault!r}; choose from {LIST_FAULTS}")
+                    raise SettingsError(f"unknown list fault {fault!r}; choose from {LIST_FAULTS}")
                 return faulty_list(fault, verdicts)
         return verdicts_reply(verdicts)
 
@@ -373,7 +377,7 @@ class FakeOpenAI:
     def start(self) -> str:
         """Serve on a background thread with its own event loop; return the base URL (ending in /v1)."""
         if self._thread is not None:
-            raise RuntimeError("server already started")
+            raise NotServing("server already started")
         loop = asyncio.new_event_loop()
         thread = threading.Thread(target=loop.run_forever, name="fake-openai", daemon=True)
         thread.start()
@@ -395,7 +399,8 @@ class FakeOpenAI:
             loop.call_soon_threadsafe(loop.stop)
             thread.join()
             loop.close()
-            self._loop = self._thread = None
+            self._loop = None
+            self._thread = None
             self.base_url = None
 
     def __enter__(self) -> FakeOpenAI:

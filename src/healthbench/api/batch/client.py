@@ -31,7 +31,7 @@ import aiohttp
 
 from healthbench.api.batch.files import (
     Outcome,
-    batch_missing,
+    batch_errors,
     find_batch,
     input_line,
     json_object,
@@ -53,8 +53,9 @@ T = TypeVar("T")
 # Checks on the batches that may fail in a row (each after the client's own retries) before the requests
 # waiting on them fail: a wait of hours should outlast a short outage.
 _CHECK_FAILURES = 10
-# Refusals of batches by the organization's enqueued-token limit in a row (each halving what is queued at once)
-# before the requests in them fail.
+# The error code of a batch the organization's enqueued-token limit refused, and how many refusals in a
+# row (each halving what is queued at once) before the requests in them fail.
+_REFUSED = "token_limit_exceeded"
 _REFUSALS = 20
 _SHOW_COUNTS_EVERY = 300.0
 
@@ -76,7 +77,8 @@ class BatchClient:
         self.purpose = purpose
         self.settings = settings or BatchSettings()
         self.notify = notify or (lambda _message: None)
-        self.batches_submitted = self.requests_submitted = 0
+        self.batches_submitted = 0
+        self.requests_submitted = 0
         self._requests: dict[str, QueuedRequest] = {}
         self._queue: dict[str, QueuedRequest] = {}
         self._queued_bytes = 0
@@ -100,14 +102,16 @@ class BatchClient:
         ident: str | None = None,
         parsed: Mapping[str, Any] | None = None,
     ) -> tuple[T, Usage]:
-        """Queue one request for a batch and wait for its parsed answer (`parsed` unused: no per-minute pace)."""
+        """Queue one request for a batch and wait for its parsed answer (`parsed` is not needed: a batch has no
+        per-minute pace)."""
         payload = body if isinstance(body, bytes) else json.dumps(body).encode()
         custom_id = request_key(payload if ident is None else payload + b"\0" + ident.encode())
         request = self._requests.get(custom_id)
         if request is None:
             sent = self.chat.hosts.apply(payload)  # without what the endpoint refuses, as live requests go
             line = input_line(self.chat.wire, custom_id, sent)
-            request = self._requests[custom_id] = QueuedRequest(custom_id, line, parse, payload=payload, sent=sent)
+            request = QueuedRequest(custom_id, line, parse, payload=payload, sent=sent)
+            self._requests[custom_id] = request
             self._place(request)
         waiter: asyncio.Future[tuple[Any, Usage]] = asyncio.get_running_loop().create_future()
         request.waiters.append(waiter)
@@ -260,7 +264,7 @@ class BatchClient:
 
     def _leave(self) -> None:
         """Give every request still out back to its caller as deferred; the ledger keeps its batch."""
-        self._fail_all(Deferred(f"waiting in a {self.purpose} batch"))
+        self._fail_all(Deferred(self.purpose))
 
     def _queued_tokens(self) -> int:
         """Estimated tokens of this client's batches still in the provider's queue."""
@@ -359,10 +363,14 @@ class BatchClient:
 
     async def _collect(self, batch: OpenBatch, state: Mapping[str, Any]) -> None:
         outcomes = await read_outcomes(self.chat, state)
-        missing, refused = batch_missing(batch.batch_id, state)
-        if refused:
-            self._refused(batch, missing)
-            return
+        status = state.get("status")
+        missing = f"no result in batch {batch.batch_id} ({status})"
+        if status == "failed":
+            errors = batch_errors(state)
+            missing = f"batch {batch.batch_id} failed: " + "; ".join(str(e.get("message")) for e in errors[:3])
+            if errors and all(e.get("code") == _REFUSED for e in errors):
+                self._refused(batch, missing)
+                return
         self._refusals = 0
         for custom_id in batch.members:
             request = self._requests.get(custom_id)

@@ -16,6 +16,7 @@ from typing import Any
 
 from healthbench.api.batch.records import TERMINAL, BatchRecord, BatchSettings
 from healthbench.api.client import ApiClient
+from healthbench.api.failures import provider_error
 from healthbench.api.retrying import is_retryable
 from healthbench.api.wire import Api, Usage
 from healthbench.errors import InvalidResponse, RequestFailed, UnreadableAnswer
@@ -64,24 +65,10 @@ def batch_errors(state: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [error for error in found if isinstance(error, dict)] if isinstance(found, list) else []
 
 
-# The error code of a batch that the organization's enqueued-token limit refused.
-TOKEN_LIMIT_EXCEEDED = "token_limit_exceeded"
-
-
-def batch_missing(batch_id: str | None, state: Mapping[str, Any]) -> tuple[str, bool]:
-    """Why a finished batch holds no line for a request, in words: none came (its status said), or, for a failed
-    batch, its first three errors; and whether the enqueued-token limit refused it (each of its errors that)."""
-    status = state.get("status")
-    if status != "failed":
-        return f"no result in batch {batch_id} ({status})", False
-    errors = batch_errors(state)
-    cause = f"batch {batch_id} failed: " + "; ".join(str(e.get("message")) for e in errors[:3])
-    return cause, bool(errors) and all(e.get("code") == TOKEN_LIMIT_EXCEEDED for e in errors)
-
-
 def refused_batch(failure: RequestFailed) -> str:
     """A batch upload or creation refused outright, in words: the status and the provider's message."""
-    message = failure.error.message if failure.error is not None and failure.error.message else failure.cause
+    error = provider_error(failure)
+    message = error.message if error is not None and error.message else failure.cause
     return f"HTTP {failure.status}: {message}"
 
 
@@ -159,7 +146,8 @@ def split_lines(lines: list[bytes], settings: BatchSettings, token_cap: int | No
     """How many of `lines`, in order, go in each batch: within the request and byte limits of a batch, and
     within `token_cap` estimated tokens when one is set (a line past every limit still goes, alone)."""
     sizes = [0]
-    size = tokens = 0
+    size = 0
+    tokens = 0
     for line in lines:
         if sizes[-1] and (
             sizes[-1] >= settings.max_requests
@@ -167,7 +155,8 @@ def split_lines(lines: list[bytes], settings: BatchSettings, token_cap: int | No
             or (token_cap is not None and tokens + line_tokens(line) > token_cap)
         ):
             sizes.append(0)
-            size = tokens = 0
+            size = 0
+            tokens = 0
         sizes[-1] += 1
         size += len(line)
         tokens += line_tokens(line)

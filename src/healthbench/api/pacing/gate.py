@@ -17,10 +17,10 @@ import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 
+from healthbench.api.failures import RateLimited, read_refusal
 from healthbench.api.pacing.pacer import Pace, Pacer
 from healthbench.api.pacing.state import Effects, Limits, LocalPace, PaceState
-from healthbench.api.ratesignals import RateLimited, read_refusal
-from healthbench.errors import QuotaExhausted
+from healthbench.errors import QuotaExhausted, SettingsError
 
 # A shared pace reserves a start this close (one call to the store for each start, and processes take turns
 # instead of racing); a local one asks again after every wait, since an answer can move a start either way.
@@ -135,7 +135,7 @@ class Gate:
         await self._apply(effects)
         self._wake(True)  # a quota refusal changes nothing in the pace but stops every start
         if refusal.quota:
-            raise QuotaExhausted("the account has no quota left (insufficient_quota)")
+            raise QuotaExhausted()
         return retry
 
     def lost(self, ticket: int) -> None:
@@ -171,7 +171,7 @@ class Budget:
 
     def __init__(self, limit: int, ceiling: int | None = None) -> None:
         if limit < 1:
-            raise ValueError("concurrency must be at least 1")
+            raise SettingsError("concurrency must be at least 1")
         self.floor = limit
         self.ceiling = max(limit, ceiling or limit)
         self.limit = limit

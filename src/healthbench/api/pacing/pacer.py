@@ -31,6 +31,7 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from healthbench.api.failures import RateLimited
 from healthbench.api.pacing.state import (
     BURST,
     EPSILON,
@@ -44,7 +45,7 @@ from healthbench.api.pacing.state import (
     Learned,
     Slowdown,
 )
-from healthbench.api.ratesignals import RateLimited, duration_seconds, header_number
+from healthbench.api.ratesignals import duration_seconds, header_number
 from healthbench.errors import QuotaExhausted
 
 _PROBE = 5.0  # seconds without an answer after which the probe's window no longer holds starts back
@@ -176,7 +177,7 @@ class Pacer:
         """What this process alone holds a start of `cost` back for: seconds to wait (0 or less: none), why, and
         how many seconds of each pace the start may run ahead of it. `QuotaExhausted` if no start may go."""
         if self.quota_exhausted:
-            raise QuotaExhausted("the account has no quota left (insufficient_quota)")
+            raise QuotaExhausted()
         wait, reason, ahead = 0.0, None, [BURST, BURST]
         for index, (mirror, spent, name) in enumerate(self._each(cost)):
             mirror_wait, ahead[index] = mirror.wait(now, spent, self._trusted)

@@ -142,7 +142,9 @@ def remembered(slot: str) -> dict[Dimension, tuple[float, int]]:
     the key reads and writes: the key's next client (a later run, a trainer's next step, a grader made again)
     starts at them, instead of slowly as for a key nothing is known of. The most recently used keys are kept."""
     learned = _LEARNED.pop(slot, None)
-    _LEARNED[slot] = learned = learned if learned is not None else {}
+    if learned is None:
+        learned = {}
+    _LEARNED[slot] = learned
     while len(_LEARNED) > _REMEMBERED:
         _LEARNED.popitem(last=False)
     return learned

@@ -30,7 +30,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from healthbench.api.pacing import state
 from healthbench.api.pacing.state import DIMENSIONS, Admission, Ahead, Effects, Learned, Limits, LocalPace
-from healthbench.errors import PaceStoreUnreachable, SettingsError
+from healthbench.errors import MissingExtra, PaceStoreUnreachable, SettingsError
 
 if TYPE_CHECKING:  # the Redis client is imported when a store is first used: settings only check its URL
     import redis.asyncio as aioredis
@@ -108,6 +108,7 @@ class PaceStore:
     per running event loop, as the HTTP session is."""
 
     def __init__(self, url: str) -> None:
+        MissingExtra.check("redis", "a shared pace (`pace_store`)", "redis")
         self.url = validated(url)
         self.name = redacted(url)
         self.member = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"  # this process, among a key's users
@@ -185,7 +186,8 @@ class PaceStore:
         """Close the client of the running loop, if there is one."""
         if self._client is not None and self._loop is asyncio.get_running_loop():
             await self._client.aclose()
-        self._client = self._loop = None
+        self._client = None
+        self._loop = None
 
 
 _STORES: dict[str, PaceStore] = {}
@@ -195,7 +197,8 @@ def shared_store(url: str) -> PaceStore:
     """The one `PaceStore` of this process for `url`: every client naming it shares its connections."""
     store = _STORES.get(url)
     if store is None:
-        store = _STORES[url] = PaceStore(url)
+        store = PaceStore(url)
+        _STORES[url] = store
     return store
 
 
@@ -219,9 +222,15 @@ class RedisPace:
         reply = await self.store.run("admit", self.keys, args)
         wait, reason, reserved, rpm, tpm, requests, tokens_rate, sharers = reply
         return Admission(
-            float(wait), reason or None, bool(int(reserved)), _number(rpm), _number(tpm), _number(requests),
-            _number(tokens_rate), max(1, int(sharers)),
-        )  # fmt: skip
+            wait=float(wait),
+            reason=reason or None,
+            reserved=bool(int(reserved)),
+            rpm=_number(rpm),
+            tpm=_number(tpm),
+            request_rate=_number(requests),
+            token_rate=_number(tokens_rate),
+            sharers=max(1, int(sharers)),
+        )
 
     async def apply(self, effects: Effects) -> None:
         """`PaceState.apply`, on Redis's clock."""

@@ -1,12 +1,11 @@
 """What one OpenReward server serves: its rows by split, the task prompt, and the grading every session of
-the server shares (one grader per key and settings, kept warm between sessions by `grading.pool`, under one
+the server shares (one grader per key and settings, kept warm between sessions by `integrations.pool`, under one
 concurrency budget), for one reply or for a group of candidates. Nothing here imports the SDK, so it can be built
 and tested without it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -19,16 +18,25 @@ from healthbench.data.cache import Transfer, unseen
 from healthbench.data.schema import Message, Row
 from healthbench.data.source import TaskSource
 from healthbench.data.splits import SPLITS
-from healthbench.errors import CandidateError, GradingError, OverLimit, UnknownPromptId
-from healthbench.grading.pool import GraderPool
+from healthbench.errors import (
+    CandidateError,
+    DataError,
+    GradingError,
+    OverLimit,
+    SettingsError,
+    UnknownPromptId,
+    UnknownTask,
+)
 from healthbench.grading.prompt import TEMPLATE_SHA256, render_conversation
 from healthbench.grading.sample import GradedSample, grade_sample
 from healthbench.grading.scoring import LengthAdjustment
 from healthbench.grading.settings import GraderConfig
 from healthbench.integrations.openreward.access import ServeLimits
 from healthbench.integrations.openreward.usagelog import UsageLog
+from healthbench.integrations.pool import GraderPool
 from healthbench.runs.outputs import RewardItem, RewardMetadata
 from healthbench.runs.spec import GraderRequest
+from healthbench.together import together
 
 EXPLANATION_CHARS = 200
 # A server's grader budget, unless --concurrency says otherwise: every session's calls share it, and a GRPO group
@@ -72,11 +80,11 @@ def _split(subset: str) -> str:
 
 def split_names(data: Path | None = None, subsets: Sequence[str] = ()) -> list[str]:
     """The splits `load_splits` serves for `data` and `subsets`, in order, known before anything is read (a
-    training split too few rows leave empty is not served). `ValueError` for a split given twice."""
+    training split too few rows leave empty is not served). `SettingsError` for a split given twice."""
     names = [TEST] if data is not None else []
     for split in map(_split, _subsets(data, subsets)):
         if split in names:
-            raise ValueError(f"split {split!r} given twice (a data file and the full subset are both 'test')")
+            raise SettingsError(f"split {split!r} given twice (a data file and the full subset are both 'test')")
         names.append(split)
     if TEST in names:
         at = names.index(TEST) + 1
@@ -145,7 +153,7 @@ class Deployment:
         self.usage_log = usage_log
         self.limits = limits or ServeLimits()
         if not splits:
-            raise ValueError("nothing to serve: no splits")
+            raise SettingsError("nothing to serve: no splits")
         self.splits = {name: tuple(rows) for name, rows in splits.items()}
         self.graders = {name: grader if isinstance(grader, GraderConfig) else grader[name] for name in self.splits}
         self.adjustments = {name: (adjustments or {}).get(name) for name in self.splits}
@@ -153,10 +161,10 @@ class Deployment:
         self._specs: dict[str, list[dict[str, str]]] = {}
         for name, rows in self.splits.items():
             if not rows:
-                raise ValueError(f"split {name!r} has no rows")
+                raise DataError(f"split {name!r} has no rows")
             for row in rows:
                 if (name, row.prompt_id) in self._rows:
-                    raise ValueError(f"split {name!r}: duplicate prompt_id {row.prompt_id!r}")
+                    raise DataError(f"split {name!r}: duplicate prompt_id {row.prompt_id!r}")
                 self._rows[name, row.prompt_id] = row
             # Built once: the SDK asks for the listing again on every request.
             self._specs[name] = [{"split": name, "prompt_id": row.prompt_id} for row in rows]
@@ -177,15 +185,14 @@ class Deployment:
         return self._specs[split]
 
     def row(self, task_spec: Mapping[str, Any]) -> Row:
-        """The row a task spec names; `ValueError` for a spec that names none (naming the splits, for a split
+        """The row a task spec names; `UnknownTask` for a spec that names none (naming the splits, for a split
         that is not one)."""
         split, prompt_id = task_spec.get("split"), task_spec.get("prompt_id")
         if not isinstance(split, str) or split not in self.splits:
-            splits = ", ".join(repr(name) for name in self.splits)
-            raise ValueError(f"no task with split {split!r}: the splits are {splits}")
+            raise UnknownTask(split, splits=tuple(self.splits))
         row = self._rows.get((split, prompt_id)) if isinstance(prompt_id, str) else None
         if row is None:
-            raise ValueError(f"no task with split {split!r} and prompt_id {prompt_id!r}")
+            raise UnknownTask(split, prompt_id)
         return row
 
     def task(self, split: str, prompt_id: str) -> Row:
@@ -214,8 +221,8 @@ class Deployment:
         Raises `GradingError` when an item cannot be graded (the key never appears in its message), and
         `OverLimit`, before any grader call, for a reply longer than the server grades.
         """
-        if (refusal := self._too_long(response)) is not None:
-            raise OverLimit(f"task {row.prompt_id}: {refusal}")
+        if len(response) > self.limits.reply_chars:
+            raise OverLimit.reply(row.prompt_id, len(response), self.limits.reply_chars)
         config = self.graders[split]
         if not api_key and config.api_key is not None:
             api_key = config.api_key.get_secret_value()
@@ -245,10 +252,7 @@ class Deployment:
         the group then, not even for the candidates that were graded.
         """
         if len(replies) > self.limits.group_size:
-            raise OverLimit(
-                f"a group of {len(replies):,} candidates is more than this server scores at once: at most "
-                f"{self.limits.group_size} (healthbench serve --max-group-size)"
-            )
+            raise OverLimit.group(len(replies), self.limits.group_size)
         texts: list[str] = []
         for index, reply in enumerate(replies):
             if reply is None:
@@ -258,30 +262,22 @@ class Deployment:
             texts.append(reply)
         if not texts:
             return []
-        tasks = [asyncio.ensure_future(self.grade(split, row, text, api_key)) for text in texts]
-        try:
-            await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-        finally:
-            # Also on cancellation from outside: no grader call outlives the request.
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-        for index, task in enumerate(tasks):
-            failure = None if task.cancelled() else task.exception()
-            if isinstance(failure, GradingError):
-                raise CandidateError(index, str(failure)) from failure
-            if failure is not None:
-                raise failure
-        return [task.result() for task in tasks]
+
+        async def candidate(index: int, text: str) -> GradedSample:
+            try:
+                return await self.grade(split, row, text, api_key)
+            except GradingError as exc:
+                raise CandidateError(index, str(exc)) from exc
+
+        # The first failure stops the others and awaits them, as does a cancellation from outside: no grader call
+        # outlives the request.
+        return await together(candidate(index, text) for index, text in enumerate(texts))
 
     def _too_long(self, reply: str) -> str | None:
         """Why `reply` is not graded for its length, or None."""
         if len(reply) <= self.limits.reply_chars:
             return None
-        return (
-            f"the reply is {len(reply):,} characters, more than this server grades: at most "
-            f"{self.limits.reply_chars:,} (healthbench serve --max-reply-chars)"
-        )
+        return OverLimit.reply_cause(len(reply), self.limits.reply_chars)
 
     def metadata(self, split: str, sample: GradedSample) -> dict[str, Any]:
         """What a graded reply's tool output carries besides its reward (`RewardMetadata`, as the SDK takes it:

@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field, SecretStr
 
 from healthbench.data.loading import collection_paused
 from healthbench.data.schema import Row
-from healthbench.errors import HealthBenchError, SessionRefused, SettingsError
+from healthbench.errors import HealthBenchError, NotServing, SessionRefused, SettingsError, UnknownTask
 from healthbench.grading.sample import GradedSample
 from healthbench.grading.scoring import LengthAdjustment
 from healthbench.grading.settings import GraderConfig, session_grader_key
@@ -123,7 +123,7 @@ class HealthBench(Environment):  # type: ignore[misc]
     @classmethod
     def _served(cls) -> Deployment:
         if cls.deployment is None:
-            raise RuntimeError("no rows bound: serve HealthBench.bound(Deployment(...)), not HealthBench itself")
+            raise NotServing("no rows bound: serve HealthBench.bound(Deployment(...)), not HealthBench itself")
         return cls.deployment
 
     @classmethod
@@ -159,7 +159,7 @@ class HealthBench(Environment):  # type: ignore[misc]
         deployment = type(self)._served()
         try:
             self.row = deployment.row(task_spec)
-        except ValueError as exc:  # a task spec made up by the client (the SDK's `task=`): say what there is
+        except UnknownTask as exc:  # a task spec made up by the client (the SDK's `task=`): say what there is
             raise HTTPException(status_code=400, detail=str(exc)) from None
         self.split: str = task_spec["split"]
         # Kept as it came: on the hosted platform it is a placeholder the egress proxy substitutes.
@@ -244,10 +244,7 @@ class HealthBench(Environment):  # type: ignore[misc]
         start = time.monotonic()
         try:
             if self.finished:
-                raise SessionRefused(
-                    f"task {self.row.prompt_id}: this session's episode has finished (its reply was graded): score a "
-                    "group on a session of its own"
-                )
+                raise SessionRefused(self.row.prompt_id)
             replies = [candidate_reply(candidate) for candidate in candidates]
             samples = await deployment.grade_group(self.split, self.row, replies, self._key())
         except HealthBenchError:
@@ -316,7 +313,7 @@ def build_server(
 
 def _server(deployment: Deployment, default: str, tracebacks: bool, access: Access) -> Any:
     if default not in ENVIRONMENTS:
-        raise ValueError(f"no environment {default!r} to make the default: choose from {', '.join(ENVIRONMENTS)}")
+        raise SettingsError(f"no environment {default!r} to make the default: choose from {', '.join(ENVIRONMENTS)}")
     keys = [config.api_key.get_secret_value() for config in deployment.graders.values() if config.api_key]
     guard_logs(tracebacks=tracebacks, secrets=(*(access.tokens.secrets if access.tokens else ()), *keys))
     classes = {ENVIRONMENT: HealthBench.bound(deployment), ANSWER_ENVIRONMENT: HealthBenchAnswer.bound(deployment)}
@@ -363,7 +360,7 @@ def serve(
 
     `grader` (the settings of every split, or of each split) defaults to the server's environment (see
     `GraderConfig.from_env` with `served`); sessions bring the key as a secret. Graders stay warm between
-    sessions (`grading.pool`) and close with the server. Raises `SettingsError` for an `access` that would let
+    sessions (`integrations.pool`) and close with the server. Raises `SettingsError` for an `access` that would let
     anyone spend the server's key (see `Access.refusal`).
     """
     access = access or Access()

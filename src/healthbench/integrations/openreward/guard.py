@@ -155,7 +155,8 @@ class Guard:
             if not creating:  # a session the SDK does not have either: its 404 says so
                 await self.app(scope, receive, send)
                 return
-            owner = self._owners[session] = _Owner(credential, now, creating=True)
+            owner = _Owner(credential, now, creating=True)
+            self._owners[session] = owner
         owner.seen = now
         statuses: list[int] = []
 

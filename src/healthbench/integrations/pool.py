@@ -28,6 +28,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from healthbench.api.client import Budget
+from healthbench.errors import SettingsError
 from healthbench.grading.grader import Grader
 from healthbench.grading.settings import GraderConfig
 
@@ -68,7 +69,7 @@ class GraderPool:
         most_idle: int = MOST_IDLE,
     ) -> None:
         if idle < 0 or most_idle < 0:
-            raise ValueError("idle and most_idle must not be negative")
+            raise SettingsError("idle and most_idle must not be negative")
         self._budget = Budget(concurrency, ceiling) if concurrency is not None else None
         self.idle = idle
         self.most_idle = most_idle
@@ -84,13 +85,15 @@ class GraderPool:
         loop = asyncio.get_running_loop()
         here = self._loops.get(loop)
         if here is None:
-            here = self._loops[loop] = _Loop()
+            here = _Loop()
+            self._loops[loop] = here
         # Keyed by a digest, so the raw key is held only where it is used: the client's headers.
         secret = config.api_key.get_secret_value() if config.api_key is not None else ""
         slot = hashlib.sha256(f"{config.model_dump_json()}\n{secret}".encode()).hexdigest()
         lease = here.leases.get(slot)
         if lease is None:
-            lease = here.leases[slot] = _Lease(config.build(budget=self._budget))
+            lease = _Lease(config.build(budget=self._budget))
+            here.leases[slot] = lease
         lease.users += 1
         if self.idle > 0 and here.keeper is None:
             here.keeper = loop.create_task(self._keep(loop, here))
