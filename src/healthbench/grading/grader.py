@@ -21,7 +21,7 @@ import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from healthbench.api.client import Completer
 from healthbench.api.wire import Shape, Usage, request_key, with_cache_key
@@ -41,7 +41,7 @@ from healthbench.grading.prompt import (
     render_conversation,
     rubric_item_text,
 )
-from healthbench.grading.verdict import Answer, Verdict, parse_verdict
+from healthbench.grading.verdict import Answer, VerdictCache, parse_verdict
 from healthbench.together import together
 
 DEFAULT_GRADER_MODEL = "gpt-4.1-2025-04-14"
@@ -96,16 +96,6 @@ class GradedReply:
     items: list[GradedItem]
     usage: Usage = field(default_factory=Usage)
     paid: Usage = field(default_factory=Usage)
-
-
-class VerdictCache(Protocol):
-    """Verdicts remembered by exact grader request, so identical requests are paid for once."""
-
-    def get_verdict(self, key: str) -> tuple[Verdict, Usage] | None:
-        """The stored verdict for this request, with what it cost when it was asked, if any."""
-
-    def put_verdict(self, key: str, verdict: Verdict, usage: Usage) -> None:
-        """Remember a verdict and what it cost."""
 
 
 class Grader:

@@ -21,16 +21,14 @@ import json
 import re
 from collections.abc import Sequence
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from healthbench.api.client import Completer
 from healthbench.api.wire import Usage, request_key, with_cache_key
 from healthbench.data.schema import Message, RubricItem
 from healthbench.errors import InvalidResponse, ReplyGradingError, RequestFailed
 from healthbench.grading.prompt import render_conversation, rubric_item_text
-from healthbench.grading.verdict import Answer, Verdict, decode_answer, read_verdict
-
-if TYPE_CHECKING:  # the grader calls this module for its per-reply calls
-    from healthbench.grading.grader import Grader
+from healthbench.grading.verdict import Answer, Verdict, VerdictCache, decode_answer, read_verdict
 
 PER_REPLY_TEMPLATE = (
     resources.files("healthbench.grading").joinpath("grader_template_per_reply.txt").read_bytes().decode("utf-8")
@@ -44,6 +42,26 @@ FIXED_CHARS = len(_HEAD) + len(_MIDDLE) + len(_TAIL)
 # the reference's 2,048 in all): one list for a rubric of 30 items runs past 2,048, and a list cut short is no
 # answer.
 ITEM_OUTPUT_TOKENS = 256
+
+
+class ReplyGrader(Protocol):
+    """What a per-reply call needs of its grader (`grader.Grader`, which calls this module: a structural type, so
+    the two modules do not import each other): its client and verdict cache, its requests, its failures said."""
+
+    client: Completer
+    cache: VerdictCache | None
+
+    def request_body(self, prompt: str, *, items: int | None = None) -> dict[str, Any]:
+        """The request for `prompt`, as an object."""
+
+    def request_bytes(self, prompt: str, cache_key: str | None = None, *, items: int | None = None) -> bytes:
+        """The request for `prompt`, as the bytes sent."""
+
+    def cache_key(self, shared: str) -> str | None:
+        """The prompt cache key of requests that share `shared`, or None where none is sent."""
+
+    def failure(self, exc: RequestFailed) -> str:
+        """A failed request, said as a grading failure's cause."""
 
 
 def output_cap(cap: int, items: int) -> int:
@@ -103,7 +121,7 @@ def parse_verdicts(text: str, count: int) -> list[Verdict]:
 
 
 async def reply_verdicts(
-    grader: Grader, prompt: str, count: int, *, ident: str, cache_key: str | None = None
+    grader: ReplyGrader, prompt: str, count: int, *, ident: str, cache_key: str | None = None
 ) -> list[Answer]:
     """One call of `grader` for a per-reply prompt of `count` items, its usage with the first; raises
     `RequestFailed` past the retry bound (an answer without a valid verdict for every item is asked again, as
@@ -132,7 +150,7 @@ async def reply_verdicts(
 
 
 async def grade_reply(
-    grader: Grader,
+    grader: ReplyGrader,
     prompt_id: str,
     transcript: Sequence[Message],
     conversation: str,

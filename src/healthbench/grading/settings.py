@@ -41,12 +41,12 @@ from healthbench.grading.grader import (
     PER_ITEM,
     Grader,
     GraderCalls,
-    VerdictCache,
 )
 from healthbench.grading.official import PROFESSIONAL_GRADER, Difference, differences, length_adjustment_for
 from healthbench.grading.per_reply import PER_REPLY_TEMPLATE_SHA256
 from healthbench.grading.prompt import TEMPLATE_SHA256
 from healthbench.grading.scoring import LengthAdjustment
+from healthbench.grading.verdict import VerdictCache
 
 DEFAULT_CONCURRENCY = 64
 # A length adjustment's numbers: a center past a million characters, or a penalty of more than a whole score per

@@ -9,7 +9,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from healthbench.api.wire import Usage
 from healthbench.errors import InvalidResponse
@@ -83,3 +83,13 @@ class Answer:
     def paid(self) -> Usage:
         """What asking cost now: nothing for a verdict reused."""
         return Usage() if self.reused else self.usage
+
+
+class VerdictCache(Protocol):
+    """Verdicts remembered by exact grader request, so identical requests are paid for once."""
+
+    def get_verdict(self, key: str) -> tuple[Verdict, Usage] | None:
+        """The stored verdict for this request, with what it cost when it was asked, if any."""
+
+    def put_verdict(self, key: str, verdict: Verdict, usage: Usage) -> None:
+        """Remember a verdict and what it cost."""
