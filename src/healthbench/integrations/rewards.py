@@ -46,6 +46,7 @@ from healthbench.grading.settings import GraderConfig, GradingOptions
 from healthbench.integrations.common import load_tasks
 from healthbench.integrations.openreward.deployment import served_budget
 from healthbench.integrations.pool import GraderPool
+from healthbench.together import together
 
 DATA_VARIABLE = "HEALTHBENCH_DATA"
 CONCURRENCY_VARIABLE = "HEALTHBENCH_GRADER_CONCURRENCY"
@@ -207,22 +208,8 @@ class BatchRewards:
             return []
         _close_at_exit(self._graders)
         async with self._graders.lease(self.config) as grader:
-            tasks = [
-                asyncio.ensure_future(self._one(grader, row, reply))
-                for row, (_, reply) in zip(rows, items, strict=True)
-            ]
-            try:
-                await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-            finally:
-                # A failure of the whole grader, or a cancellation from outside: no grader call outlives the step.
-                for task in tasks:
-                    task.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
-        for task in tasks:
-            failure = None if task.cancelled() else task.exception()
-            if failure is not None:
-                raise failure
-        return [task.result() for task in tasks]
+            # A failure of the whole grader, or a cancellation from outside: no grader call outlives the step.
+            return await together(self._one(grader, row, reply) for row, (_, reply) in zip(rows, items, strict=True))
 
     async def _one(self, grader: Any, row: Row, reply: str) -> Reward:
         try:

@@ -31,6 +31,7 @@ from typing import Any
 from healthbench.errors import DataError, GradingError
 from healthbench.grading.settings import GradingOptions
 from healthbench.integrations.rewards import BatchRewards, Reward
+from healthbench.together import together
 
 __all__ = ["compute_score", "compute_score_batch", "path"]
 
@@ -92,17 +93,7 @@ async def _grade_all(groups: dict[BatchRewards, list[int]], replies: Sequence[tu
         for index, reward in zip(indices, await source.grade([replies[i] for i in indices]), strict=True):
             scores[index] = _score(reward)
 
-    tasks = [asyncio.ensure_future(one_group(source, indices)) for source, indices in groups.items()]
-    try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-    for task in tasks:
-        failure = None if task.cancelled() else task.exception()
-        if failure is not None:
-            raise failure
+    await together(one_group(source, indices) for source, indices in groups.items())
     return scores
 
 
