@@ -144,7 +144,7 @@ async def close_graders() -> None:
         await pool.aclose()
 
 
-_closing: set[int] = set()  # the loops whose graders are closed as the process exits
+_closing: set[tuple[int, int]] = set()  # the (loop, pool) pairs whose graders are closed as the process exits
 
 
 def _close_at_exit(pool: GraderPool) -> None:
@@ -154,9 +154,9 @@ def _close_at_exit(pool: GraderPool) -> None:
     trainer's own exit hook (registered earlier) stops the loop. A loop that ends first (`asyncio.run`) closes them
     itself (`GraderPool`)."""
     loop = asyncio.get_running_loop()
-    if id(loop) in _closing:
+    if (id(loop), id(pool)) in _closing:
         return
-    _closing.add(id(loop))
+    _closing.add((id(loop), id(pool)))
 
     def close() -> None:
         if loop.is_running() and not loop.is_closed():
