@@ -76,26 +76,44 @@ def test_a_step_is_graded_as_grade_grades_every_item_at_once(data: Path, grader:
     assert grader.auth_headers and set(grader.auth_headers) == {f"Bearer {KEY}"}
 
 
-def test_a_warm_step_asks_every_item_at_once(data: Path, grader: FakeOpenAI) -> None:
-    rewards = BatchRewards(data)
-    pairs = replies()
+def in_flight_each_step(rewards: BatchRewards, grader: FakeOpenAI, pairs: list[tuple[str, str]]) -> list[float]:
+    """The share of a step's grader calls in flight at most, in each of two steps on one loop (a trainer's): the fake
+    holds each call until the step's items are all in flight, or for 1 s (a round), so a step that sends its items
+    at once has them all in flight together."""
     items = sum(len(row["rubrics"]) for row in ROWS) * 2
+    most = []
 
     async def two_steps() -> None:
-        # The key's first step meets a pace that knows nothing (one request, then a few): a short patience. The
-        # second finds the grader warm on the same loop, as a trainer's next step does: every item should arrive
-        # together, and a long patience costs nothing then.
-        grader.gathering.size, grader.gathering.patience = items, 0.5
-        await rewards.grade(pairs)
-        grader.reset()
-        grader.gathering.patience = 10.0
-        await rewards.grade([(pid, reply + " again") for pid, reply in pairs])
+        grader.gathering.size, grader.gathering.patience = items, 1.0
+        for step in range(2):
+            grader.reset()
+            await rewards.grade([(pid, f"{reply} {step}") for pid, reply in pairs])
+            assert grader.requests_total == items
+            most.append(grader.max_in_flight)
 
     try:
         asyncio.run(two_steps())
     finally:
         grader.gathering.size = None
-    assert grader.requests_total == items and grader.max_in_flight == items
+    return [count / items for count in most]
+
+
+def test_a_new_keys_first_step_asks_every_item_at_once_and_so_does_the_next(data: Path, grader: FakeOpenAI) -> None:
+    # A fresh key (this fake's URL is new to the process) and a fake that names no limits: no slow start.
+    assert in_flight_each_step(BatchRewards(data), grader, replies()) == [1.0, 1.0]
+
+
+def test_the_grading_commands_slow_start_is_there_when_asked_for(
+    data: Path, grader: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One request, then a few more with each answer: the first step's items are never all in flight together;
+    # the second step's are, the key's pace having seen answers.
+    monkeypatch.setenv("HEALTHBENCH_GRADER_SLOW_START", "1")
+    first, second = in_flight_each_step(BatchRewards(data), grader, replies())
+    assert first < 1.0 and second == 1.0
+    monkeypatch.setenv("HEALTHBENCH_GRADER_SLOW_START", "maybe")
+    with pytest.raises(SettingsError, match="HEALTHBENCH_GRADER_SLOW_START"):
+        BatchRewards(data)
 
 
 def test_the_budget_comes_from_the_argument_else_the_environment(

@@ -254,6 +254,31 @@ def test_a_refused_prompt_cache_key_costs_one_request_in_all_and_one_line(caplog
     assert "Unrecognized request argument supplied: prompt_cache_key" in lines[0]
 
 
+def test_unpaced_requests_go_at_once_without_prompt_cache_key_while_the_first_is_out_and_cost_one_refusal() -> None:
+    # A known limit lets the whole burst start at once: only the first request carries prompt_cache_key (which
+    # decides no verdict) until the host has answered it, so a refusing host still costs one request in all.
+    bodies = [grader_body(i, temperature=0.5, max_tokens=2048) for i in range(40)]
+    with FakeOpenAI() as plain:
+        expected = verdicts(ApiClient(plain.base_url or "", KEY, retry=FAST), bodies, True)
+        plain.reset()
+        found = verdicts(ApiClient(plain.base_url or "", KEY, retry=FAST, concurrency=64, rpm=1e6), bodies, True)
+        assert found == expected
+        assert sum("prompt_cache_key" in body for body in plain.bodies) == 1
+    with FakeOpenAI(judge_host=Host(refuses=("prompt_cache_key",))) as azure:
+        found = verdicts(ApiClient(azure.base_url or "", "sk-other", retry=FAST, concurrency=64, rpm=1e6), bodies, True)
+        assert found == expected
+        assert azure.requests_total == len(bodies) + 1 and azure.responses_by_kind["refused_parameter"] == 1
+
+
+def test_a_reasoning_effort_waits_for_the_first_answer_even_when_unpaced() -> None:
+    bodies = [grader_body(i, max_completion_tokens=4000, reasoning_effort="low") for i in range(10)]
+    host = Host(refuses=("max_completion_tokens", "reasoning_effort"))
+    with FakeOpenAI(judge_host=host, strict_params=False) as fake:
+        found = verdicts(ApiClient(fake.base_url or "", "sk-third", retry=FAST, rpm=1e6), bodies, False)
+        assert all(not isinstance(answer, BaseException) for answer in found), found
+        assert fake.responses_by_kind["refused_parameter"] == 2 and fake.requests_total == len(bodies) + 2
+
+
 def test_a_reasoning_models_added_parameters_are_renamed_or_dropped_once_each() -> None:
     bodies = [grader_body(i, max_completion_tokens=4000, reasoning_effort="low") for i in range(10)]
     host = Host(refuses=("max_completion_tokens", "reasoning_effort"))

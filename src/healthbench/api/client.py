@@ -147,12 +147,15 @@ class ApiClient:
         default_output_cap: int = DEFAULT_OUTPUT_CAP,
         max_concurrency: int | None = None,
         pace_store: PaceStore | None = None,
+        slow_start: bool = True,
     ) -> None:
         """`timeout` bounds each attempt, in seconds. `rpm` and `tpm` are the account's limits, as the user knows
         them (None: learned from the server); a request with no output cap counts `default_output_cap` tokens
         against `tpm`. A budget made here has `concurrency` places, and grows with the limit up to
         `max_concurrency` when that is larger. With `pace_store`, the key's pace is shared with every process that
-        uses the same store."""
+        uses the same store. Without `slow_start`, a key whose limits are not known yet is sent the whole budget at
+        once instead of one request, then more with each answer (a trainer's step is such a burst anyway: the slow
+        start would only put it off by a few rounds); its 429s teach the pace as they do any other."""
         self.base_url = base_url.rstrip("/")
         self.wire = api
         self.url = self.base_url + api.path
@@ -167,6 +170,8 @@ class ApiClient:
         self._session: aiohttp.ClientSession | None = None
         self.gate = _gate_for(self.base_url, api_key, pace_store)
         self.gate.set_limits(rpm, tpm)
+        if not slow_start:
+            self.gate.pacer.skip_slow_start()
         self.default_output_cap = default_output_cap
         self._health = Health()
         self._in_flight = InFlight()
@@ -232,11 +237,10 @@ class ApiClient:
     async def _adapted(self, payload: bytes, cost: int) -> Reading:
         """One attempt of `payload` as this endpoint takes it (`hosts.Adaptations`): a refusal of a parameter this
         project added is met here, by sending the request again without it, and is no failed attempt."""
-        # Only a request that carries an added parameter says whether the host takes it (a policy's says nothing).
-        carries = bool(self.hosts.carried(payload))
         while True:
-            turn = await self.hosts.turn(payload)
-            sent = self.hosts.apply(payload)  # as learned by the time it is this request's turn
+            turn, sent = await self.hosts.turn(payload)  # as learned by the time it is this request's turn
+            # Only a request sent with an added parameter says whether the host takes it (a policy's says nothing).
+            carries = bool(self.hosts.carried(sent))
             try:
                 reading = await self._attempt(sent, cost)
             except AttemptFailed as exc:
@@ -246,7 +250,8 @@ class ApiClient:
             finally:
                 if turn is not None:
                     turn.release()
-            self.hosts.settled = self.hosts.settled or carries
+            # The request that went alone was answered: the host takes what it carried, or what was learned.
+            self.hosts.settled = self.hosts.settled or turn is not None
             return reading
 
     async def complete(

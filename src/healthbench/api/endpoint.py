@@ -117,8 +117,9 @@ class EndpointSettings(BaseModel):
         """This key at this endpoint, as a digest (what one pace and one rate limit belong to)."""
         return key_slot(self.base_url, self.api_key.get_secret_value() if self.api_key else None)
 
-    def client(self, budget: Budget | None = None, api: Api = CHAT) -> ApiClient:
-        """The live client of `api` for these settings, under `budget` if given, else one of `concurrency`."""
+    def client(self, budget: Budget | None = None, api: Api = CHAT, *, slow_start: bool = True) -> ApiClient:
+        """The live client of `api` for these settings, under `budget` if given, else one of `concurrency`;
+        `slow_start` as `ApiClient` takes it."""
         store = shared_store(self.pace_store) if self.pace_store is not None else None
         return ApiClient(
             self.base_url,
@@ -132,6 +133,7 @@ class EndpointSettings(BaseModel):
             rpm=self.rpm,
             tpm=self.tpm,
             pace_store=store,
+            slow_start=slow_start,
         )
 
     def check_pace_store(self) -> None:

@@ -17,9 +17,11 @@ unsupported"), pydantic-validated servers such as Mistral's and Azure AI's model
 permitted" at the field), and Rust servers such as text-generation-inference ("unknown field `x`"). Such a refusal
 of a parameter this project added is met once per endpoint (`Adaptations`): the parameter is left out (or renamed)
 for the rest of the run, one line says so, and the refused request is sent again, which is no failed attempt. Until
-the endpoint has answered once, requests that carry an added parameter go out one at a time, so a host that refuses
-one costs one request, not one per request in flight. A refusal of a parameter the reference sends is never met
-this way: it stops the run, naming the parameter.
+the endpoint has answered once, one request carrying an added parameter goes out alone, so a host that refuses one
+costs one request, not one per request in flight. Meanwhile the others wait for its answer, except those whose added
+parameters decide no answer (`prompt_cache_key` alone): they go at once, without it, so a step's first burst of
+grader calls costs one round and not two. A refusal of a parameter the reference sends is never met this way: it
+stops the run, naming the parameter.
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ ADDED: Mapping[str, str | None] = {
 }
 """The parameters this project adds to the reference's requests, and what a host that refuses one gets instead: the
 same value under another name, or (None) nothing."""
+
+DECIDING_NOTHING = frozenset({"prompt_cache_key"})
+"""The added parameters that decide no verdict: a request may go without them while the host is not known to take
+them."""
 
 REFERENCE_PARAMETERS = frozenset({"model", "messages", "temperature", "max_tokens", "input", "reasoning"})
 """What the reference's requests carry: a host that refuses one of these cannot grade as the reference does."""
@@ -68,31 +74,27 @@ class Adaptations:
 
     def apply(self, payload: bytes) -> bytes:
         """A request's bytes as this endpoint takes them: what it refused left out or renamed."""
-        if not self.changes or not any(_key(name) in payload for name in self.changes):
-            return payload
-        body = json.loads(payload)
-        adapted = {}
-        for key, value in body.items():
-            if key not in self.changes:
-                adapted[key] = value
-            elif (renamed := self.changes[key]) is not None and renamed not in body:
-                adapted[renamed] = value
-        return json.dumps(adapted).encode()
+        return _rewritten(payload, self.changes)
 
-    async def turn(self, payload: bytes) -> asyncio.Lock | None:
-        """Wait for this request's turn: until the endpoint has answered, a request carrying an added parameter goes
-        alone (the lock returned, for the caller to release once answered); after that, or without one, at once."""
-        if self.settled or not self.carried(payload):
-            return None
+    async def turn(self, payload: bytes) -> tuple[asyncio.Lock | None, bytes]:
+        """Wait for this request's turn, and its bytes as this endpoint takes them then. Until the endpoint has
+        answered, a request carrying an added parameter goes alone (the lock returned, for the caller to release once
+        answered), or, while another is out alone, at once without its added parameters if they decide nothing;
+        after that, or without one, at once."""
+        carried = self.carried(payload)
+        if self.settled or not carried:
+            return None, self.apply(payload)
         loop = asyncio.get_running_loop()
         if self._lock is None or self._loop is not loop:
             self._lock, self._loop = asyncio.Lock(), loop
         lock = self._lock
+        if lock.locked() and DECIDING_NOTHING.issuperset(carried):
+            return None, _rewritten(payload, {**self.changes, **dict.fromkeys(carried)})
         await lock.acquire()
         if self.settled:
             lock.release()
-            return None
-        return lock
+            return None, self.apply(payload)
+        return lock, self.apply(payload)
 
     def learn(self, status: int | None, body: bytes, sent: bytes) -> bool:
         """Whether the refusal (`status`, `body`) of the request `sent` is of an added parameter it carried, now left
@@ -118,3 +120,17 @@ class Adaptations:
                 instead,
             )
         return True
+
+
+def _rewritten(payload: bytes, changes: Mapping[str, str | None]) -> bytes:
+    """`payload` with each key of `changes` left out (None) or renamed (unless the new name is there already)."""
+    if not changes or not any(_key(name) in payload for name in changes):
+        return payload
+    body = json.loads(payload)
+    adapted = {}
+    for key, value in body.items():
+        if key not in changes:
+            adapted[key] = value
+        elif (renamed := changes[key]) is not None and renamed not in body:
+            adapted[renamed] = value
+    return json.dumps(adapted).encode()

@@ -226,6 +226,14 @@ def compare(run_a: Path, run_b: Path, seed: int, n_bootstrap: int, as_json: bool
     help="The environment's log: at info a line per session created, per reward and per failure (its cause; its "
     "traceback at debug, with every request's lines) [env: OPENREWARD_LOG_LEVEL].",
 )
+@click.option(
+    "--grader-slow-start",
+    is_flag=True,
+    envvar="HEALTHBENCH_GRADER_SLOW_START",
+    help="Send a key whose limits are not known yet one grader call, then more with each answer, as the grading "
+    "commands do, instead of the grader budget's worth at once (a trainer's step is such a burst anyway) "
+    "[env: HEALTHBENCH_GRADER_SLOW_START=1].",
+)
 @access_options
 @grader_options
 @user_errors
@@ -237,6 +245,7 @@ def serve(
     port: int,
     default_environment: str,
     log_level: str,
+    grader_slow_start: bool,
     **flags: Any,
 ) -> None:
     """Serve HealthBench as OpenReward environments: healthbench (a hidden terminal tool) and
@@ -300,6 +309,7 @@ def serve(
         adjustments=adjustments,
         default=default_environment,
         tracebacks=log_level.lower() == "debug",
+        slow_start=grader_slow_start,
     )
 
 

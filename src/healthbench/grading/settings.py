@@ -195,10 +195,12 @@ class GraderConfig(EndpointSettings):
         cache: VerdictCache | None = None,
         budget: Budget | None = None,
         wrap: Callable[[ApiClient], Completer] | None = None,
+        *,
+        slow_start: bool = True,
     ) -> Grader:
         """A grader with a client of its own, under `budget` if given, else a budget of `concurrency`; `wrap`
-        turns the live client into another way of sending (the Batch API)."""
-        live = self.client(budget)
+        turns the live client into another way of sending (the Batch API); `slow_start` as `ApiClient` takes it."""
+        live = self.client(budget, slow_start=slow_start)
         client = live if wrap is None else wrap(live)
         return Grader(
             client,
@@ -212,9 +214,9 @@ class GraderConfig(EndpointSettings):
             per_reply_caps=self.max_output_tokens is None,
         )
 
-    def client(self, budget: Budget | None = None, api: Api | None = None) -> ApiClient:
+    def client(self, budget: Budget | None = None, api: Api | None = None, *, slow_start: bool = True) -> ApiClient:
         """The live client for the grader's endpoint and its API (`api` for another)."""
-        return super().client(budget, api or APIS[self.api])
+        return super().client(budget, api or APIS[self.api], slow_start=slow_start)
 
 
 # How the reference asks its grader: a run asked otherwise records it in its identity.

@@ -57,7 +57,8 @@ class GraderPool:
     leaves (see the module docstring).
 
     With `concurrency`, every grader draws on one budget of that size (growing with the limits up to `ceiling`,
-    if that is larger); without, each on its own settings' budget.
+    if that is larger); without, each on its own settings' budget. Without `slow_start`, a key its graders know no
+    limits of yet is sent the budget's worth at once (`ApiClient`'s `slow_start`): a server's or a trainer's.
     """
 
     def __init__(
@@ -67,12 +68,14 @@ class GraderPool:
         *,
         idle: float = WARM_FOR,
         most_idle: int = MOST_IDLE,
+        slow_start: bool = True,
     ) -> None:
         if idle < 0 or most_idle < 0:
             raise SettingsError("idle and most_idle must not be negative")
         self._budget = Budget(concurrency, ceiling) if concurrency is not None else None
         self.idle = idle
         self.most_idle = most_idle
+        self.slow_start = slow_start
         self._loops: dict[asyncio.AbstractEventLoop, _Loop] = {}
 
     def live(self) -> int:
@@ -92,7 +95,7 @@ class GraderPool:
         slot = hashlib.sha256(f"{config.model_dump_json()}\n{secret}".encode()).hexdigest()
         lease = here.leases.get(slot)
         if lease is None:
-            lease = _Lease(config.build(budget=self._budget))
+            lease = _Lease(config.build(budget=self._budget, slow_start=self.slow_start))
             here.leases[slot] = lease
         lease.users += 1
         if self.idle > 0 and here.keeper is None:

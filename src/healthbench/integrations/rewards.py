@@ -13,8 +13,10 @@ The grader is `serve`'s: its settings from the arguments, else the environment v
 `HEALTHBENCH_PACE_STORE=redis://...` with every process naming it (many trainer ranks or Ray workers of one key
 pace as `serve` replicas do). Its budget is `serve`'s (`deployment.served_budget`): 256 calls in flight, growing
 with the key's limits up to 1,024; `concurrency` (or `HEALTHBENCH_GRADER_CONCURRENCY`) sets it, and then it stays
-there. Graders are leased from one `GraderPool` per process, so they stay warm across steps as long as the
-caller's event loop lives (a trainer's: TRL's daemon loop, verl's reward loop, or `verl.py`'s own).
+there. A key whose limits are not known yet gets the step's calls at once within that budget, not the grading
+commands' slow start (`slow_start=True` or `HEALTHBENCH_GRADER_SLOW_START=1` restores it). Graders are leased from
+one `GraderPool` per process, so they stay warm across steps as long as the caller's event loop lives (a trainer's:
+TRL's daemon loop, verl's reward loop, or `verl.py`'s own).
 
 Each reply's reward is `grade_sample`'s, exactly what `healthbench grade` gives for it: the unclipped task score
 (length-adjusted where the data's official settings say so, as HealthBench Professional's), with the task's
@@ -50,6 +52,8 @@ from healthbench.together import together
 
 DATA_VARIABLE = "HEALTHBENCH_DATA"
 CONCURRENCY_VARIABLE = "HEALTHBENCH_GRADER_CONCURRENCY"
+SLOW_START_VARIABLE = "HEALTHBENCH_GRADER_SLOW_START"  # serve's --grader-slow-start
+_YES, _NO = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
 AXIS_PREFIX = "axis:"
 ALL_ROWS = "none (all rows of the data)"  # how an unknown prompt_id's error names no split
 EXIT_WAIT = 5.0  # seconds the graders of a trainer's loop may take to close as the process exits
@@ -126,10 +130,20 @@ def budget_from_env(concurrency: int | None) -> int | None:
         raise SettingsError(f"{where} is {given!r}: {exc.errors()[0]['msg']}") from None
 
 
+def slow_start_from_env(slow_start: bool | None) -> bool:
+    """`slow_start` if given, else `HEALTHBENCH_GRADER_SLOW_START`'s (unset: no slow start, as `serve`)."""
+    if slow_start is not None:
+        return slow_start
+    said = os.environ.get(SLOW_START_VARIABLE, "").strip().lower()
+    if said not in _YES + _NO:
+        raise SettingsError(f"{SLOW_START_VARIABLE} is {said!r}: say 1 or 0")
+    return said in _YES
+
+
 @functools.cache
-def _pool(concurrency: int, ceiling: int) -> GraderPool:
+def _pool(concurrency: int, ceiling: int, slow_start: bool) -> GraderPool:
     """The process's graders of one budget: every step, every source of rows, every loop draws on it."""
-    pool = GraderPool(concurrency, ceiling)
+    pool = GraderPool(concurrency, ceiling, slow_start=slow_start)
     _pools.append(pool)
     return pool
 
@@ -170,7 +184,10 @@ class BatchRewards:
     """Grades a step's (prompt_id, reply) pairs at once (see the module docstring).
 
     `grading` holds `GradingOptions` fields (`grader_model=...`, `grader_base_url=...`, `grader_rpm=...`);
-    `grader_api_key` the grader's key, else the environment's as `serve` reads it.
+    `grader_api_key` the grader's key, else the environment's as `serve` reads it. A key whose limits are not known
+    yet is sent the step's calls at once, within the budget, unless `slow_start` (else `HEALTHBENCH_GRADER_SLOW_START`;
+    see `ApiClient`): a step is such a burst anyway, and the slow start would put the first step's rewards off by
+    four or five grader rounds.
     """
 
     def __init__(
@@ -182,6 +199,7 @@ class BatchRewards:
         seed: int = 0,
         concurrency: int | None = None,
         grader_api_key: str | None = None,
+        slow_start: bool | None = None,
         **grading: Any,
     ) -> None:
         self.tasks = task_rows(data, split, heldout, seed)
@@ -198,7 +216,7 @@ class BatchRewards:
         self.config: GraderConfig = config
         self.adjustment = plan.length_adjustment
         self.concurrency, self.ceiling = served_budget([config])
-        self._graders = _pool(self.concurrency, self.ceiling)
+        self._graders = _pool(self.concurrency, self.ceiling, slow_start_from_env(slow_start))
 
     async def grade(self, items: Sequence[tuple[str, str]]) -> list[Reward]:
         """Every reply's reward, in order, all graded at once under the one budget. `UnknownPromptId` before any

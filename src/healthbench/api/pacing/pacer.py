@@ -18,8 +18,8 @@ whole hold and is refused again pads every later hint, up to threefold, and by t
 of the pace. A 429 that names nothing (a bare `Retry-After` at most) is judged by the share of the last
 window's starts refused: a few percent is noise (the refused request alone waits its hint, and a pace in force
 is cut gently); more is a limit. Until the first answer arrives only one request is out, unless a limit is
-known already; until a limit is known, two more for each answer (a slow start). `insufficient_quota` is no
-limit to wait for: `QuotaExhausted`, at once.
+known already (or the slow start is skipped: `skip_slow_start`); until a limit is known, two more for each answer
+(a slow start). `insufficient_quota` is no limit to wait for: `QuotaExhausted`, at once.
 
 The model is pure: every method takes the time `now` of a monotonic clock. `gate.Gate` runs it.
 """
@@ -168,6 +168,10 @@ class Pacer:
             self._probing = False
         if admission.reason == "429" and admission.wait > 0:
             self._held(now + admission.wait)
+
+    def skip_slow_start(self) -> None:
+        """Let starts go at once while no limit is known, as after a 429: the pace and the budget hold them."""
+        self._probing = False
 
     def scaled(self, cost: int) -> float:
         """A request's tokens as the server counts them, as far as its 429s have said."""

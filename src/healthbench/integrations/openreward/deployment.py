@@ -149,6 +149,7 @@ class Deployment:
         adjustments: Mapping[str, LengthAdjustment | None] | None = None,
         usage_log: UsageLog | None = None,
         limits: ServeLimits | None = None,
+        slow_start: bool = False,
     ) -> None:
         self.usage_log = usage_log
         self.limits = limits or ServeLimits()
@@ -169,7 +170,8 @@ class Deployment:
             # Built once: the SDK asks for the listing again on every request.
             self._specs[name] = [{"split": name, "prompt_id": row.prompt_id} for row in rows]
         self.concurrency, self.ceiling = served_budget(self.graders.values())
-        self._graders = GraderPool(self.concurrency, self.ceiling)
+        # A trainer's step sends its rollouts at once: a key not known yet gets the budget at once, not a slow start.
+        self._graders = GraderPool(self.concurrency, self.ceiling, slow_start=slow_start)
 
     def budget_description(self) -> dict[str, Any]:
         """The grader budget and how long graders stay warm, for the server's start-up line."""
@@ -178,6 +180,7 @@ class Deployment:
             "growing_to": self.ceiling,
             "idle_grader_closes_after_s": self._graders.idle,
             "most_idle_graders": self._graders.most_idle,
+            "slow_start": self._graders.slow_start,
         }
 
     def specs(self, split: str) -> list[dict[str, str]]:

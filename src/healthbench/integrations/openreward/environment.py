@@ -353,6 +353,7 @@ def serve(
     default: str = ENVIRONMENT,
     tracebacks: bool = False,
     limits: ServeLimits | None = None,
+    slow_start: bool = False,
 ) -> None:
     """Serve both environments over HTTP until interrupted (the SDK's uvicorn server, one worker), on
     `access.host` (default loopback) letting in its tokens, `default` at the bare paths; a reply that cannot be
@@ -360,15 +361,21 @@ def serve(
 
     `grader` (the settings of every split, or of each split) defaults to the server's environment (see
     `GraderConfig.from_env` with `served`); sessions bring the key as a secret. Graders stay warm between
-    sessions (`integrations.pool`) and close with the server. Raises `SettingsError` for an `access` that would let
-    anyone spend the server's key (see `Access.refusal`).
+    sessions (`integrations.pool`) and close with the server; a key whose limits are not known yet is sent the
+    grader budget's worth at once unless `slow_start` (see `ApiClient`). Raises `SettingsError` for an `access`
+    that would let anyone spend the server's key (see `Access.refusal`).
     """
     access = access or Access()
     with collection_paused():
         # A line a minute while replies are graded: calls, tokens, the prompt cache's hit rate and what it saved.
         usage_log = UsageLog(lambda **fields: logger.info("healthbench_grader_usage", **fields))
         deployment = Deployment(
-            splits, grader or GraderConfig.from_env(served=True), adjustments, usage_log, limits=limits
+            splits,
+            grader or GraderConfig.from_env(served=True),
+            adjustments,
+            usage_log,
+            limits=limits,
+            slow_start=slow_start,
         )
         if (refusal := access.refusal(deployment.graders.values())) is not None:
             raise SettingsError(refusal)
