@@ -239,12 +239,12 @@ class ApiClient:
         project added is met here, by sending the request again without it, and is no failed attempt."""
         while True:
             turn, sent = await self.hosts.turn(payload)  # as learned by the time it is this request's turn
-            # Only a request sent with an added parameter says whether the host takes it (a policy's says nothing).
-            carries = bool(self.hosts.carried(sent))
             try:
                 reading = await self._attempt(sent, cost)
             except AttemptFailed as exc:
-                if carries and self.hosts.learn(exc.failure.status, exc.failure.body, sent):
+                # Only a request sent with an added parameter says whether the host takes it (a policy's says
+                # nothing).
+                if self.hosts.carried(sent) and self.hosts.learn(exc.failure.status, exc.failure.body, sent):
                     continue
                 raise
             finally:

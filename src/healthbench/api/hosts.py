@@ -81,9 +81,11 @@ class Adaptations:
         answered, a request carrying an added parameter goes alone (the lock returned, for the caller to release once
         answered), or, while another is out alone, at once without its added parameters if they decide nothing;
         after that, or without one, at once."""
-        carried = self.carried(payload)
-        if self.settled or not carried:
+        if self.settled:
             return None, self.apply(payload)
+        carried = self.carried(payload)
+        if not carried:
+            return None, payload
         loop = asyncio.get_running_loop()
         if self._lock is None or self._loop is not loop:
             self._lock, self._loop = asyncio.Lock(), loop
