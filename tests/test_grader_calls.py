@@ -192,7 +192,16 @@ def test_served_grading_per_reply_and_keyed(fake: FakeOpenAI) -> None:
     assert fake.base_url
     config = GraderConfig(base_url=fake.base_url, calls="per-reply")
     deployment = Deployment({"test": [row]}, config)
-    samples = asyncio.run(deployment.grade_group("test", row, ["Rest.", "Sleep.", "Rest."], "sk-test"))
+
+    async def twice() -> list[Any]:
+        # A served grader sends a new host's first group at once: only its first request carries the key until the
+        # host has answered it. The next group, on the same loop (as a server's), is all keyed.
+        await deployment.grade_group("test", row, ["Rest.", "Sleep.", "Rest."], "sk-test")
+        assert len(fake.bodies) == 3 and sum("prompt_cache_key" in body for body in fake.bodies) == 1
+        fake.reset()
+        return await deployment.grade_group("test", row, ["Rest.", "Sleep.", "Rest."], "sk-test")
+
+    samples = asyncio.run(twice())
     assert len(fake.bodies) == 3 and len({body["prompt_cache_key"] for body in fake.bodies}) == 1  # one task
     conversation = "user: I have a headache, what should I do?\n\nassistant: Rest."
     assert [item.criteria_met for item in samples[0].items] == [

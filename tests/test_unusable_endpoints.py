@@ -44,9 +44,9 @@ def attempts_of(client: ApiClient) -> list[int]:
     made = [0]
     attempt = client._attempt
 
-    async def counted(payload: bytes, cost: int) -> Any:
+    async def counted(payload: bytes, cost: int, alone: bool) -> Any:
         made[0] += 1
-        return await attempt(payload, cost)
+        return await attempt(payload, cost, alone)
 
     client._attempt = counted  # type: ignore[method-assign]
     return made

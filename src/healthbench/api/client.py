@@ -196,10 +196,11 @@ class ApiClient:
         failure = transport_failure(exc, patience, timeout.sock_connect or patience, shown(self.base_url))
         return AttemptFailed(failure)
 
-    async def _attempt(self, payload: bytes, cost: int) -> Reading:
+    async def _attempt(self, payload: bytes, cost: int, alone: bool) -> Reading:
         session = self._bind()
         async with self.budget.slot():
             ticket = await self.gate.start(cost)
+            payload = self.hosts.outgoing(payload, alone)  # as learned by the time it goes
             try:
                 self._health.check()  # found unusable while this one waited: it is not sent
                 sent = time.monotonic()
@@ -222,7 +223,7 @@ class ApiClient:
         await self.gate.answered(ticket, headers)
         self.budget.need(self.gate, self.gate.in_flight_needed())
         if status != 200:
-            raise AttemptFailed(status_failure(status, body, headers))
+            raise AttemptFailed(status_failure(status, body, headers), sent=payload)
         try:
             reading = self.wire.reading(body)
         except UnreadableAnswer as exc:
@@ -238,13 +239,14 @@ class ApiClient:
         """One attempt of `payload` as this endpoint takes it (`hosts.Adaptations`): a refusal of a parameter this
         project added is met here, by sending the request again without it, and is no failed attempt."""
         while True:
-            turn, sent = await self.hosts.turn(payload)  # as learned by the time it is this request's turn
+            turn = await self.hosts.turn(payload)
             try:
-                reading = await self._attempt(sent, cost)
+                reading = await self._attempt(payload, cost, alone=turn is not None)
             except AttemptFailed as exc:
                 # Only a request sent with an added parameter says whether the host takes it (a policy's says
-                # nothing).
-                if self.hosts.carried(sent) and self.hosts.learn(exc.failure.status, exc.failure.body, sent):
+                # nothing, nor an answer that is no refusal).
+                sent = exc.sent
+                if sent and self.hosts.carried(sent) and self.hosts.learn(exc.failure.status, exc.failure.body, sent):
                     continue
                 raise
             finally:

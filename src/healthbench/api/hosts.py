@@ -76,27 +76,38 @@ class Adaptations:
         """A request's bytes as this endpoint takes them: what it refused left out or renamed."""
         return _rewritten(payload, self.changes)
 
-    async def turn(self, payload: bytes) -> tuple[asyncio.Lock | None, bytes]:
-        """Wait for this request's turn, and its bytes as this endpoint takes them then. Until the endpoint has
-        answered, a request carrying an added parameter goes alone (the lock returned, for the caller to release once
-        answered), or, while another is out alone, at once without its added parameters if they decide nothing;
-        after that, or without one, at once."""
+    async def turn(self, payload: bytes) -> asyncio.Lock | None:
+        """Wait for this request's turn. Until the endpoint has answered, a request carrying an added parameter goes
+        alone (the lock returned, for the caller to release once answered), unless another is out alone and its
+        added parameters decide nothing: then it does not wait, and `outgoing` says what it carries. After that, or
+        without one, at once."""
         if self.settled:
-            return None, self.apply(payload)
+            return None
         carried = self.carried(payload)
         if not carried:
-            return None, payload
+            return None
         loop = asyncio.get_running_loop()
         if self._lock is None or self._loop is not loop:
             self._lock, self._loop = asyncio.Lock(), loop
         lock = self._lock
         if lock.locked() and DECIDING_NOTHING.issuperset(carried):
-            return None, _rewritten(payload, {**self.changes, **dict.fromkeys(carried)})
+            return None
         await lock.acquire()
         if self.settled:
             lock.release()
-            return None, self.apply(payload)
-        return lock, self.apply(payload)
+            return None
+        return lock
+
+    def outgoing(self, payload: bytes, alone: bool) -> bytes:
+        """A request's bytes as it goes, decided then rather than at its turn (a slow start may hold it until the
+        host is known): as this endpoint takes them, and, while the host is not known yet and another request is out
+        alone, without the added parameters that decide nothing."""
+        if alone or self.settled:
+            return self.apply(payload)
+        carried = self.carried(payload)
+        if not carried:
+            return payload
+        return _rewritten(payload, {**self.changes, **dict.fromkeys(carried)})
 
     def learn(self, status: int | None, body: bytes, sent: bytes) -> bool:
         """Whether the refusal (`status`, `body`) of the request `sent` is of an added parameter it carried, now left

@@ -136,11 +136,13 @@ class Failure:
 
 
 class AttemptFailed(Exception):
-    """An attempt that failed as `failure` says (the client's own: never raised out of it)."""
+    """An attempt that failed as `failure` says (the client's own: never raised out of it); `sent`, the bytes of a
+    request the server answered with a refusal (for what it says of the parameters this project adds)."""
 
-    def __init__(self, failure: Failure) -> None:
+    def __init__(self, failure: Failure, sent: bytes = b"") -> None:
         super().__init__(failure.cause)
         self.failure = failure
+        self.sent = sent
 
 
 def is_retryable(status: int) -> bool:
