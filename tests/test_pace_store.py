@@ -13,7 +13,7 @@ import pytest
 
 from healthbench.api.client import ApiClient, key_slot
 from healthbench.api.pacing import store as store_module
-from healthbench.api.pacing.state import HEADROOM, PACED, Effects, Learned, LocalPace, Slowdown
+from healthbench.api.pacing.state import EDGE, HEADROOM, PACED, Effects, Learned, LocalPace, Slowdown
 from healthbench.api.pacing.store import PaceStore, RedisPace, redacted
 from healthbench.errors import PaceStoreUnreachable, SettingsError
 from healthbench.testing import FakeOpenAI
@@ -95,6 +95,43 @@ def test_with_no_limit_known_the_store_sets_a_free_rate_as_the_local_pace_does(
     # rate (here no less: every start came at once).
     assert float(fields["free"]) / float(fields["best"]) == pytest.approx(local.free / local.best) == 0.5
     assert float(fields["free"]) / float(fields["free_top"]) == pytest.approx(local.free / local.free_top, rel=1e-3)
+
+
+@pytest.mark.parametrize("rate", [95.0, 300.0])
+def test_a_429_at_the_pace_keeps_the_factor_just_under_the_refused_one_as_the_local_pace_does(
+    rate: float, redis: RedisServer, request: pytest.FixtureRequest
+) -> None:
+    # The start rate is written into the store as of Redis's clock just before each 429 is applied: a loaded
+    # machine's delay before the script runs (a tenth of a second takes 95 a second to 86) cannot move it across
+    # the bounds of the pace (99 a second, then 95).
+    async def main() -> dict[Any, Any]:
+        store = PaceStore(redis.url)
+        client = store.client()
+        pace = store.pace(key_slot("https://edge.test/v1", request.node.name)).remote
+        await pace.apply(Effects((Learned("requests", 6000, 1),)))
+        for _ in range(2):
+            seconds, micros = await client.time()
+            now = seconds + micros / 1e6
+            # Starts at `rate` for a hundred seconds, and the last cut a window ago at least.
+            fields = {"sr": rate, "sr_at": now, "first": now - 100, "cut_at": now - 10}
+            await client.hset(pace.keys[0], mapping={key: f"{value:.6f}" for key, value in fields.items()})
+            await pace.apply(Effects(slow=Slowdown(1.0, hard=True)))
+        stored = await client.hgetall(pace.keys[0])
+        await store.aclose()
+        return stored
+
+    stored = _run(main())
+    local = LocalPace()
+    local.apply_at(0.0, Effects((Learned("requests", 6000, 1),)))
+    for _ in range(2):
+        local.start_rate, local.start_rate_at, local.first_start, local.cut_at = rate, 0.0, -100.0, -10.0
+        local.apply_at(0.0, Effects(slow=Slowdown(1.0, hard=True)))
+    if rate < 99:  # at the pace: just under the factor refused, then further under once refused at that top
+        assert local.factor_top == pytest.approx(EDGE**3)
+    else:  # past it: two cuts by a tenth, the top untouched
+        assert local.factor_top == 1.0 and local.factor_cut == pytest.approx(0.81)
+    assert float(stored.get("f_top", 1.0)) == pytest.approx(local.factor_top, rel=1e-3)
+    assert float(stored["f"]) == pytest.approx(local.factor_cut, rel=1e-3)
 
 
 def test_two_processes_share_one_pace(redis: RedisServer, request: pytest.FixtureRequest) -> None:

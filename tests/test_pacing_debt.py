@@ -1,6 +1,7 @@
 """What a pace makes of limits that count refusals: the debt the headers show, a limiter's hint as a limit, hints
 padded once seen short, a slow start while no limit is known, a burst allowance spent once and never the cushion,
-and a free rate no faster than the lasting start rate. Pure models on a simulated clock."""
+a free rate no faster than the lasting start rate, and a 429 at the pace met by keeping just under the factor it
+refused. Pure models on a simulated clock."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 from healthbench.api.failures import read_refusal
 from healthbench.api.pacing import BURST, LocalPace, Pacer
-from healthbench.api.pacing.state import HEADROOM, LASTING, Admission, Effects, Learned, Slowdown
+from healthbench.api.pacing.state import EDGE, HEADROOM, LASTING, Admission, Effects, Learned, Slowdown
 from tests.pacesim import COST
 
 LIMIT = {"x-ratelimit-limit-requests": "6000"}  # a hundred a second
@@ -115,6 +116,42 @@ def test_a_limit_with_no_size_sets_the_free_rate_from_no_more_than_the_lasting_s
     assert moment > 150 and 110 < lasting < 140
     pace.apply_at(6.0, Effects(slow=Slowdown(0.2, hard=True)))
     assert pace.free == pytest.approx(lasting * 0.9 * 0.8) and pace.free_top == pytest.approx(lasting * 0.9)
+
+
+def _paced_run(pace: LocalPace, until: float) -> float:
+    """Starts as fast as the pace lets them go, from the pace's last start to `until`; returns the last one's time."""
+    at = pace.start_rate_at
+    while at < until:
+        admission = pace.admit_at(at, 1)
+        at += max(admission.wait, 0.001)
+    return at
+
+
+def test_a_429_at_the_pace_keeps_the_factor_just_under_the_one_refused() -> None:
+    pace = LocalPace()
+    pace.apply_at(0.0, Effects((Learned("requests", 6000, 1),)))
+    # A burst past the limit (a slow start's): the usual cut by a tenth, regrown in about five seconds.
+    for i in range(300):
+        pace.admit_at(i / 300, 1)
+    pace.apply_at(1.0, Effects(slow=Slowdown(1.0, hard=True)))
+    assert pace.factor(1.0) == pytest.approx(0.9) and pace.factor(7.0) == 1.0
+    # Refused while the starts kept to the pace: jitter or a window's edge. The factor goes just under the one
+    # refused, and creeps past it: the same 429 does not come back every five seconds.
+    now = _paced_run(pace, 10.0)
+    pace.apply_at(now, Effects(slow=Slowdown(1.0, hard=True)))
+    assert pace.factor_top == pytest.approx(EDGE) and pace.factor(now) == pytest.approx(EDGE)
+    assert EDGE < pace.factor(now + 30) < EDGE * 1.02
+    # Refused again past that top: it was too high, and comes down further.
+    now = _paced_run(pace, now + 30)
+    refused = pace.factor(now)
+    pace.apply_at(now, Effects(slow=Slowdown(1.0, hard=True)))
+    assert pace.factor_top == pytest.approx(refused * EDGE * EDGE)
+    # A burst past the pace is cut as ever, and regrows fast to the top only.
+    for i in range(300):
+        pace.admit_at(now + 2 + i / 300, 1)
+    pace.apply_at(now + 3, Effects(slow=Slowdown(1.0, hard=True)))
+    assert pace.factor(now + 3) == pytest.approx(pace.factor_top * 0.9, rel=0.01)
+    assert pace.factor(now + 10) == pytest.approx(pace.factor_top, rel=0.01)
 
 
 @pytest.mark.parametrize(

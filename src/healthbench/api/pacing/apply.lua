@@ -23,9 +23,20 @@ if not hard then last = math.max(last, n('eased_at', -1e18)) end
 if share and now - last >= $WINDOW then
   if hard then set('cut_at', now) else set('eased_at', now) end
   if limit('rpm') or limit('tpm') then
-    local cut = $CUT
-    if not hard then cut = math.max($CUT, 1 - share / 2) end
-    set('f', math.max($FLOOR, factor() * cut))
+    local f, paced = factor(), rates()
+    local started = paced and start_rate('sr', $WINDOW) / paced
+    if hard and paced and started >= $AT_PACE_MIN and started <= $AT_PACE_MAX then
+      -- Refused at the pace: jitter or a window's edge. Just under the factor refused, and slowly past it.
+      local top = n('f_top', 1.0)
+      local top_cut = $EDGE
+      if top < 1.0 and f >= top then top_cut = $EDGE * $EDGE end
+      set('f_top', math.max($FLOOR, f * top_cut))
+      set('f', math.max($FLOOR, f * top_cut))
+    else
+      local cut = $CUT
+      if not hard then cut = math.max($CUT, 1 - share / 2) end
+      set('f', math.max($FLOOR, f * cut))
+    end
     set('f_at', now)
   else
     local current = free_rate()

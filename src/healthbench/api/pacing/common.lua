@@ -42,27 +42,28 @@ local function limit(dim)
   return n(dim, nil)
 end
 
-local function factor()
-  return math.min(1.0, n('f', 1.0) * math.pow($GROWTH, math.max(0.0, now - n('f_at', now))))
-end
-
--- state.grown: FAST up to top, SLOW past it for PLATEAU seconds, FAST again after.
-local function grown(rate, top, elapsed)
+-- state.grown: fast up to top, slow past it for plateau seconds, fast again after.
+local function grown(rate, top, elapsed, fast, slow, plateau)
   elapsed = math.max(0.0, elapsed)
   if rate < top then
-    local to_top = math.log(top / rate) / math.log($FAST)
-    if elapsed <= to_top then return rate * math.pow($FAST, elapsed) end
+    local to_top = math.log(top / rate) / math.log(fast)
+    if elapsed <= to_top then return rate * math.pow(fast, elapsed) end
     rate, elapsed = top, elapsed - to_top
   end
-  if elapsed <= $PLATEAU then return rate * math.pow($SLOW, elapsed) end
-  return rate * math.pow($SLOW, $PLATEAU) * math.pow($FAST, elapsed - $PLATEAU)
+  if elapsed <= plateau then return rate * math.pow(slow, elapsed) end
+  return rate * math.pow(slow, plateau) * math.pow(fast, elapsed - plateau)
+end
+
+local function factor()
+  local f = grown(n('f', 1.0), n('f_top', 1.0), now - n('f_at', now), $GROWTH, $EDGE_GROWTH, $EDGE_PLATEAU)
+  return math.min(1.0, f)
 end
 
 local function free_rate()
   local free = n('free', nil)
   if free == nil then return nil end
   local top = n('free_top', free)
-  local rate = grown(free, top, now - n('free_at', now))
+  local rate = grown(free, top, now - n('free_at', now), $FAST, $SLOW, $PLATEAU)
   if rate > $UNPACE * top then return nil end
   return rate
 end

@@ -15,7 +15,12 @@ would cost a request of the budget the run is waiting for, and one refusal near 
 as a pure model on an injected clock; `store.RedisPace` implements the same rules in Redis, as Lua scripts on
 Redis's clock, so several processes (replicas, parallel runs, other machines) pace one key together.
 
-A 429's cut of the pace regrows multiplicatively. With no limit known, a cut sets a free rate from the pace in
+A 429's cut of the pace regrows multiplicatively. A limit's 429 that comes while the starts keep to the pace (the
+start rate over the last second near the pace, not past it) is no rate too high: it is the jitter of arrivals
+crowding a window now and then, or a window's edge. A cut by a tenth regrew to the factor refused in about five
+seconds and met the same 429 again, a hold each time (a sliding one-second window with 429s 300 ms late: 84% of
+the limit); such a 429 sets the factor just under the one refused instead, a top it then creeps past slowly,
+lower again if it is refused at or past it. With no limit known, a cut sets a free rate from the pace in
 force (the start rate, the first time), never from what the server accepted while it was held; it regrows
 fast up to just under the rate that was refused, slowly past it for a while, then fast again, and is dropped
 once it has doubled that. A slowdown that is noise (a few limitless 429s) cuts gently and never starts a pace
@@ -42,6 +47,12 @@ HEADROOM = 0.99  # the share of a known limit the pace sends at
 WINDOW = 1.0  # one overload answers many requests at once: one cut per window, for every process
 CUT, FLOOR = 0.9, 0.25  # a limit's cut of the pace, and the lowest factor it reaches
 GROWTH = 1.02  # the factor's regrowth per second, multiplicative
+# A limit's 429 while the start rate was at the pace (between AT_PACE_MIN and AT_PACE_MAX of it) is no rate too
+# high: it is the jitter of arrivals, or a window's edge. The factor goes to EDGE of the factor refused (EDGE
+# squared if it was refused at or past that top before), and creeps past it by EDGE_GROWTH a second for
+# EDGE_PLATEAU seconds before it regrows at GROWTH again.
+EDGE, EDGE_GROWTH, EDGE_PLATEAU = 0.96, 1.0005, 60.0
+AT_PACE_MIN, AT_PACE_MAX = 0.8, 1.02
 # A free rate regrows FAST up to just under the rate that was refused, SLOW past it for PLATEAU seconds (a limit
 # there refuses again soon), then FAST again (there was none: noise taken for a limit costs seconds, not the
 # run); it is dropped once it has regrown to UNPACE times that rate.
@@ -165,6 +176,7 @@ class LocalPace:
     hold_until: float = -math.inf
     factor_cut: float = 1.0
     factor_at: float = 0.0
+    factor_top: float = 1.0  # the factor's regrowth slows past this: just under the factor last refused at the pace
     cut_at: float = -math.inf  # the last cut for a limit
     eased_at: float = -math.inf  # the last cut for noise, which does not stop a limit's cut in the same window
     free: float | None = None
@@ -193,8 +205,9 @@ class LocalPace:
         return learned[0] if learned else None
 
     def factor(self, now: float) -> float:
-        """The share of the limits the pace uses now: cut by 429s, regrown multiplicatively."""
-        return min(1.0, self.factor_cut * math.pow(GROWTH, max(0.0, now - self.factor_at)))
+        """The share of the limits the pace uses now: cut by 429s, regrown multiplicatively (slowly past the top)."""
+        elapsed = now - self.factor_at
+        return min(1.0, grown(self.factor_cut, self.factor_top, elapsed, GROWTH, EDGE_GROWTH, EDGE_PLATEAU))
 
     def free_rate(self, now: float) -> float | None:
         """With no limit known, the request rate the 429s allow now (None: unpaced)."""
@@ -282,7 +295,17 @@ class LocalPace:
         else:
             self.eased_at = now
         if self.limit("requests", now) is not None or self.limit("tokens", now) is not None:
-            self.factor_cut = max(FLOOR, self.factor(now) * (CUT if slow.hard else max(CUT, 1 - slow.share / 2)))
+            factor = self.factor(now)
+            paced = self.rates(now)[0]
+            if slow.hard and paced and AT_PACE_MIN <= self.start_rate_now(now) / paced <= AT_PACE_MAX:
+                # Refused at the pace: the limiter's jitter or a window's edge, not a rate too high. A cut by a
+                # tenth, regrown to the factor refused in five seconds, met it again and again (a hold each time);
+                # the factor stays just under it instead.
+                again = self.factor_top < 1.0 and factor >= self.factor_top
+                self.factor_top = max(FLOOR, factor * (EDGE * EDGE if again else EDGE))
+                self.factor_cut = self.factor_top
+            else:
+                self.factor_cut = max(FLOOR, factor * (CUT if slow.hard else max(CUT, 1 - slow.share / 2)))
             self.factor_at = now
             return
         current = self.free_rate(now)
@@ -304,18 +327,20 @@ class LocalPace:
         self.free_at = now
 
 
-def grown(rate: float, top: float, elapsed: float) -> float:
-    """A free rate `elapsed` seconds after it was set at `rate`: FAST up to `top`, SLOW past it for PLATEAU
-    seconds, FAST again after."""
+def grown(
+    rate: float, top: float, elapsed: float, fast: float = FAST, slow: float = SLOW, plateau: float = PLATEAU
+) -> float:
+    """A free rate (or the factor) `elapsed` seconds after it was set at `rate`: `fast` up to `top`, `slow` past it
+    for `plateau` seconds, `fast` again after."""
     elapsed = max(0.0, elapsed)
     if rate < top:
-        to_top = math.log(top / rate) / math.log(FAST)
+        to_top = math.log(top / rate) / math.log(fast)
         if elapsed <= to_top:
-            return rate * math.pow(FAST, elapsed)
+            return rate * math.pow(fast, elapsed)
         rate, elapsed = top, elapsed - to_top
-    if elapsed <= PLATEAU:
-        return rate * math.pow(SLOW, elapsed)
-    return rate * math.pow(SLOW, PLATEAU) * math.pow(FAST, elapsed - PLATEAU)
+    if elapsed <= plateau:
+        return rate * math.pow(slow, elapsed)
+    return rate * math.pow(slow, plateau) * math.pow(fast, elapsed - plateau)
 
 
 def _with(view: Admission, wait: float, reason: str | None, reserved: bool = False) -> Admission:
