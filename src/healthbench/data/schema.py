@@ -119,6 +119,8 @@ def _id_string(value: Any) -> Any:
 
 _Id = Annotated[StrictStr | None, BeforeValidator(_id_string)]
 ID_FIELDS = ("id", "prompt_id", "task_id")
+# A `Row`'s field names as a Professional row names the same fields.
+_PROFESSIONAL_NAMES = {"prompt": "conversation", "rubrics": "rubric_items", "criterion": "criterion_text"}
 
 
 class ProfessionalRubricItem(_Model):
@@ -156,20 +158,18 @@ class ProfessionalRow(_Model):
         return None
 
     def problem(self) -> tuple[str, str] | None:
-        """The first semantic problem of this row as (field, message), or None if it is usable."""
+        """The first semantic problem of this row as (field, message), or None if it is usable: the problem of
+        its `Row` (a task is usable by the same rules in either schema), named as this schema names the field."""
         identity = self.identity()
         if identity is None:
             return "id", f"Field required (the id is read from {', '.join(ID_FIELDS)}, the first present)"
-        if not identity[1].strip():
-            return identity[0], EMPTY_ID
-        for number, item in enumerate(self.rubric_items):
-            if not item.criterion_text.strip():
-                return f"rubric_items.{number}.criterion_text", EMPTY_CRITERION
-        if self.conversation[-1].role != "user":
-            return "conversation", f"must end on a user turn, ends on {self.conversation[-1].role!r}"
-        if not any(item.points > 0 for item in self.rubric_items):
-            return "rubric_items", "no item has positive points, so the row has no score"
-        return None
+        problem = self.to_row().problem()
+        if problem is None:
+            return None
+        field, message = problem
+        if field == "prompt_id":
+            return identity[0], message
+        return ".".join(_PROFESSIONAL_NAMES.get(part, part) for part in field.split(".")), message
 
     def to_row(self) -> Row:
         """The same task as a `Row`: its slices become `use_case:<v>`-style example tags, verbatim."""

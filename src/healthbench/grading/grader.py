@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Literal
 
 from healthbench.api.client import Completer
@@ -76,14 +76,8 @@ class GradedItem:
     explanation: str
 
     def as_dict(self) -> dict[str, Any]:
-        """The item as results.jsonl records it."""
-        return {
-            "criterion": self.criterion,
-            "points": self.points,
-            "tags": self.tags,
-            "criteria_met": self.criteria_met,
-            "explanation": self.explanation,
-        }
+        """The item as results.jsonl records it: its fields, in order."""
+        return dataclasses.asdict(self)
 
 
 @dataclass
@@ -98,6 +92,7 @@ class GradedReply:
     paid: Usage = field(default_factory=Usage)
 
 
+@dataclass(eq=False)
 class Grader:
     """Grades replies with an LLM grader through a `Completer` (live or batched), optionally through a verdict
     cache.
@@ -111,26 +106,15 @@ class Grader:
     shape whose cap is the reference's default rather than one the user gave.
     """
 
-    def __init__(
-        self,
-        client: Completer,
-        model: str = DEFAULT_GRADER_MODEL,
-        *,
-        shape: Shape = REFERENCE_SHAPE,
-        system_message: bool = True,
-        cache: VerdictCache | None = None,
-        calls: GraderCalls = PER_ITEM,
-        prompt_cache_keys: bool = True,
-        per_reply_caps: bool = True,
-    ) -> None:
-        self.client = client
-        self.model = model
-        self.shape = shape
-        self.system_message = system_message
-        self.cache = cache
-        self.calls = calls
-        self.prompt_cache_keys = prompt_cache_keys
-        self.per_reply_caps = per_reply_caps
+    client: Completer
+    model: str = DEFAULT_GRADER_MODEL
+    _: KW_ONLY
+    shape: Shape = REFERENCE_SHAPE
+    system_message: bool = True
+    cache: VerdictCache | None = None
+    calls: GraderCalls = PER_ITEM
+    prompt_cache_keys: bool = True
+    per_reply_caps: bool = True
 
     def request_body(self, prompt: str, *, items: int | None = None) -> dict[str, Any]:
         """The request body for one grader prompt (of `items` rubric items, for a per-reply prompt); with the

@@ -32,16 +32,10 @@ from typing import Final
 from healthbench.data.tags import EXAMPLE_FAMILIES, UNSLICED_FAMILIES
 from healthbench.errors import DataError, SettingsError
 from healthbench.grading.bootstrap import percentile_interval, resample_means
+from healthbench.grading.grader import GraderCalls
 from healthbench.grading.scoring import LengthAdjustment
 from healthbench.runs.folder import RESULTS, RunFolder
-from healthbench.runs.outputs import (
-    Comparison,
-    GraderCallsBySide,
-    Headline,
-    Headlines,
-    MetricDifference,
-    SampleCounts,
-)
+from healthbench.runs.outputs import BySide, Comparison, Headline, MetricDifference
 from healthbench.runs.records import RunRecord, SampleRecord
 from healthbench.runs.spec import LengthSpec
 
@@ -186,7 +180,7 @@ def compare_runs(
 
     if n_bootstrap < 1:
         raise SettingsError("`n_bootstrap` must be at least 1")
-    headlines = Headlines(a=_headline_of(a, run_a), b=_headline_of(b, run_b))
+    headlines = BySide[Headline](a=_headline_of(a, run_a), b=_headline_of(b, run_b))
     adjustment_a, adjustment_b = (_adjustment(run) for run in (run_a, run_b))
     (tasks_a, counts_a), (tasks_b, counts_b) = _task_values(a, adjustment_a, "A"), _task_values(b, adjustment_b, "B")
     tasks = sorted(tasks_a.keys() & tasks_b.keys())
@@ -225,7 +219,9 @@ def compare_runs(
             clipped=_clip(mean_a) != mean_a or _clip(mean_b) != mean_b,
             marked=len(diffs) >= MIN_MARKED and (low > 0 or high < 0),
         )
-    calls = GraderCallsBySide(**{side: run.spec.grader.calls for side, run in (("a", run_a), ("b", run_b)) if run})
+    calls = BySide[GraderCalls | None](
+        a=run_a.spec.grader.calls if run_a else None, b=run_b.spec.grader.calls if run_b else None
+    )
     return Comparison(
         a=names[0] if names else None,
         b=names[1] if names else None,
@@ -233,7 +229,7 @@ def compare_runs(
         grader_calls_mismatch=grader_calls_mismatch(calls.a, calls.b),
         unfinished=list(unfinished),
         n_tasks=len(tasks),
-        samples=SampleCounts(a=sum(counts_a[t] for t in tasks), b=sum(counts_b[t] for t in tasks)),
+        samples=BySide[int](a=sum(counts_a[t] for t in tasks), b=sum(counts_b[t] for t in tasks)),
         only_a=len(tasks_a) - len(tasks),
         only_b=len(tasks_b) - len(tasks),
         seed=seed,

@@ -91,14 +91,6 @@ class Cost:
         return f"{cost} (grader cache {self.cache_hit_rate:.0%}{saved})"
 
 
-@dataclass(frozen=True)
-class Mark:
-    """How one run's setting differs from the other runs'."""
-
-    kind: str
-    detail: str
-
-
 @dataclass
 class Entry:
     """One run as the leaderboard shows it."""
@@ -121,7 +113,7 @@ class Entry:
     # The training split graded (`data.splits`), None for every task of the data.
     split: str | None = None
     cost: Cost = field(default_factory=lambda: Cost(None))
-    marks: list[Mark] = field(default_factory=list)
+    marks: list[MarkRecord] = field(default_factory=list)
 
     @property
     def grader(self) -> str:
@@ -182,7 +174,7 @@ class Entry:
             grader_cache_hit_rate=self.cost.cache_hit_rate,
             grader_cache_saved_usd=self.cost.cache_saved_usd,
             cost=self.cost.describe(),
-            marks=[MarkRecord(kind=m.kind, detail=m.detail) for m in self.marks],
+            marks=list(self.marks),
             metrics={name: figure.record() for name, figure in self.metrics.items()},
         )
 
@@ -312,7 +304,7 @@ def _differences(entries: Sequence[Entry]) -> list[str]:
             if most > second and value == common:
                 continue
             others = sorted(v for v in counts if v != value)
-            entry.marks.append(Mark(kind, f"{value} (other runs: {'; '.join(others)})"))
+            entry.marks.append(MarkRecord(kind=kind, detail=f"{value} (other runs: {'; '.join(others)})"))
     sets = Counter(entry.tasks.digest for entry in entries)
     if len(sets) > 1:
         words = {entry.tasks.digest: entry.tasks.words for entry in entries}
@@ -327,7 +319,7 @@ def _differences(entries: Sequence[Entry]) -> list[str]:
                 continue
             others = sorted({words[d] for d in sets if d != entry.tasks.digest})
             detail = f"ranked apart: its tasks ({entry.tasks.words}) are not those of other runs ({'; '.join(others)})"
-            entry.marks.append(Mark("not comparable", detail))
+            entry.marks.append(MarkRecord(kind="not comparable", detail=detail))
     calls = Counter(entry.grader_calls for entry in entries)
     if set(calls) != {"per-item"}:
         sentences.append(
@@ -339,12 +331,11 @@ def _differences(entries: Sequence[Entry]) -> list[str]:
         # Every such row is marked, whatever the other runs are: its score is never the official one.
         if entry.grader_calls != "per-item":
             detail = "one grader call for all of a reply's rubric items, not one per item: not the official grading"
-            entry.marks.append(Mark(entry.grader_calls, detail))
+            entry.marks.append(MarkRecord(kind=entry.grader_calls, detail=detail))
         if entry.official is False:
             differences = "; ".join(entry.official_differences or ["differences not recorded"])
-            entry.marks.append(
-                Mark("not official", f"not HealthBench Professional's official configuration: {differences}")
-            )
+            detail = f"not HealthBench Professional's official configuration: {differences}"
+            entry.marks.append(MarkRecord(kind="not official", detail=detail))
     return sentences
 
 

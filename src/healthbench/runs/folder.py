@@ -176,13 +176,7 @@ class RunFolder:
 
     def read_run(self) -> RunRecord | None:
         """run.json of any release, or None when there is none (a first session that never ended)."""
-        value = self._json(RUN)
-        if value is None:
-            return None
-        try:
-            return RunRecord.model_validate(value)
-        except ValidationError as exc:
-            raise invalid(str(self.path / RUN), exc, flat="version" not in value) from None
+        return self._record(RUN, RunRecord, flat_unversioned=True)
 
     def require_run(self) -> RunRecord:
         """run.json, or a `DataError` saying the folder holds no finished run."""
@@ -205,21 +199,15 @@ class RunFolder:
 
     def write_run(self, record: RunRecord) -> Path:
         """run.json."""
-        return self._write(RUN, record.model_dump(mode="json"))
+        return self._write_record(RUN, record)
 
     def read_usage(self) -> UsageRecord | None:
         """usage.json, or None when there is none."""
-        value = self._json(USAGE)
-        if value is None:
-            return None
-        try:
-            return UsageRecord.model_validate(value)
-        except ValidationError as exc:
-            raise invalid(str(self.path / USAGE), exc) from None
+        return self._record(USAGE, UsageRecord)
 
     def write_usage(self, record: UsageRecord) -> Path:
         """usage.json."""
-        return self._write(USAGE, record.model_dump(mode="json"))
+        return self._write_record(USAGE, record)
 
     def read_metrics(self) -> Metrics | None:
         """metrics.json, or None when there is none (a run not finished)."""
@@ -245,31 +233,35 @@ class RunFolder:
 
     def read_probe(self) -> ProbeRecord | None:
         """A probe's probe.json, or None when there is none (a probe not finished)."""
-        value = self._json(PROBE)
-        if value is None:
-            return None
-        try:
-            return ProbeRecord.model_validate(value)
-        except ValidationError as exc:
-            raise invalid(str(self.path / PROBE), exc) from None
+        return self._record(PROBE, ProbeRecord)
 
     def write_probe(self, record: ProbeRecord) -> Path:
         """A probe's probe.json."""
-        return self._write(PROBE, record.model_dump(mode="json"))
+        return self._write_record(PROBE, record)
 
     def read_agreement(self) -> AgreementRecord | None:
         """A meta-eval's agreement.json, or None when there is none (a meta-eval not finished)."""
-        value = self._json(AGREEMENT)
-        if value is None:
-            return None
-        try:
-            return AgreementRecord.model_validate(value)
-        except ValidationError as exc:
-            raise invalid(str(self.path / AGREEMENT), exc) from None
+        return self._record(AGREEMENT, AgreementRecord)
 
     def write_agreement(self, record: AgreementRecord) -> Path:
         """A meta-eval's agreement.json."""
-        return self._write(AGREEMENT, record.model_dump(mode="json"))
+        return self._write_record(AGREEMENT, record)
+
+    def _record(self, name: str, model: type[RecordT], *, flat_unversioned: bool = False) -> RecordT | None:
+        """The JSON file `name` as `model`, or None when there is none; a broken one is a `DataError` naming the
+        field. `flat_unversioned`: a file without a `version` key is flat (run.json of version 1), and an error
+        names its fields as that file does."""
+        value = self._json(name)
+        if value is None:
+            return None
+        try:
+            return model.model_validate(value)
+        except ValidationError as exc:
+            raise invalid(str(self.path / name), exc, flat=flat_unversioned and "version" not in value) from None
+
+    def _write_record(self, name: str, record: BaseModel) -> Path:
+        """The JSON file `name`, holding `record`."""
+        return self._write(name, record.model_dump(mode="json"))
 
     def _json(self, name: str) -> dict[str, Any] | None:
         path = self.path / name

@@ -8,13 +8,15 @@ refused naming both (`records.Versioned`).
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import ClassVar, Generic, Literal, TypeVar
 
 from pydantic import Field
 
 from healthbench.grading.grader import GraderCalls
 from healthbench.runs.records import Record, SideUsage, Versioned
 from healthbench.runs.spec import Command, GraderRequest, LengthSpec
+
+SideT = TypeVar("SideT")
 
 
 class MetricDifference(Record):
@@ -43,25 +45,12 @@ class Headline(Record):
     length_adjustment: LengthSpec | None = None
 
 
-class Headlines(Record):
-    """Each run's headline."""
+class BySide(Record, Generic[SideT]):
+    """One value for each run of a comparison, A's and B's: each run's headline, how its grader was called (None
+    for a run without run.json), its samples of the paired tasks."""
 
-    a: Headline
-    b: Headline
-
-
-class GraderCallsBySide(Record):
-    """How each run's grader was called (None for a run without run.json)."""
-
-    a: GraderCalls | None = None
-    b: GraderCalls | None = None
-
-
-class SampleCounts(Record):
-    """Each run's samples of the paired tasks."""
-
-    a: int
-    b: int
+    a: SideT
+    b: SideT
 
 
 class Comparison(Versioned):
@@ -76,18 +65,18 @@ class Comparison(Versioned):
     version: Literal[1] = 1
     a: str | None = None
     b: str | None = None
-    grader_calls: GraderCallsBySide = Field(default_factory=GraderCallsBySide)
+    grader_calls: BySide[GraderCalls | None] = Field(default_factory=lambda: BySide[GraderCalls | None](a=None, b=None))
     grader_calls_mismatch: str | None = None
     unfinished: list[str] = Field(default_factory=list)
     n_tasks: int
-    samples: SampleCounts
+    samples: BySide[int]
     only_a: int
     only_b: int
     seed: int
     n_bootstrap: int
     min_marked: int
     headline: Literal["score", "overall_score"]
-    headlines: Headlines
+    headlines: BySide[Headline]
     headline_mismatch: str | None = None
     metrics: dict[str, MetricDifference]
 
