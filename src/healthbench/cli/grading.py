@@ -11,7 +11,14 @@ import click
 from healthbench.cli.bounds import bounded
 from healthbench.cli.execute import execute, print_estimate, unit
 from healthbench.cli.failures import user_errors
-from healthbench.cli.options import DryRun, grading, length_options, policy_from_flags, run_options, sampling_options
+from healthbench.cli.options import (
+    RunFlags,
+    grading,
+    length_options,
+    policy_from_flags,
+    run_options,
+    sampling_options,
+)
 from healthbench.cli.tasks import data_options, graded_tasks, load_tasks, said_limit
 from healthbench.data.responses import load_responses
 from healthbench.data.schema import Row
@@ -63,11 +70,7 @@ def grade(
     responses: Path,
     strict: bool,
     report: bool,
-    out: Path,
-    seed: int,
-    prices: Path | None,
-    progress: bool,
-    dry_run: DryRun | None,
+    run: RunFlags,
     plan: GradingPlan,
     batch: BatchChoice | None,
 ) -> None:
@@ -76,11 +79,11 @@ def grade(
     rows, data = load_tasks(tasks)
     replied, replies = replied_rows(rows, responses, strict)
     jobs = [Job(row, 0, replies[row.prompt_id]) for row in replied]
-    if dry_run:
-        print_estimate([unit(job) for job in jobs], plan.grader, prices, dry_run)
+    if run.dry_run:
+        print_estimate([unit(job) for job in jobs], plan.grader, run.prices, run.dry_run)
         return
-    spec = run_spec("grade", plan, data, seed=seed, responses=str(responses))
-    execute(jobs, out, spec, plan.grader, batch=batch, prices=prices, progress=progress, html=report)
+    spec = run_spec("grade", plan, data, seed=run.seed, responses=str(responses))
+    execute(jobs, run.out, spec, plan.grader, batch=batch, prices=run.prices, progress=run.progress, html=report)
 
 
 @click.command(name="eval")
@@ -114,11 +117,7 @@ def evaluate(
     timeout: float | None,
     policy_batch: bool,
     policy_errors: str,
-    out: Path,
-    seed: int,
-    prices: Path | None,
-    progress: bool,
-    dry_run: DryRun | None,
+    run: RunFlags,
     plan: GradingPlan,
     batch: BatchChoice | None,
 ) -> None:
@@ -146,11 +145,13 @@ def evaluate(
     all_rows, data = load_tasks(tasks)
     said_limit(limit, len(all_rows), "tasks in the data")
     rows = select_rows(all_rows, limit)
-    if dry_run:
+    if run.dry_run:
         # A unit per task, its repeats counted: the estimate takes the time and memory of the tasks alone.
         units = [unit(Job(row), times=n_repeats) for row in rows]
-        print_estimate(units, plan.grader, prices, dry_run, policy_config, tasks=len(rows))
+        print_estimate(units, plan.grader, run.prices, run.dry_run, policy_config, tasks=len(rows))
         return
     jobs = [Job(row, repeat) for repeat in range(n_repeats) for row in rows]
-    spec = run_spec("eval", plan, data, seed=seed, limit=limit, n_repeats=n_repeats, policy=policy_config)
-    execute(jobs, out, spec, plan.grader, policy=policy_config, batch=batch, prices=prices, progress=progress)
+    spec = run_spec("eval", plan, data, seed=run.seed, limit=limit, n_repeats=n_repeats, policy=policy_config)
+    execute(
+        jobs, run.out, spec, plan.grader, policy=policy_config, batch=batch, prices=run.prices, progress=run.progress
+    )

@@ -12,7 +12,7 @@ import click
 from healthbench.cli.bounds import bounded
 from healthbench.cli.execute import execute, print_estimate, unit
 from healthbench.cli.failures import user_errors
-from healthbench.cli.options import DryRun, grading, length_options, meta_grading, run_options
+from healthbench.cli.options import RunFlags, grading, length_options, meta_grading, run_options
 from healthbench.cli.render import Bar, download_bar, finish
 from healthbench.cli.tasks import data_flag_offered, data_options, graded_tasks, load_tasks, said_limit
 from healthbench.data.loading import load_meta_rows
@@ -53,11 +53,7 @@ def baseline(
     references: bool,
     tasks: TaskSource,
     limit: int | None,
-    out: Path,
-    seed: int,
-    prices: Path | None,
-    progress: bool,
-    dry_run: DryRun | None,
+    run: RunFlags,
     plan: GradingPlan,
     batch: BatchChoice | None,
 ) -> None:
@@ -83,11 +79,11 @@ def baseline(
             group=group, references=references, completions=completions, group_description=GROUP_DESCRIPTIONS[group]
         )
     said_limit(limit, len(jobs), f"{whose.completions} in the data")  # jobs are all there are when short
-    if dry_run:
-        print_estimate([unit(job) for job in jobs], plan.grader, prices, dry_run)
+    if run.dry_run:
+        print_estimate([unit(job) for job in jobs], plan.grader, run.prices, run.dry_run)
         return
-    spec = run_spec("baseline", plan, data, seed=seed, limit=limit, baseline=whose)
-    execute(jobs, out, spec, plan.grader, batch=batch, prices=prices, progress=progress)
+    spec = run_spec("baseline", plan, data, seed=run.seed, limit=limit, baseline=whose)
+    execute(jobs, run.out, spec, plan.grader, batch=batch, prices=run.prices, progress=run.progress)
 
 
 def load_meta(data: Path | None, subset: str | None) -> tuple[list[MetaRow], str]:
@@ -166,11 +162,7 @@ def meta_eval(
     data: Path | None,
     subset: str | None,
     limit: int | None,
-    out: Path,
-    seed: int,
-    prices: Path | None,
-    progress: bool,
-    dry_run: DryRun | None,
+    run: RunFlags,
     plans: list[GradingPlan],
     batch: BatchChoice | None,
 ) -> None:
@@ -180,11 +172,11 @@ def meta_eval(
     said_limit(limit, len(all_rows), "rows in the data")
     rows = select_rows(all_rows, limit)
     both = len(plans) > 1
-    if dry_run:
+    if run.dry_run:
         for plan in plans:
             if both:
                 click.echo(f"{plan.grader.calls}:")
-            print_estimate(meta_units(rows, plan.grader.calls), plan.grader, prices, dry_run)
+            print_estimate(meta_units(rows, plan.grader.calls), plan.grader, run.prices, run.dry_run)
         return
     for plan in plans:
         plan.grader.check_pace_store()  # a shared pace out of reach stops the run before anything is sent
@@ -193,13 +185,13 @@ def meta_eval(
         meta_session(
             rows,
             plan,
-            RunFolder(out / plan.grader.calls if both else out),
+            RunFolder(run.out / plan.grader.calls if both else run.out),
             data_spec,
-            seed=seed,
+            seed=run.seed,
             limit=limit,
             batch=batch,
-            prices=prices,
-            progress=progress,
+            prices=run.prices,
+            progress=run.progress,
         )
         for plan in plans
     ]
@@ -210,5 +202,5 @@ def meta_eval(
     if not all(finished):
         sys.exit(1)
     if both and all(result.outcome.metrics is not None for result in results):
-        figures = side_by_side([result.folder for result in results], seed=seed)
+        figures = side_by_side([result.folder for result in results], seed=run.seed)
         click.echo("\n".join(side_by_side_lines(figures)))
