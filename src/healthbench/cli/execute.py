@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from healthbench.cli.options import DryRun
+from healthbench.cli.options import DryRun, RunFlags
 from healthbench.cli.render import Bar, finish
 from healthbench.grading.settings import GraderConfig
 from healthbench.reporting.report import write_report
@@ -113,25 +113,24 @@ def estimate_lines(estimate: DryRunEstimate) -> list[str]:
 
 def execute(
     jobs: Sequence[Job],
-    out: Path,
+    run: RunFlags,
     spec: RunSpec,
     grader: GraderConfig,
     *,
     policy: PolicyConfig | None = None,
     batch: BatchChoice | None,
-    prices: Path | None,
-    progress: bool,
     html: bool = True,
     start: Callable[..., Start] = jobs_start,
     page: Callable[[Path], Path] = write_report,
     headline: Callable[[dict[str, float | int]], str] | None = None,
 ) -> RunFolder:
-    """Run the jobs of `spec` in `out` as `start` builds the run and say how it went in `headline` (exit 1 on
-    failures); with `html`, write its `page` too. The folder is returned for what a command says after."""
+    """Run the jobs of `spec` in `run.out`, with `run`'s price table and progress bar, as `start` builds the run
+    and say how it went in `headline` (exit 1 on failures); with `html`, write its `page` too. The folder is
+    returned for what a command says after."""
     for config in (grader, policy):
         if config is not None:
             config.check_pace_store()  # a shared pace out of reach stops the run before anything is sent
-    folder = RunFolder(out)
+    folder = RunFolder(run.out)
     result = run_session(
         start(jobs, folder, spec, sample_first=batch is not None),
         folder,
@@ -140,8 +139,8 @@ def execute(
         samples=len(jobs),
         policy=policy,
         batch=batch,
-        prices=prices,
-        progress=Bar(progress),
+        prices=run.prices,
+        progress=Bar(run.progress),
         report=page if html else None,
     )
     kind = "score" if spec.length_adjustment is None else "length-adjusted score"

@@ -83,7 +83,7 @@ def grade(
         print_estimate([unit(job) for job in jobs], plan.grader, run.prices, run.dry_run)
         return
     spec = run_spec("grade", plan, data, seed=run.seed, responses=str(responses))
-    execute(jobs, run.out, spec, plan.grader, batch=batch, prices=run.prices, progress=run.progress, html=report)
+    execute(jobs, run, spec, plan.grader, batch=batch, html=report)
 
 
 @click.command(name="eval")
@@ -152,6 +152,4 @@ def evaluate(
         return
     jobs = [Job(row, repeat) for repeat in range(n_repeats) for row in rows]
     spec = run_spec("eval", plan, data, seed=run.seed, limit=limit, n_repeats=n_repeats, policy=policy_config)
-    execute(
-        jobs, run.out, spec, plan.grader, policy=policy_config, batch=batch, prices=run.prices, progress=run.progress
-    )
+    execute(jobs, run, spec, plan.grader, policy=policy_config, batch=batch)

@@ -83,7 +83,7 @@ def baseline(
         print_estimate([unit(job) for job in jobs], plan.grader, run.prices, run.dry_run)
         return
     spec = run_spec("baseline", plan, data, seed=run.seed, limit=limit, baseline=whose)
-    execute(jobs, run.out, spec, plan.grader, batch=batch, prices=run.prices, progress=run.progress)
+    execute(jobs, run, spec, plan.grader, batch=batch)
 
 
 def load_meta(data: Path | None, subset: str | None) -> tuple[list[MetaRow], str]:

@@ -161,13 +161,11 @@ def probe(
 
     folder = execute(
         jobs,
-        run.out,
+        run,
         spec,
         grader,
         policy=policy,
         batch=batch,
-        prices=run.prices,
-        progress=run.progress,
         start=probe_start,
         page=write_probe_page,
         headline=headline,
