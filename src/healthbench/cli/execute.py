@@ -1,5 +1,5 @@
-"""How a grading command runs: its dry run, and its jobs in a session, with what it says when the session is
-over."""
+"""How a grading command runs: the wrappers that make its arguments, its dry run, and its jobs in a session, with
+what it says when the session is over."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from pathlib import Path
 
 import click
 
-from healthbench.cli.options import DryRun, RunFlags
+from healthbench.cli.failures import user_errors
+from healthbench.cli.options import DryRun, F, RunFlags, grading
 from healthbench.cli.render import Bar, finish
+from healthbench.cli.tasks import graded_tasks
 from healthbench.grading.settings import GraderConfig
 from healthbench.reporting.report import write_report
 from healthbench.runs.estimate import Unit, dry_run
@@ -20,6 +22,13 @@ from healthbench.runs.pricing import load_prices
 from healthbench.runs.runner import Job
 from healthbench.runs.session import BatchChoice, Start, jobs_start, run_session
 from healthbench.runs.spec import RunSpec
+
+
+def grading_command(func: F) -> F:
+    """The wrappers of a command that grades tasks, in the order they need: `user_errors` outermost, so that what
+    the others raise is one line, then `graded_tasks`, whose `tasks` `grading` reads for the official defaults of
+    their kind."""
+    return user_errors(graded_tasks(grading(func)))
 
 
 def unit(job: Job, times: int = 1) -> Unit:

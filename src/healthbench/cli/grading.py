@@ -9,17 +9,9 @@ from pathlib import Path
 import click
 
 from healthbench.cli.bounds import bounded
-from healthbench.cli.execute import execute, print_estimate, unit
-from healthbench.cli.failures import user_errors
-from healthbench.cli.options import (
-    RunFlags,
-    grading,
-    length_options,
-    policy_from_flags,
-    run_options,
-    sampling_options,
-)
-from healthbench.cli.tasks import data_options, graded_tasks, load_tasks, said_limit
+from healthbench.cli.execute import execute, grading_command, print_estimate, unit
+from healthbench.cli.options import RunFlags, length_options, policy_from_flags, run_options, sampling_options
+from healthbench.cli.tasks import data_options, load_tasks, said_limit
 from healthbench.data.responses import load_responses
 from healthbench.data.schema import Row
 from healthbench.data.select import select_rows
@@ -62,9 +54,7 @@ def replied_rows(
 @run_options
 @length_options
 @click.option("--report", is_flag=True, help="Also write report.html (healthbench report DIR does it later).")
-@user_errors
-@graded_tasks
-@grading
+@grading_command
 def grade(
     tasks: TaskSource,
     responses: Path,
@@ -97,9 +87,7 @@ def grade(
 @sampling_options
 @run_options
 @length_options
-@user_errors
-@graded_tasks
-@grading
+@grading_command
 def evaluate(
     model: str,
     base_url: str | None,

@@ -10,11 +10,11 @@ from pathlib import Path
 import click
 
 from healthbench.cli.bounds import bounded
-from healthbench.cli.execute import execute, print_estimate, unit
+from healthbench.cli.execute import execute, grading_command, print_estimate, unit
 from healthbench.cli.failures import user_errors
-from healthbench.cli.options import RunFlags, grading, length_options, meta_grading, run_options
+from healthbench.cli.options import RunFlags, length_options, meta_grading, run_options
 from healthbench.cli.render import Bar, download_bar, finish
-from healthbench.cli.tasks import data_flag_offered, data_options, graded_tasks, load_tasks, said_limit
+from healthbench.cli.tasks import data_flag_offered, data_options, load_tasks, said_limit
 from healthbench.data.loading import load_meta_rows
 from healthbench.data.schema import MetaRow
 from healthbench.data.select import select_rows
@@ -45,9 +45,7 @@ from healthbench.runs.spec import BaselineSpec, DataSpec, Limit, run_spec
 @click.option("--limit", type=bounded(Limit), help="Grade N samples, chosen as the reference does.")
 @run_options
 @length_options
-@user_errors
-@graded_tasks
-@grading
+@grading_command
 def baseline(
     group: int | None,
     references: bool,

@@ -9,18 +9,10 @@ from typing import Any
 import click
 
 from healthbench.cli.bounds import bounded
-from healthbench.cli.execute import execute, print_estimate
-from healthbench.cli.failures import user_errors
+from healthbench.cli.execute import execute, grading_command, print_estimate
 from healthbench.cli.grading import replied_rows
-from healthbench.cli.options import (
-    RunFlags,
-    grading,
-    length_options,
-    policy_from_flags,
-    run_options,
-    sampling_options,
-)
-from healthbench.cli.tasks import data_options, graded_tasks, load_tasks, said_limit
+from healthbench.cli.options import RunFlags, length_options, policy_from_flags, run_options, sampling_options
+from healthbench.cli.tasks import data_options, load_tasks, said_limit
 from healthbench.data.select import select_rows
 from healthbench.data.source import TaskSource
 from healthbench.grading.gains import ordered, verdict
@@ -100,9 +92,7 @@ _MODEL_ONLY = (
 )
 @run_options
 @length_options
-@user_errors
-@graded_tasks
-@grading
+@grading_command
 def probe(
     tasks: TaskSource,
     responses: Path | None,
