@@ -24,10 +24,8 @@ from healthbench.cli.bounds import bounded
 from healthbench.cli.execute import print_estimate
 from healthbench.cli.failures import user_errors
 from healthbench.cli.options import BOTH_CALLS, RunFlags, grading_options, judges_grader_options, run_options
-from healthbench.cli.physicians import load_meta, meta_headline, meta_session, meta_units
+from healthbench.cli.physicians import meta_data_options, meta_headline, meta_rows, meta_session, meta_units
 from healthbench.cli.render import finish, in_flags
-from healthbench.cli.tasks import said_limit
-from healthbench.data.select import select_rows
 from healthbench.errors import EndpointUnusable, QuotaExhausted
 from healthbench.files import write_atomic
 from healthbench.grading.grader import GRADER_CALLS
@@ -158,8 +156,7 @@ def _headline(label: str, metrics: dict[str, float | int]) -> str:
     help="Read this grader's key from the environment variable VARIABLE (MODEL as given to --grader, or its model); "
     "MODEL= sends it no key [default: $HEALTHBENCH_GRADER_API_KEY, else $OPENAI_API_KEY, for every grader].",
 )
-@click.option("--data", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Meta-eval JSONL file.")
-@click.option("--subset", type=click.Choice(["meta"]), help="The official meta-eval file [default, unless --data].")
+@meta_data_options
 @click.option("--limit", type=bounded(Limit), help="Grade N rows, chosen as the reference does: a cheap first look.")
 @run_options
 @judges_grader_options
@@ -191,9 +188,7 @@ def judges(
     if both:
         flags["grader_calls"] = None
     plans = _plans(choices, variables, flags)
-    all_rows, data_sha = load_meta(data, subset)
-    said_limit(limit, len(all_rows), "rows in the data")
-    rows = select_rows(all_rows, limit)
+    rows, data_sha = meta_rows(data, subset, limit)
     runs: list[tuple[GraderChoice, GradingPlan, str]] = []
     for choice, plan in zip(choices, plans, strict=True):
         name = folder_name(choice)
@@ -222,11 +217,9 @@ def judges(
                 plan,
                 folder,
                 data_spec,
-                seed=run.seed,
+                run=run,
                 limit=limit,
                 batch=None,
-                prices=run.prices,
-                progress=run.progress,
             )
         except (EndpointUnusable, QuotaExhausted) as exc:
             failure = in_flags(str(exc))
