@@ -1,5 +1,5 @@
-"""How a grading command runs: its dry run, and its jobs in a session, with what it says when the session is
-over."""
+"""How a grading command runs: the wrappers that make its arguments, its dry run, and its jobs in a session, with
+what it says when the session is over."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from pathlib import Path
 
 import click
 
-from healthbench.cli.options import DryRun
+from healthbench.cli.failures import user_errors
+from healthbench.cli.options import DryRun, F, RunFlags, grading
 from healthbench.cli.render import Bar, finish
+from healthbench.cli.tasks import graded_tasks
 from healthbench.grading.settings import GraderConfig
 from healthbench.reporting.report import write_report
 from healthbench.runs.estimate import Unit, dry_run
@@ -20,6 +22,13 @@ from healthbench.runs.pricing import load_prices
 from healthbench.runs.runner import Job
 from healthbench.runs.session import BatchChoice, Start, jobs_start, run_session
 from healthbench.runs.spec import RunSpec
+
+
+def grading_command(func: F) -> F:
+    """The wrappers of a command that grades tasks, in the order they need: `user_errors` outermost, so that what
+    the others raise is one line, then `graded_tasks`, whose `tasks` `grading` reads for the official defaults of
+    their kind."""
+    return user_errors(graded_tasks(grading(func)))
 
 
 def unit(job: Job, times: int = 1) -> Unit:
@@ -113,25 +122,24 @@ def estimate_lines(estimate: DryRunEstimate) -> list[str]:
 
 def execute(
     jobs: Sequence[Job],
-    out: Path,
+    run: RunFlags,
     spec: RunSpec,
     grader: GraderConfig,
     *,
     policy: PolicyConfig | None = None,
     batch: BatchChoice | None,
-    prices: Path | None,
-    progress: bool,
     html: bool = True,
     start: Callable[..., Start] = jobs_start,
     page: Callable[[Path], Path] = write_report,
     headline: Callable[[dict[str, float | int]], str] | None = None,
 ) -> RunFolder:
-    """Run the jobs of `spec` in `out` as `start` builds the run and say how it went in `headline` (exit 1 on
-    failures); with `html`, write its `page` too. The folder is returned for what a command says after."""
+    """Run the jobs of `spec` in `run.out`, with `run`'s price table and progress bar, as `start` builds the run
+    and say how it went in `headline` (exit 1 on failures); with `html`, write its `page` too. The folder is
+    returned for what a command says after."""
     for config in (grader, policy):
         if config is not None:
             config.check_pace_store()  # a shared pace out of reach stops the run before anything is sent
-    folder = RunFolder(out)
+    folder = RunFolder(run.out)
     result = run_session(
         start(jobs, folder, spec, sample_first=batch is not None),
         folder,
@@ -140,8 +148,8 @@ def execute(
         samples=len(jobs),
         policy=policy,
         batch=batch,
-        prices=prices,
-        progress=Bar(progress),
+        prices=run.prices,
+        progress=Bar(run.progress),
         report=page if html else None,
     )
     kind = "score" if spec.length_adjustment is None else "length-adjusted score"

@@ -9,10 +9,9 @@ from pathlib import Path
 import click
 
 from healthbench.cli.bounds import bounded
-from healthbench.cli.execute import execute, print_estimate, unit
-from healthbench.cli.failures import user_errors
-from healthbench.cli.options import DryRun, grading, length_options, policy_from_flags, run_options, sampling_options
-from healthbench.cli.tasks import data_options, graded_tasks, load_tasks, said_limit
+from healthbench.cli.execute import execute, grading_command, print_estimate, unit
+from healthbench.cli.options import RunFlags, length_options, policy_from_flags, run_options, sampling_options
+from healthbench.cli.tasks import data_options, load_tasks, said_limit
 from healthbench.data.responses import load_responses
 from healthbench.data.schema import Row
 from healthbench.data.select import select_rows
@@ -55,19 +54,13 @@ def replied_rows(
 @run_options
 @length_options
 @click.option("--report", is_flag=True, help="Also write report.html (healthbench report DIR does it later).")
-@user_errors
-@graded_tasks
-@grading
+@grading_command
 def grade(
     tasks: TaskSource,
     responses: Path,
     strict: bool,
     report: bool,
-    out: Path,
-    seed: int,
-    prices: Path | None,
-    progress: bool,
-    dry_run: DryRun | None,
+    run: RunFlags,
     plan: GradingPlan,
     batch: BatchChoice | None,
 ) -> None:
@@ -76,11 +69,11 @@ def grade(
     rows, data = load_tasks(tasks)
     replied, replies = replied_rows(rows, responses, strict)
     jobs = [Job(row, 0, replies[row.prompt_id]) for row in replied]
-    if dry_run:
-        print_estimate([unit(job) for job in jobs], plan.grader, prices, dry_run)
+    if run.dry_run:
+        print_estimate([unit(job) for job in jobs], plan.grader, run.prices, run.dry_run)
         return
-    spec = run_spec("grade", plan, data, seed=seed, responses=str(responses))
-    execute(jobs, out, spec, plan.grader, batch=batch, prices=prices, progress=progress, html=report)
+    spec = run_spec("grade", plan, data, seed=run.seed, responses=str(responses))
+    execute(jobs, run, spec, plan.grader, batch=batch, html=report)
 
 
 @click.command(name="eval")
@@ -94,9 +87,7 @@ def grade(
 @sampling_options
 @run_options
 @length_options
-@user_errors
-@graded_tasks
-@grading
+@grading_command
 def evaluate(
     model: str,
     base_url: str | None,
@@ -114,11 +105,7 @@ def evaluate(
     timeout: float | None,
     policy_batch: bool,
     policy_errors: str,
-    out: Path,
-    seed: int,
-    prices: Path | None,
-    progress: bool,
-    dry_run: DryRun | None,
+    run: RunFlags,
     plan: GradingPlan,
     batch: BatchChoice | None,
 ) -> None:
@@ -146,11 +133,11 @@ def evaluate(
     all_rows, data = load_tasks(tasks)
     said_limit(limit, len(all_rows), "tasks in the data")
     rows = select_rows(all_rows, limit)
-    if dry_run:
+    if run.dry_run:
         # A unit per task, its repeats counted: the estimate takes the time and memory of the tasks alone.
         units = [unit(Job(row), times=n_repeats) for row in rows]
-        print_estimate(units, plan.grader, prices, dry_run, policy_config, tasks=len(rows))
+        print_estimate(units, plan.grader, run.prices, run.dry_run, policy_config, tasks=len(rows))
         return
     jobs = [Job(row, repeat) for repeat in range(n_repeats) for row in rows]
-    spec = run_spec("eval", plan, data, seed=seed, limit=limit, n_repeats=n_repeats, policy=policy_config)
-    execute(jobs, out, spec, plan.grader, policy=policy_config, batch=batch, prices=prices, progress=progress)
+    spec = run_spec("eval", plan, data, seed=run.seed, limit=limit, n_repeats=n_repeats, policy=policy_config)
+    execute(jobs, run, spec, plan.grader, policy=policy_config, batch=batch)

@@ -23,11 +23,9 @@ from pydantic import SecretStr
 from healthbench.cli.bounds import bounded
 from healthbench.cli.execute import print_estimate
 from healthbench.cli.failures import user_errors
-from healthbench.cli.options import BOTH_CALLS, DryRun, grading_options, judges_grader_options, run_options
-from healthbench.cli.physicians import load_meta, meta_headline, meta_session, meta_units
+from healthbench.cli.options import BOTH_CALLS, RunFlags, grading_options, judges_grader_options, run_options
+from healthbench.cli.physicians import meta_data_options, meta_headline, meta_rows, meta_session, meta_units
 from healthbench.cli.render import finish, in_flags
-from healthbench.cli.tasks import said_limit
-from healthbench.data.select import select_rows
 from healthbench.errors import EndpointUnusable, QuotaExhausted
 from healthbench.files import write_atomic
 from healthbench.grading.grader import GRADER_CALLS
@@ -158,8 +156,7 @@ def _headline(label: str, metrics: dict[str, float | int]) -> str:
     help="Read this grader's key from the environment variable VARIABLE (MODEL as given to --grader, or its model); "
     "MODEL= sends it no key [default: $HEALTHBENCH_GRADER_API_KEY, else $OPENAI_API_KEY, for every grader].",
 )
-@click.option("--data", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Meta-eval JSONL file.")
-@click.option("--subset", type=click.Choice(["meta"]), help="The official meta-eval file [default, unless --data].")
+@meta_data_options
 @click.option("--limit", type=bounded(Limit), help="Grade N rows, chosen as the reference does: a cheap first look.")
 @run_options
 @judges_grader_options
@@ -170,11 +167,7 @@ def judges(
     data: Path | None,
     subset: str | None,
     limit: int | None,
-    out: Path,
-    seed: int,
-    prices: Path | None,
-    progress: bool,
-    dry_run: DryRun | None,
+    run: RunFlags,
     **flags: Any,
 ) -> None:
     """Measure several graders' agreement with physicians on the same rows, side by side: macro F1 overall and
@@ -195,9 +188,7 @@ def judges(
     if both:
         flags["grader_calls"] = None
     plans = _plans(choices, variables, flags)
-    all_rows, data_sha = load_meta(data, subset)
-    said_limit(limit, len(all_rows), "rows in the data")
-    rows = select_rows(all_rows, limit)
+    rows, data_sha = meta_rows(data, subset, limit)
     runs: list[tuple[GraderChoice, GradingPlan, str]] = []
     for choice, plan in zip(choices, plans, strict=True):
         name = folder_name(choice)
@@ -207,10 +198,10 @@ def judges(
         for calls in GRADER_CALLS:
             moded = dataclasses.replace(plan, grader=plan.grader.model_copy(update={"calls": calls}))
             runs.append((choice, moded, f"{name}/{calls}"))
-    if dry_run:
+    if run.dry_run:
         for choice, plan, place in runs:
-            click.echo(f"{choice.given} ({plan.grader.calls}), into {out / place}:")
-            print_estimate(meta_units(rows, plan.grader.calls), plan.grader, prices, dry_run)
+            click.echo(f"{choice.given} ({plan.grader.calls}), into {run.out / place}:")
+            print_estimate(meta_units(rows, plan.grader.calls), plan.grader, run.prices, run.dry_run)
         return
     for _, plan, _ in runs:
         plan.grader.check_pace_store()  # a shared pace out of reach stops the run before anything is sent
@@ -218,11 +209,17 @@ def judges(
     judged = []
     for choice, plan, place in runs:
         label = f"{choice.given} ({plan.grader.calls})" if both else choice.given
-        folder = RunFolder(out / place)
+        folder = RunFolder(run.out / place)
         failure = None
         try:
             result = meta_session(
-                rows, plan, folder, data_spec, seed=seed, limit=limit, batch=None, prices=prices, progress=progress
+                rows,
+                plan,
+                folder,
+                data_spec,
+                run=run,
+                limit=limit,
+                batch=None,
             )
         except (EndpointUnusable, QuotaExhausted) as exc:
             failure = in_flags(str(exc))
@@ -240,12 +237,14 @@ def judges(
                 failure=failure,
             )
         )
-    record = judges_record(judged, data=data_spec.source, data_sha256=data_sha, rows=len(rows), limit=limit, seed=seed)
-    out.mkdir(parents=True, exist_ok=True)
-    write_atomic(out / JUDGES_JSON, record.model_dump_json(indent=2) + "\n")
-    page = write_page(record, out / JUDGES_HTML)
+    record = judges_record(
+        judged, data=data_spec.source, data_sha256=data_sha, rows=len(rows), limit=limit, seed=run.seed
+    )
+    run.out.mkdir(parents=True, exist_ok=True)
+    write_atomic(run.out / JUDGES_JSON, record.model_dump_json(indent=2) + "\n")
+    page = write_page(record, run.out / JUDGES_HTML)
     click.echo("\n".join(judges_lines(record)))
-    click.echo(f"judges.json and the page in {out / JUDGES_JSON}, {page}")
+    click.echo(f"judges.json and the page in {run.out / JUDGES_JSON}, {page}")
     if not all(entry.finished for entry in record.judges):
         unfinished = [entry.name for entry in record.judges if not entry.finished]
         click.echo(

@@ -286,15 +286,37 @@ rescoring_length_options = _length_flags(
 DryRun = Literal["text", "json"]
 
 
-def _dry_run(func: F) -> F:
-    """Hand `--dry-run` and `--json` to a command as one `dry_run`: None, or how the estimate is printed."""
+@dataclasses.dataclass(frozen=True)
+class RunFlags:
+    """What `run_options`' flags ask of a run: its folder, bootstrap seed, price table, whether a progress bar is
+    shown, and `dry_run`: None, or how the estimate is printed instead of running."""
+
+    out: Path
+    seed: int
+    prices: Path | None
+    progress: bool
+    dry_run: DryRun | None
+
+
+def _run_flags(func: F) -> F:
+    """Hand `run_options`' flags to a command as one `run` (`RunFlags`), `--dry-run` and `--json` made one."""
 
     @functools.wraps(func)
-    def wrapper(*args: Any, dry_run: bool, as_json: bool, **kwargs: Any) -> Any:
+    def wrapper(
+        *args: Any,
+        out: Path,
+        seed: int,
+        prices: Path | None,
+        progress: bool,
+        dry_run: bool,
+        as_json: bool,
+        **kwargs: Any,
+    ) -> Any:
         if as_json and not dry_run:
             raise click.UsageError("--json goes with --dry-run")
         form: DryRun | None = ("json" if as_json else "text") if dry_run else None
-        return func(*args, dry_run=form, **kwargs)
+        run = RunFlags(out=out, seed=seed, prices=prices, progress=progress, dry_run=form)
+        return func(*args, run=run, **kwargs)
 
     return cast(F, wrapper)
 
@@ -319,7 +341,7 @@ run_options = options(
         help="Print the calls, tokens, cost (live and batch) and least wall time of this run, and stop.",
     ),
     click.option("--json", "as_json", is_flag=True, help="With --dry-run: print the estimate as JSON."),
-    _dry_run,
+    _run_flags,
 )
 
 

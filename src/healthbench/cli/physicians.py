@@ -10,11 +10,11 @@ from pathlib import Path
 import click
 
 from healthbench.cli.bounds import bounded
-from healthbench.cli.execute import execute, print_estimate, unit
+from healthbench.cli.execute import execute, grading_command, print_estimate, unit
 from healthbench.cli.failures import user_errors
-from healthbench.cli.options import DryRun, grading, length_options, meta_grading, run_options
+from healthbench.cli.options import RunFlags, length_options, meta_grading, options, run_options
 from healthbench.cli.render import Bar, download_bar, finish
-from healthbench.cli.tasks import data_flag_offered, data_options, graded_tasks, load_tasks, said_limit
+from healthbench.cli.tasks import data_flag_offered, data_options, load_tasks, said_limit
 from healthbench.data.loading import load_meta_rows
 from healthbench.data.schema import MetaRow
 from healthbench.data.select import select_rows
@@ -45,19 +45,13 @@ from healthbench.runs.spec import BaselineSpec, DataSpec, Limit, run_spec
 @click.option("--limit", type=bounded(Limit), help="Grade N samples, chosen as the reference does.")
 @run_options
 @length_options
-@user_errors
-@graded_tasks
-@grading
+@grading_command
 def baseline(
     group: int | None,
     references: bool,
     tasks: TaskSource,
     limit: int | None,
-    out: Path,
-    seed: int,
-    prices: Path | None,
-    progress: bool,
-    dry_run: DryRun | None,
+    run: RunFlags,
     plan: GradingPlan,
     batch: BatchChoice | None,
 ) -> None:
@@ -83,11 +77,18 @@ def baseline(
             group=group, references=references, completions=completions, group_description=GROUP_DESCRIPTIONS[group]
         )
     said_limit(limit, len(jobs), f"{whose.completions} in the data")  # jobs are all there are when short
-    if dry_run:
-        print_estimate([unit(job) for job in jobs], plan.grader, prices, dry_run)
+    if run.dry_run:
+        print_estimate([unit(job) for job in jobs], plan.grader, run.prices, run.dry_run)
         return
-    spec = run_spec("baseline", plan, data, seed=seed, limit=limit, baseline=whose)
-    execute(jobs, out, spec, plan.grader, batch=batch, prices=prices, progress=progress)
+    spec = run_spec("baseline", plan, data, seed=run.seed, limit=limit, baseline=whose)
+    execute(jobs, run, spec, plan.grader, batch=batch)
+
+
+# The meta-eval file of `meta-eval` and `judges`, read by `meta_rows`.
+meta_data_options = options(
+    click.option("--data", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Meta-eval JSONL file."),
+    click.option("--subset", type=click.Choice(["meta"]), help="The official meta-eval file [default, unless --data]."),
+)
 
 
 def load_meta(data: Path | None, subset: str | None) -> tuple[list[MetaRow], str]:
@@ -101,6 +102,14 @@ def load_meta(data: Path | None, subset: str | None) -> tuple[list[MetaRow], str
         with data_flag_offered():
             return load_meta_subset(download_bar), file_sha256(subset_path("meta"))
     return load_meta_rows(data), file_sha256(data)
+
+
+def meta_rows(data: Path | None, subset: str | None, limit: int | None) -> tuple[list[MetaRow], str]:
+    """The meta-eval rows `meta_data_options` and --limit choose (said on stderr when --limit asks for more than
+    there are), and the sha256 of their file."""
+    all_rows, data_sha = load_meta(data, subset)
+    said_limit(limit, len(all_rows), "rows in the data")
+    return select_rows(all_rows, limit), data_sha
 
 
 def meta_headline(metrics: dict[str, float | int]) -> str:
@@ -129,18 +138,19 @@ def meta_session(
     folder: RunFolder,
     data: DataSpec,
     *,
-    seed: int,
+    run: RunFlags,
     limit: int | None,
     batch: BatchChoice | None,
-    prices: Path | None,
-    progress: bool,
 ) -> SessionResult:
-    """One session of a meta-eval run of `rows` (chosen with `limit`) in `folder`, graded as `plan` says, with its
-    report: `meta-eval` runs one per grader-call mode, `judges` one per grader and mode."""
-    spec = run_spec("meta-eval", plan, data, seed=seed, limit=limit)
+    """One session of a meta-eval run of `rows` (chosen with `limit`) in `folder` (under `run.out`), graded as
+    `plan` says, with `run`'s seed, price table and progress bar, and its report: `meta-eval` runs one per
+    grader-call mode, `judges` one per grader and mode."""
+    spec = run_spec("meta-eval", plan, data, seed=run.seed, limit=limit)
 
     def start(wiring: Wiring) -> Awaitable[RunOutcome]:
-        return grade_meta_rows(rows, wiring.grader, folder, seed=seed, progress=wiring.progress, status=wiring.status)
+        return grade_meta_rows(
+            rows, wiring.grader, folder, seed=run.seed, progress=wiring.progress, status=wiring.status
+        )
 
     return run_session(
         start,
@@ -149,15 +159,14 @@ def meta_session(
         plan.grader,
         samples=len(rows),
         batch=batch,
-        prices=prices,
-        progress=Bar(progress),
+        prices=run.prices,
+        progress=Bar(run.progress),
         report=write_meta_report,
     )
 
 
 @click.command(name="meta-eval")
-@click.option("--data", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Meta-eval JSONL file.")
-@click.option("--subset", type=click.Choice(["meta"]), help="The official meta-eval file [default, unless --data].")
+@meta_data_options
 @click.option("--limit", type=bounded(Limit), help="Grade N rows, chosen as the reference does.")
 @run_options
 @user_errors
@@ -166,25 +175,19 @@ def meta_eval(
     data: Path | None,
     subset: str | None,
     limit: int | None,
-    out: Path,
-    seed: int,
-    prices: Path | None,
-    progress: bool,
-    dry_run: DryRun | None,
+    run: RunFlags,
     plans: list[GradingPlan],
     batch: BatchChoice | None,
 ) -> None:
     """Measure the grader's agreement with physicians (macro F1); run again on the same --out to resume. With
     --grader-calls both, per item and per reply, each in a folder under --out, then the two side by side."""
-    all_rows, data_sha = load_meta(data, subset)
-    said_limit(limit, len(all_rows), "rows in the data")
-    rows = select_rows(all_rows, limit)
+    rows, data_sha = meta_rows(data, subset, limit)
     both = len(plans) > 1
-    if dry_run:
+    if run.dry_run:
         for plan in plans:
             if both:
                 click.echo(f"{plan.grader.calls}:")
-            print_estimate(meta_units(rows, plan.grader.calls), plan.grader, prices, dry_run)
+            print_estimate(meta_units(rows, plan.grader.calls), plan.grader, run.prices, run.dry_run)
         return
     for plan in plans:
         plan.grader.check_pace_store()  # a shared pace out of reach stops the run before anything is sent
@@ -193,13 +196,11 @@ def meta_eval(
         meta_session(
             rows,
             plan,
-            RunFolder(out / plan.grader.calls if both else out),
+            RunFolder(run.out / plan.grader.calls if both else run.out),
             data_spec,
-            seed=seed,
+            run=run,
             limit=limit,
             batch=batch,
-            prices=prices,
-            progress=progress,
         )
         for plan in plans
     ]
@@ -210,5 +211,5 @@ def meta_eval(
     if not all(finished):
         sys.exit(1)
     if both and all(result.outcome.metrics is not None for result in results):
-        figures = side_by_side([result.folder for result in results], seed=seed)
+        figures = side_by_side([result.folder for result in results], seed=run.seed)
         click.echo("\n".join(side_by_side_lines(figures)))

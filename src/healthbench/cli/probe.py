@@ -9,11 +9,10 @@ from typing import Any
 import click
 
 from healthbench.cli.bounds import bounded
-from healthbench.cli.execute import execute, print_estimate
-from healthbench.cli.failures import user_errors
+from healthbench.cli.execute import execute, grading_command, print_estimate
 from healthbench.cli.grading import replied_rows
-from healthbench.cli.options import DryRun, grading, length_options, policy_from_flags, run_options, sampling_options
-from healthbench.cli.tasks import data_options, graded_tasks, load_tasks, said_limit
+from healthbench.cli.options import RunFlags, length_options, policy_from_flags, run_options, sampling_options
+from healthbench.cli.tasks import data_options, load_tasks, said_limit
 from healthbench.data.select import select_rows
 from healthbench.data.source import TaskSource
 from healthbench.grading.gains import ordered, verdict
@@ -93,9 +92,7 @@ _MODEL_ONLY = (
 )
 @run_options
 @length_options
-@user_errors
-@graded_tasks
-@grading
+@grading_command
 def probe(
     tasks: TaskSource,
     responses: Path | None,
@@ -105,11 +102,7 @@ def probe(
     policy_batch: bool,
     limit: int | None,
     names: tuple[str, ...],
-    out: Path,
-    seed: int,
-    prices: Path | None,
-    progress: bool,
-    dry_run: DryRun | None,
+    run: RunFlags,
     plan: GradingPlan,
     batch: BatchChoice | None,
     **flags: Any,
@@ -136,14 +129,14 @@ def probe(
     policy = None if model is None else policy_from_flags(model, base_url, grader, **flags)
     transforms = list(dict.fromkeys(names)) or list(TRANSFORMS)  # one named twice counts once
     jobs = probe_jobs(rows, replies, transforms)
-    if dry_run:
-        print_estimate([_unit(job) for job in jobs], grader, prices, dry_run, policy, tasks=len(rows))
+    if run.dry_run:
+        print_estimate([_unit(job) for job in jobs], grader, run.prices, run.dry_run, policy, tasks=len(rows))
         return
     spec = run_spec(
         "probe",
         plan,
         data,
-        seed=seed,
+        seed=run.seed,
         limit=limit,
         responses=None if responses is None else str(responses),
         policy=policy,
@@ -158,13 +151,11 @@ def probe(
 
     folder = execute(
         jobs,
-        out,
+        run,
         spec,
         grader,
         policy=policy,
         batch=batch,
-        prices=prices,
-        progress=progress,
         start=probe_start,
         page=write_probe_page,
         headline=headline,

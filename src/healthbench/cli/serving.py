@@ -4,9 +4,8 @@ bounds on a request's body, a reply and a group."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
@@ -24,9 +23,6 @@ from healthbench.integrations.openreward.access import (
     ServeLimits,
     ServerTokens,
 )
-
-F = TypeVar("F", bound=Callable[..., Any])
-
 
 access_options = options(
     click.option(

@@ -5,6 +5,7 @@ Every reply is a pure function of the request, so a test can compute the answer 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -147,6 +148,27 @@ def json_error(status: int, body: Body, headers: dict[str, str] | None = None) -
     return web.Response(status=status, text=json.dumps(body), content_type="application/json", headers=headers)
 
 
+@dataclasses.dataclass(frozen=True)
+class _AnswerTokens:
+    """An answer's token counts, the same in both APIs, each of which names them its own way in its usage."""
+
+    prompt: int
+    output: int
+    cached: int
+
+    @property
+    def total(self) -> int:
+        return self.prompt + self.output
+
+
+def _answer_tokens(input_chars: int, content: str | None, reasoning_tokens: int, cached_tokens: int) -> _AnswerTokens:
+    """The prompt's tokens, the output's (its reasoning tokens included, as OpenAI counts them) and how many of the
+    prompt's were read from the prompt cache (never more than it has)."""
+    prompt = estimate_tokens(input_chars)
+    output = estimate_tokens(len(content or "")) + reasoning_tokens
+    return _AnswerTokens(prompt=prompt, output=output, cached=min(cached_tokens, prompt))
+
+
 def chat_completion(
     body: Body, input_chars: int, content: str | None, serial: str, reasoning_tokens: int, cached_tokens: int = 0
 ) -> Body:
@@ -155,8 +177,7 @@ def chat_completion(
     ``completion_tokens`` includes the reasoning tokens, as OpenAI counts them; ``cached_tokens`` of the prompt's
     were read from the prompt cache.
     """
-    prompt_tokens = estimate_tokens(input_chars)
-    completion_tokens = estimate_tokens(len(content or "")) + reasoning_tokens
+    tokens = _answer_tokens(input_chars, content, reasoning_tokens, cached_tokens)
     return {
         "id": f"chatcmpl-{serial}",
         "object": "chat.completion",
@@ -170,10 +191,10 @@ def chat_completion(
             }
         ],
         "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": min(cached_tokens, prompt_tokens)},
+            "prompt_tokens": tokens.prompt,
+            "completion_tokens": tokens.output,
+            "total_tokens": tokens.total,
+            "prompt_tokens_details": {"cached_tokens": tokens.cached},
             "completion_tokens_details": {"reasoning_tokens": reasoning_tokens},
         },
     }
@@ -196,8 +217,7 @@ def response_object(
     parts = [] if content is None else [{"type": "output_text", "text": content, "annotations": []}]
     message = {"type": "message", "id": f"msg_{serial}", "status": "completed", "role": "assistant", "content": parts}
     output: list[Body] = [{"type": "reasoning", "id": f"rs_{serial}", "summary": []}] if reasoning else []
-    input_tokens = estimate_tokens(input_chars)
-    output_tokens = estimate_tokens(len(content or "")) + reasoning_tokens
+    tokens = _answer_tokens(input_chars, content, reasoning_tokens, cached_tokens)
     return {
         "id": f"resp_{serial}",
         "object": "response",
@@ -206,10 +226,10 @@ def response_object(
         "model": body.get("model", "fake-model"),
         "output": [*output, message],
         "usage": {
-            "input_tokens": input_tokens,
-            "input_tokens_details": {"cached_tokens": min(cached_tokens, input_tokens)},
-            "output_tokens": output_tokens,
+            "input_tokens": tokens.prompt,
+            "input_tokens_details": {"cached_tokens": tokens.cached},
+            "output_tokens": tokens.output,
             "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
-            "total_tokens": input_tokens + output_tokens,
+            "total_tokens": tokens.total,
         },
     }
