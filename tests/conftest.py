@@ -1,10 +1,12 @@
-"""Shared test helpers: rows in the official schema, the sample file when present, a fake endpoint."""
+"""Shared test helpers: rows in the official schema, the sample file when present, a fake endpoint, and a served
+`healthbench serve` a module's tests share (configured by the module's `ROWS` and `SERVING`)."""
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -63,3 +65,64 @@ def fake() -> Iterator[FakeOpenAI]:
     """A fake OpenAI-compatible server on 127.0.0.1 with prompt-determined verdicts."""
     with FakeOpenAI() as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def module_fake() -> Iterator[FakeOpenAI]:
+    """One fake grader for all of a module's tests (and its `server`): prompt-determined verdicts, and a failure for
+    every grader request about a reply marked `tests.serving.UNGRADABLE`."""
+    # Imported here: tests.serving imports this module's helpers.
+    from tests.serving import fails_marked
+
+    with FakeOpenAI(fail_always=fails_marked) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def data(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The requesting module's `ROWS`, written once for its tests to a rows file in a folder of its own."""
+    return write_jsonl(tmp_path_factory.mktemp("rows") / "rows.jsonl", request.module.ROWS)
+
+
+@dataclass(frozen=True)
+class Serving:
+    """How the `server` fixture starts `healthbench serve` for a module: the module's `SERVING` (without one, the
+    defaults: no token, no grader key in its environment, no flags)."""
+
+    token_file: str | None = None
+    """The text of an `--auth-token-file` to serve with, written beside the rows (None: no file)."""
+    flags: tuple[str, ...] = ()
+    """Flags after `--auth-token-file`."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """The server's environment beyond what `tests.serving.served_with_log` sets."""
+    not_in_output: tuple[str, ...] = ()
+    """Strings the server's output must not hold when it stops (besides the grader key, which is never allowed)."""
+
+
+@pytest.fixture(scope="module")
+def server(request: pytest.FixtureRequest, data: Path, module_fake: FakeOpenAI) -> Iterator[tuple[str, list[str]]]:
+    """`healthbench serve` on `data`, graded by `module_fake`, as the module's `SERVING` says, shared by the
+    module's tests: its URL and the lines it has printed so far (the list grows as it prints)."""
+    # Imported here: tests.serving imports this module's helpers.
+    from tests.serving import served_with_log
+
+    serving = getattr(request.module, "SERVING", Serving())
+    assert isinstance(serving, Serving)
+    flags = list(serving.flags)
+    if serving.token_file is not None:
+        tokens = data.parent / "tokens"
+        tokens.write_text(serving.token_file, encoding="utf-8")
+        flags = ["--auth-token-file", str(tokens), *flags]
+    assert module_fake.base_url
+    with served_with_log(data, module_fake.base_url, *flags, env=serving.env) as (url, lines):
+        yield url, lines
+    output = "".join(lines)
+    for text in serving.not_in_output:
+        assert text not in output
+
+
+@pytest.fixture(scope="module")
+def url(server: tuple[str, list[str]]) -> str:
+    """The URL of the module's `server`."""
+    return server[0]
+

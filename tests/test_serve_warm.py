@@ -42,11 +42,6 @@ ROWS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_jsonl(tmp_path_factory.mktemp("rows") / "rows.jsonl", ROWS)
-
-
 @pytest.fixture
 def redis(tmp_path: Path) -> Iterator[RedisServer]:
     yield from redis_server(tmp_path)
