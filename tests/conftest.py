@@ -126,3 +126,22 @@ def url(server: tuple[str, list[str]]) -> str:
     """The URL of the module's `server`."""
     return server[0]
 
+
+@pytest.fixture
+def grader(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
+    """A fake grader (as `module_fake`'s, for one test) reached as a trainer's environment names it: serve's
+    variables, with the grader key; `OPENAI_BASE_URL` points at nothing, as a trainer that sets it for its policy
+    would; no pacing or concurrency of the environment's; no trainer library reaching the Hub."""
+    # Imported here: tests.serving imports this module's helpers.
+    from tests.reference import KEY
+    from tests.serving import POLICY_BASE_URL, fails_marked
+
+    with FakeOpenAI(fail_always=fails_marked) as server:
+        assert server.base_url
+        monkeypatch.setenv("HEALTHBENCH_GRADER_BASE_URL", server.base_url)
+        monkeypatch.setenv("HEALTHBENCH_GRADER_API_KEY", KEY)
+        monkeypatch.setenv("OPENAI_BASE_URL", POLICY_BASE_URL)
+        monkeypatch.delenv("HEALTHBENCH_GRADER_CONCURRENCY", raising=False)
+        monkeypatch.delenv("HEALTHBENCH_PACE_STORE", raising=False)
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+        yield server
