@@ -59,6 +59,15 @@ def expected(tmp: Path, data: Path, fake: FakeOpenAI, out: str = "grade") -> dic
     return {prompt_id: record["score"] for prompt_id, record in graded.items()}
 
 
+def group_scores(tmp: Path, data: Path, fake: FakeOpenAI, row: dict[str, Any], replies: list[str]) -> list[float]:
+    """`healthbench grade`'s score of each of `replies` to `row`, each graded in a run of its own."""
+    assert fake.base_url
+    pid = row["prompt_id"]
+    return [
+        graded_by_cli(tmp, data, {pid: text}, fake.base_url, f"g{i}")[pid]["score"] for i, text in enumerate(replies)
+    ]
+
+
 def test_the_variant_by_path_and_by_header_rewards_as_grade_does(
     url: str, data: Path, module_fake: FakeOpenAI, tmp_path: Path
 ) -> None:
@@ -145,12 +154,7 @@ def test_score_group_on_both_environments_rewards_as_grade_does(
     replies = ["Drink water.", "See a doctor today.", "Rest.\nCall if worse."]
     row = ROWS[1]
     assert module_fake.base_url
-    scores = [
-        graded_by_cli(tmp_path, data, {row["prompt_id"]: text}, module_fake.base_url, f"g{i}")[row["prompt_id"]][
-            "score"
-        ]
-        for i, text in enumerate(replies)
-    ]
+    scores = group_scores(tmp_path, data, module_fake, row, replies)
 
     async def run(variant: str | None) -> dict[str, Any]:
         client = AsyncOpenReward(api_key="local")
@@ -224,10 +228,5 @@ def test_the_documented_score_group_recipe(url: str, data: Path, module_fake: Fa
     replies = [reply(i) for i in range(4)]
     row = ROWS[2]
     assert module_fake.base_url
-    expected = [
-        graded_by_cli(tmp_path, data, {row["prompt_id"]: text}, module_fake.base_url, f"g{i}")[row["prompt_id"]][
-            "score"
-        ]
-        for i, text in enumerate(replies)
-    ]
+    expected = group_scores(tmp_path, data, module_fake, row, replies)
     assert asyncio.run(score_replies(url, 2, replies, KEY)) == pytest.approx(expected, abs=1e-9)
