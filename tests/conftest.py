@@ -46,6 +46,11 @@ def make_row(
     }
 
 
+def numbered_rows(n: int) -> list[dict[str, Any]]:
+    """`n` rows by `make_row`, t000, t001, ..., each asking a question of its own (so each gets a reply of its own)."""
+    return [make_row(f"t{i:03d}", prompt=(("user", f"Question {i}: I feel dizzy."),)) for i in range(n)]
+
+
 def write_jsonl(path: Path, rows: Sequence[Any]) -> Path:
     """Write one JSON value per line."""
     path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
