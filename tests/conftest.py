@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from healthbench.testing import FakeOpenAI
+from tests.redisserver import RedisServer, redis_server
 
 os.environ.setdefault("OPENREWARD_DISABLE_UPDATE_CHECK", "1")
 
@@ -150,3 +151,9 @@ def grader(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
         monkeypatch.delenv("HEALTHBENCH_PACE_STORE", raising=False)
         monkeypatch.setenv("HF_HUB_OFFLINE", "1")
         yield server
+
+
+@pytest.fixture(scope="module")
+def redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A real redis-server shared by a module's tests (mark them `tests.redisserver.needs_redis`)."""
+    yield from redis_server(tmp_path_factory.mktemp("redis"))

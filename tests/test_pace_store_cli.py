@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,15 +22,10 @@ from healthbench.runs.policy import PolicyConfig
 from healthbench.testing import FakeOpenAI
 from healthbench.testing.limits import RateLimits
 from tests.conftest import make_row, write_jsonl
-from tests.redisserver import RedisServer, needs_redis, redis_server
+from tests.redisserver import RedisServer, needs_redis
 from tests.test_metaeval import made_up_meta_rows
 
 KEY = "sk-pace-store-cli"
-
-
-@pytest.fixture(scope="module")
-def redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    yield from redis_server(tmp_path_factory.mktemp("redis"))
 
 
 def _eval(data: Path, out: Path, base_url: str, *extra: str, env: dict[str, str] | None = None) -> Result:

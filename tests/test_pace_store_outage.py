@@ -17,7 +17,7 @@ from healthbench.api.client import key_slot
 from healthbench.testing import FakeOpenAI
 from healthbench.testing.limits import RateLimits
 from tests.conftest import make_row, numbered_rows, write_jsonl
-from tests.redisserver import RedisServer, needs_redis
+from tests.redisserver import RedisServer, needs_redis, redis_server
 from tests.reference import KEY
 from tests.serving import served_with_log
 from tests.test_eval import run_eval
@@ -28,12 +28,8 @@ LOST = "pace store redis://127.0.0.1:{port}/0 lost"
 
 @pytest.fixture
 def redis(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.kill()
+    """A Redis of each test's own, not the module's shared one: each test takes it down."""
+    yield from redis_server(tmp_path)
 
 
 def shared_rpm(redis: RedisServer, slot: str) -> float | None:
