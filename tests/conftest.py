@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from healthbench.testing import FakeOpenAI
+from tests.batchclient import Client, StartFake
 from tests.redisserver import RedisServer, redis_server
 
 os.environ.setdefault("OPENREWARD_DISABLE_UPDATE_CHECK", "1")
@@ -157,3 +158,19 @@ def grader(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
 def redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     """A real redis-server shared by a module's tests (mark them `tests.redisserver.needs_redis`)."""
     yield from redis_server(tmp_path_factory.mktemp("redis"))
+
+
+@pytest.fixture
+def start_fake() -> Iterator[StartFake]:
+    """Start FakeOpenAI servers with the given arguments, each with a client of its files and batches routes; all
+    are stopped afterwards."""
+    servers: list[FakeOpenAI] = []
+
+    def start(**kwargs: Any) -> tuple[FakeOpenAI, Client]:
+        server = FakeOpenAI(**kwargs)
+        servers.append(server)
+        return server, Client(server.start())
+
+    yield start
+    for server in servers:
+        server.stop()
