@@ -37,6 +37,7 @@ from healthbench.integrations.openreward.environment import HealthBench, build_s
 from healthbench.runs.outputs import RewardMetadata
 from healthbench.testing import FakeOpenAI, prompt_verdict
 from tests.conftest import SAMPLE
+from tests.endpoints import loopback
 from tests.serving import UNGRADABLE, server_process
 
 KEY = "sk-test-7f3c9a1e5b2d4c6e8a0b"
@@ -244,21 +245,12 @@ def test_a_key_echoed_by_the_endpoint_is_redacted(rows: list[Row]) -> None:
         return web.Response(status=401, text=f"bad key {request.headers['Authorization']}")
 
     async def run() -> str:
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", echo)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = runner.addresses[0][1]
-        try:
-            config = GraderConfig(base_url=f"http://127.0.0.1:{port}/v1", max_attempts=1)
+        async with loopback("/v1/chat/completions", echo) as url:
+            config = GraderConfig(base_url=f"{url}/v1", max_attempts=1)
             env = HealthBench.bound(Deployment({"test": rows}, config))(spec(rows[0]), {"OPENAI_API_KEY": KEY})
             with pytest.raises(EndpointUnusable) as failure:  # a 401 is no reply's fault: the tool call fails
                 await env.call_terminal_tool("reply")
             return str(failure.value)
-        finally:
-            await runner.cleanup()
 
     message = asyncio.run(run())
     assert "HTTP 401: bad key Bearer [redacted]" in message and KEY not in message
