@@ -1,4 +1,5 @@
-"""Shared test helpers: rows in the official schema, the sample file when present, a fake endpoint, and a served
+"""Shared test helpers and fixtures: rows in the official schema, the sample file when present, fake endpoints (one
+per test, one per module, a trainer's grader, several with a batch client), a real Redis, and a served
 `healthbench serve` a module's tests share (configured by the module's `ROWS` and `SERVING`)."""
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ def data(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
 @dataclass(frozen=True)
 class Serving:
     """How the `server` fixture starts `healthbench serve` for a module: the module's `SERVING` (without one, the
-    defaults: no token, no grader key in its environment, no flags)."""
+    defaults: no token file, no flags, nothing added to its environment, so no token and no grader key)."""
 
     token_file: str | None = None
     """The text of an `--auth-token-file` to serve with, written beside the rows (None: no file)."""
@@ -139,7 +140,7 @@ def grader(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
     """A fake grader (as `module_fake`'s, for one test) reached as a trainer's environment names it: serve's
     variables, with the grader key; `OPENAI_BASE_URL` points at nothing, as a trainer that sets it for its policy
     would; no pacing or concurrency of the environment's; no trainer library reaching the Hub."""
-    # Imported here: tests.serving imports this module's helpers.
+    # Imported here: tests.reference and tests.serving import this module's helpers.
     from tests.reference import KEY
     from tests.serving import POLICY_BASE_URL, fails_marked
 
