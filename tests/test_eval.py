@@ -21,16 +21,20 @@ from tests.reference import KEY, check_against_reference, sent_prompts
 SYSTEM = "You are a helpful assistant."
 
 
-def eval_args(data: Path, out: Path, base_url: str, *extra: str) -> list[str]:
+def eval_args(data: Path, out: Path, base_url: str, *extra: str, grader_url: str | None = None) -> list[str]:
+    """`healthbench eval` of fake-model at `base_url` on `data` into `out`, graded at `grader_url` (None: at
+    `base_url` too)."""
+    grader = base_url if grader_url is None else grader_url
     return [
         "eval", "--model", "fake-model", "--base-url", base_url, "--data", str(data), "--out", str(out),
-        "--grader-base-url", base_url, "--no-progress", *extra,
+        "--grader-base-url", grader, "--no-progress", *extra,
     ]  # fmt: skip
 
 
-def run_eval(data: Path, out: Path, base_url: str, *extra: str) -> Result:
-    env = {"OPENAI_API_KEY": KEY, "HEALTHBENCH_GRADER_API_KEY": KEY}
-    return CliRunner().invoke(main, eval_args(data, out, base_url, *extra), env=env)
+def run_eval(data: Path, out: Path, base_url: str, *extra: str, env: dict[str, str] | None = None) -> Result:
+    """`eval_args` run, with the key for policy and grader and `env` in the environment."""
+    keys = {"OPENAI_API_KEY": KEY, "HEALTHBENCH_GRADER_API_KEY": KEY}
+    return CliRunner().invoke(main, eval_args(data, out, base_url, *extra), env={**keys, **(env or {})})
 
 
 def expected_replies(task_rows: list[dict[str, Any]], system: str | None) -> dict[str, str]:

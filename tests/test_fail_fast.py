@@ -24,17 +24,11 @@ from healthbench.testing import Canned, FakeOpenAI
 from tests.conftest import numbered_rows, write_jsonl
 from tests.interrupting import cli_process, set_after
 from tests.reference import KEY
+from tests.test_eval import eval_args
 from tests.test_metaeval import made_up_meta_rows
 from tests.test_unusable_endpoints import dead_url
 
 ENV = {"OPENAI_API_KEY": KEY, "HEALTHBENCH_GRADER_API_KEY": KEY}
-
-
-def eval_args(data: Path, out: Path, policy: str, grader: str, *extra: str) -> list[str]:
-    return [
-        "eval", "--model", "fake-model", "--base-url", policy, "--data", str(data), "--out", str(out),
-        "--grader-base-url", grader, "--no-progress", *extra,
-    ]  # fmt: skip
 
 
 def invoke(args: list[str]) -> Result:
@@ -58,7 +52,7 @@ def stored_replies(out: Path) -> int:
 def test_a_dead_model_endpoint_stops_eval_at_once(tmp_path: Path, fake: FakeOpenAI) -> None:
     data = write_jsonl(tmp_path / "rows.jsonl", numbered_rows(30))
     url = dead_url()
-    result = invoke(eval_args(data, tmp_path / "out", url, fake.base_url or ""))
+    result = invoke(eval_args(data, tmp_path / "out", url, grader_url=fake.base_url or ""))
     assert result.exit_code == 1
     line = one_line(result)
     assert f"stopped, the model's endpoint {url} cannot be reached (connection refused" in line
@@ -69,7 +63,7 @@ def test_a_dead_model_endpoint_stops_eval_at_once(tmp_path: Path, fake: FakeOpen
 @pytest.mark.parametrize("url", ["notaurl", "localhost:8000/v1"])
 def test_a_model_url_that_is_not_one_stops_eval_at_once(tmp_path: Path, fake: FakeOpenAI, url: str) -> None:
     data = write_jsonl(tmp_path / "rows.jsonl", numbered_rows(5))
-    result = invoke(eval_args(data, tmp_path / "out", url, fake.base_url or ""))
+    result = invoke(eval_args(data, tmp_path / "out", url, grader_url=fake.base_url or ""))
     assert result.exit_code == 1
     assert f"the model's endpoint {url} is not a URL" in one_line(result)
 
@@ -157,7 +151,7 @@ def test_a_model_that_never_answers_stops_eval_with_the_timeout_named(tmp_path: 
     data = write_jsonl(tmp_path / "rows.jsonl", numbered_rows(20))
     with FakeOpenAI(canned=Canned(status=None)) as server:
         url = server.base_url or ""
-        result = invoke(eval_args(data, tmp_path / "out", url, fake.base_url or "", "--timeout", "0.5"))
+        result = invoke(eval_args(data, tmp_path / "out", url, "--timeout", "0.5", grader_url=fake.base_url or ""))
     assert result.exit_code == 1
     line = one_line(result)
     assert f"stopped, the model's endpoint {url} gave no usable answer to its first " in line
@@ -169,13 +163,13 @@ def test_a_dead_grader_keeps_the_models_replies_for_the_next_session(tmp_path: P
     data = write_jsonl(tmp_path / "rows.jsonl", numbered_rows(40))
     out = tmp_path / "out"
     fake.reset()
-    stopped = invoke(eval_args(data, out, fake.base_url or "", dead_url(), "--policy-concurrency", "4"))
+    stopped = invoke(eval_args(data, out, fake.base_url or "", "--policy-concurrency", "4", grader_url=dead_url()))
     assert stopped.exit_code == 1
     assert "the grader's endpoint" in one_line(stopped)
     kept = stored_replies(out)
     assert kept > 0  # the replies that arrived before the stop
     fake.reset()
-    resumed = invoke(eval_args(data, out, fake.base_url or "", fake.base_url or ""))
+    resumed = invoke(eval_args(data, out, fake.base_url or "", grader_url=fake.base_url or ""))
     assert resumed.exit_code == 0, resumed.output
     assert sum(1 for body in fake.bodies if body.get("model") == "fake-model") == 40 - kept
 
@@ -219,7 +213,7 @@ def test_ctrl_c_lands_what_is_out_says_what_is_saved_and_the_same_command_finish
     halfway, count = set_after(50)
     with FakeOpenAI(respond=count, latency=0.1) as server:
         url = server.base_url or ""
-        args = eval_args(data, tmp_path / "out", url, url, "--concurrency", "8", "--policy-concurrency", "8")
+        args = eval_args(data, tmp_path / "out", url, "--concurrency", "8", "--policy-concurrency", "8", grader_url=url)
         process = cli_process(args, ENV)
         assert halfway.wait(timeout=120)
         process.send_signal(stop)
@@ -240,7 +234,7 @@ def test_ctrl_c_lands_what_is_out_says_what_is_saved_and_the_same_command_finish
         # What was on the wire at Ctrl-C landed and was stored: nothing is asked twice.
         assert interrupted + server.requests_total == 120  # 40 replies and 80 verdicts
         server.reset()
-        clean = invoke(eval_args(data, tmp_path / "clean", url, url))
+        clean = invoke(eval_args(data, tmp_path / "clean", url, grader_url=url))
         assert clean.exit_code == 0, clean.output
     assert (tmp_path / "out" / "metrics.json").read_bytes() == (tmp_path / "clean" / "metrics.json").read_bytes()
     # Each line's usage is its sample's own, whichever session paid: one reply and two verdicts, the lines of the
@@ -264,6 +258,6 @@ def test_ctrl_c_outside_a_run_is_one_line_too(tmp_path: Path, monkeypatch: pytes
 
     monkeypatch.setattr("healthbench.cli.execute.run_session", interrupted)
     data = write_jsonl(tmp_path / "rows.jsonl", numbered_rows(2))
-    result = invoke(eval_args(data, tmp_path / "out", dead_url(), dead_url()))
+    result = invoke(eval_args(data, tmp_path / "out", dead_url(), grader_url=dead_url()))
     assert result.exit_code == 130
     assert one_line(result) == "healthbench: interrupted; a run keeps every answer that arrived in its store"
