@@ -28,8 +28,12 @@ UNGRADABLE = "UNGRADABLE"  # a reply containing this never gets a verdict from a
 
 
 def fails_marked(body: dict[str, Any]) -> bool:
-    """For `FakeOpenAI(fail_always=...)`: every grader request about a reply marked UNGRADABLE fails."""
-    text = body["messages"][-1]["content"]
+    """For `FakeOpenAI(fail_always=...)`: every grader request about a reply marked UNGRADABLE fails; any other
+    request (one without chat messages too: a Responses request, a policy's) is answered as ever."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return False
+    text = messages[-1]["content"]
     return GRADER_MARKER in text and UNGRADABLE in text
 
 

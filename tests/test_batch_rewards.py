@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ from healthbench.integrations.trl import reward_function
 from healthbench.testing import FakeOpenAI
 from tests.conftest import write_jsonl
 from tests.reference import KEY, made_up_rows
-from tests.serving import UNGRADABLE, fails_marked, graded_by_cli
+from tests.serving import UNGRADABLE, graded_by_cli
 
 ROWS = made_up_rows()[:8]
 
@@ -29,20 +28,6 @@ ROWS = made_up_rows()[:8]
 @pytest.fixture
 def data(tmp_path: Path) -> Path:
     return write_jsonl(tmp_path / "rows.jsonl", ROWS)
-
-
-@pytest.fixture
-def grader(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
-    """The fake grader, reached as a trainer's environment names it (serve's variables); `OPENAI_BASE_URL` points
-    at nothing, as a trainer that sets it for its policy would."""
-    with FakeOpenAI(fail_always=fails_marked) as server:
-        assert server.base_url
-        monkeypatch.setenv("HEALTHBENCH_GRADER_BASE_URL", server.base_url)
-        monkeypatch.setenv("HEALTHBENCH_GRADER_API_KEY", KEY)
-        monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
-        monkeypatch.delenv("HEALTHBENCH_GRADER_CONCURRENCY", raising=False)
-        monkeypatch.delenv("HEALTHBENCH_PACE_STORE", raising=False)
-        yield server
 
 
 def replies(count: int = 2) -> list[tuple[str, str]]:

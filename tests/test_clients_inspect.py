@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +32,6 @@ ROWS = made_up_rows()[:6]
 TOKEN = "inspect-token-0123456789abcdef"
 
 
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeOpenAI]:
-    with FakeOpenAI() as server:
-        yield server
-
-
 def inspect_eval(task_file: Path, url: str, fake: FakeOpenAI, logs: Path, *args: str) -> Any:
     """`inspect eval TASK_FILE --model openai-api/fake/policy ARGS` as the docs give it; the eval log."""
     assert fake.base_url
@@ -58,14 +51,16 @@ def inspect_eval(task_file: Path, url: str, fake: FakeOpenAI, logs: Path, *args:
     return read_eval_log(log)
 
 
-def test_inspect_openreward_scores_are_grades_rewards(fake: FakeOpenAI, tmp_path: Path) -> None:
+def test_inspect_openreward_scores_are_grades_rewards(module_fake: FakeOpenAI, tmp_path: Path) -> None:
     data = write_jsonl(tmp_path / "rows.jsonl", ROWS)
     task_file = tmp_path / "inspect_healthbench.py"
     task_file.write_text(doc_block("inspect_healthbench.py"), encoding="utf-8")
-    assert fake.base_url
+    assert module_fake.base_url
     # The solver sends no secrets: the server grades with its own key.
-    with served(data, fake.base_url, env={"HEALTHBENCH_GRADER_API_KEY": KEY, "HEALTHBENCH_SERVER_TOKEN": TOKEN}) as url:
-        log = inspect_eval(task_file, url, fake, tmp_path / "logs", "-T", "split=test")
+    with served(
+        data, module_fake.base_url, env={"HEALTHBENCH_GRADER_API_KEY": KEY, "HEALTHBENCH_SERVER_TOKEN": TOKEN}
+    ) as url:
+        log = inspect_eval(task_file, url, module_fake, tmp_path / "logs", "-T", "split=test")
     assert log.status == "success" and log.samples is not None and len(log.samples) == len(ROWS)
     rows = load_rows(data)
     replies, scores = {}, {}
@@ -78,6 +73,6 @@ def test_inspect_openreward_scores_are_grades_rewards(fake: FakeOpenAI, tmp_path
         replies[row.prompt_id] = call.arguments["response"]
         [score] = sample.scores.values()
         scores[row.prompt_id] = score.value
-    graded = graded_by_cli(tmp_path, data, replies, fake.base_url)
+    graded = graded_by_cli(tmp_path, data, replies, module_fake.base_url)
     assert scores == pytest.approx({pid: record["score"] for pid, record in graded.items()}, abs=1e-9)
     assert len(set(scores.values())) > 1

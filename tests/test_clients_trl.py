@@ -13,7 +13,6 @@ from __future__ import annotations
 import inspect
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,6 @@ from healthbench.data.splits import split_rows
 from healthbench.integrations.openreward.deployment import answer_prompt_text
 from healthbench.testing import FakeOpenAI
 from healthbench.testing.agent import answer_reply
-from tests.conftest import write_jsonl
 from tests.reference import KEY, made_up_rows
 from tests.serving import DOC, doc_block, graded_by_cli, served
 
@@ -34,17 +32,6 @@ trl_openreward = pytest.importorskip("trl.experimental.openreward")
 
 ROWS = made_up_rows()[:6]
 TOKEN = "trl-token-0123456789abcdef"  # the server's token, where a test serves with one
-
-
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeOpenAI]:
-    with FakeOpenAI() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_jsonl(tmp_path_factory.mktemp("rows") / "rows.jsonl", ROWS)
 
 
 def tool_schema(method: Any) -> dict[str, Any]:
@@ -121,35 +108,35 @@ def check(seen: dict[str, Any], data: Path, fake: FakeOpenAI, tmp: Path) -> None
 
 
 def test_grpo_rollouts_through_env_name_get_grades_rewards(
-    data: Path, fake: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    data: Path, module_fake: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert fake.base_url
+    assert module_fake.base_url
     # A server with a token: the spec's api_key is what TRL's SDK client sends as X-API-Key.
-    with served(data, fake.base_url, env={"HEALTHBENCH_SERVER_TOKEN": TOKEN}) as url:
+    with served(data, module_fake.base_url, env={"HEALTHBENCH_SERVER_TOKEN": TOKEN}) as url:
         monkeypatch.setenv("OPENREWARD_SESSION_URL", url)  # TRL's sessions go to the hosted service otherwise
         with pytest.raises(Exception, match="needs its token"):
             trl_openreward.OpenRewardSpec(url, env_name="healthbench_answer", split="test").train_dataset  # noqa: B018
-        seen = rollouts(url, fake, env_name="healthbench_answer", api_key=TOKEN)
-    check(seen, data, fake, tmp_path)
+        seen = rollouts(url, module_fake, env_name="healthbench_answer", api_key=TOKEN)
+    check(seen, data, module_fake, tmp_path)
 
 
 def test_grpo_rollouts_naming_no_environment_reach_a_default_variant(
-    data: Path, fake: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    data: Path, module_fake: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert fake.base_url
+    assert module_fake.base_url
     env = {"HEALTHBENCH_SERVER_TOKEN": TOKEN}
-    with served(data, fake.base_url, "--default-environment", "healthbench_answer", env=env) as url:
+    with served(data, module_fake.base_url, "--default-environment", "healthbench_answer", env=env) as url:
         monkeypatch.setenv("OPENREWARD_SESSION_URL", url)
         monkeypatch.setenv("OPENREWARD_API_KEY", TOKEN)  # no api_key given: TRL's SDK client reads this one
-        seen = rollouts(url, fake, num_tasks=len(ROWS))
-    check(seen, data, fake, tmp_path)
+        seen = rollouts(url, module_fake, num_tasks=len(ROWS))
+    check(seen, data, module_fake, tmp_path)
 
 
 def test_a_mistyped_env_name_is_an_error_naming_the_variant(
-    data: Path, fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+    data: Path, module_fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert fake.base_url
-    with served(data, fake.base_url) as url:
+    assert module_fake.base_url
+    with served(data, module_fake.base_url) as url:
         monkeypatch.setenv("OPENREWARD_SESSION_URL", url)
         spec = trl_openreward.OpenRewardSpec(url, env_name="healthbench-answer", split="test", num_tasks=2)
         with pytest.raises(Exception, match=r"'healthbench-answer'.*'healthbench_answer'"):

@@ -23,8 +23,7 @@ from healthbench.data.splits import assign_splits
 from healthbench.errors import UnknownPromptId
 from healthbench.testing import FakeOpenAI
 from tests.conftest import make_row, write_jsonl
-from tests.reference import KEY
-from tests.serving import UNGRADABLE, fails_marked, graded_by_cli
+from tests.serving import UNGRADABLE, graded_by_cli
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 trl = pytest.importorskip("trl")
@@ -78,17 +77,6 @@ def trainer_for(tmp: Path, dataset: Any, reward: Any) -> Any:
         seed=0,
     )
     return trl.GRPOTrainer(model=str(policy), args=args, train_dataset=dataset, reward_funcs=[reward])
-
-
-@pytest.fixture
-def grader(monkeypatch: pytest.MonkeyPatch) -> Any:
-    with FakeOpenAI(fail_always=fails_marked) as server:
-        assert server.base_url
-        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-        monkeypatch.setenv("HEALTHBENCH_GRADER_BASE_URL", server.base_url)
-        monkeypatch.setenv("HEALTHBENCH_GRADER_API_KEY", KEY)
-        monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")  # the policy's, never the grader's
-        yield server
 
 
 def test_a_grpo_step_in_dataset_mode_gets_grades_rewards(grader: FakeOpenAI, tmp_path: Path) -> None:

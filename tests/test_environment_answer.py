@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +25,7 @@ from healthbench.integrations.openreward.deployment import ANSWER_INSTRUCTION, D
 from healthbench.integrations.openreward.environment import HealthBench, HealthBenchAnswer, candidate_reply
 from healthbench.testing import FakeOpenAI
 from tests.reference import KEY, made_up_rows
-from tests.serving import UNGRADABLE, fails_marked
-
-
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeOpenAI]:
-    with FakeOpenAI(fail_always=fails_marked) as server:
-        yield server
+from tests.serving import UNGRADABLE
 
 
 @pytest.fixture(scope="module")
@@ -58,9 +51,9 @@ def text(role: str, *texts: str) -> Message:
 
 
 def test_the_variant_lists_answer_keeps_the_terminal_tool_and_asks_for_answer(
-    rows: list[Row], fake: FakeOpenAI
+    rows: list[Row], module_fake: FakeOpenAI
 ) -> None:
-    plain, answer = classes(rows, fake)
+    plain, answer = classes(rows, module_fake)
     assert answer.name() == "healthbench_answer" and plain.name().lower() == "healthbench"
     listed = answer.list_tools()
     [tool] = listed.tools
@@ -83,8 +76,8 @@ def test_the_variant_lists_answer_keeps_the_terminal_tool_and_asks_for_answer(
     assert [(m.role, m.blocks[0].text) for m in messages] == expected
 
 
-def test_answer_grades_as_the_terminal_tool_and_ends_the_episode(rows: list[Row], fake: FakeOpenAI) -> None:
-    plain, answer = classes(rows, fake)
+def test_answer_grades_as_the_terminal_tool_and_ends_the_episode(rows: list[Row], module_fake: FakeOpenAI) -> None:
+    plain, answer = classes(rows, module_fake)
     rewards = []
     for row in rows:
         reply = f"Reply to {row.prompt_id}: rest and fluids."
@@ -103,8 +96,8 @@ def test_answer_grades_as_the_terminal_tool_and_ends_the_episode(rows: list[Row]
     assert len(set(rewards)) > 1
 
 
-def test_an_ungradable_answer_raises_instead_of_scoring(rows: list[Row], fake: FakeOpenAI) -> None:
-    _, answer = classes(rows, fake)
+def test_an_ungradable_answer_raises_instead_of_scoring(rows: list[Row], module_fake: FakeOpenAI) -> None:
+    _, answer = classes(rows, module_fake)
     with pytest.raises(GradingError, match=f"task {rows[0].prompt_id}: rubric item .* could not be graded"):
         asyncio.run(answer(spec(rows[0]), {"OPENAI_API_KEY": KEY})._call_tool("answer", {"response": UNGRADABLE}))
 
@@ -126,8 +119,8 @@ def test_the_reply_of_a_candidate() -> None:
         assert candidate_reply(GroupCandidate(messages=messages)) == expected, messages
 
 
-def test_score_group_gives_each_candidate_the_tools_reward(rows: list[Row], fake: FakeOpenAI) -> None:
-    plain, answer = classes(rows, fake)
+def test_score_group_gives_each_candidate_the_tools_reward(rows: list[Row], module_fake: FakeOpenAI) -> None:
+    plain, answer = classes(rows, module_fake)
     row = rows[1]
     replies = [f"Candidate {i}: keep the child hydrated." for i in range(5)]
     expected = []
@@ -143,14 +136,14 @@ def test_score_group_gives_each_candidate_the_tools_reward(rows: list[Row], fake
     assert len({reward for reward, _ in expected}) > 1
 
 
-def test_score_group_names_the_candidate_it_cannot_score(rows: list[Row], fake: FakeOpenAI) -> None:
-    _, answer = classes(rows, fake)
+def test_score_group_names_the_candidate_it_cannot_score(rows: list[Row], module_fake: FakeOpenAI) -> None:
+    _, answer = classes(rows, module_fake)
     env = answer(spec(rows[0]), {"OPENAI_API_KEY": KEY})
     good = GroupCandidate(messages=[text("assistant", "fine")])
-    fake.reset()
+    module_fake.reset()
     with pytest.raises(CandidateError, match=r"^candidate 1: it has no assistant text to grade$"):
         asyncio.run(env.score_group([good, GroupCandidate(messages=[text("user", "q")]), good]))
-    assert fake.requests_total == 0  # refused before any grader call
+    assert module_fake.requests_total == 0  # refused before any grader call
     ungradable = GroupCandidate(messages=[text("assistant", UNGRADABLE)])
     with pytest.raises(CandidateError, match=f"^candidate 2: task {rows[0].prompt_id}: rubric item") as failed:
         asyncio.run(env.score_group([good, good, ungradable, good]))
@@ -212,19 +205,19 @@ def test_the_server_key_and_endpoint_order(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_a_session_grades_with_its_chat_api_key_before_its_openai_key(
-    rows: list[Row], fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+    rows: list[Row], module_fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("CHAT_API_KEY", "sk-server-chat")
-    monkeypatch.setenv("HEALTHBENCH_GRADER_BASE_URL", fake.base_url or "")
+    monkeypatch.setenv("HEALTHBENCH_GRADER_BASE_URL", module_fake.base_url or "")
     deployment = Deployment({"test": rows}, GraderConfig.from_env(served=True, max_attempts=1))
     answer = HealthBenchAnswer.bound(deployment)
-    fake.reset()
+    module_fake.reset()
     both = {"chat_api_key": KEY, "OPENAI_API_KEY": "sk-session-openai"}
     asyncio.run(answer(spec(rows[0]), both)._call_tool("answer", {"response": "x"}))
     asyncio.run(answer(spec(rows[0]), {"OPENAI_API_KEY": "sk-session-openai"})._call_tool("answer", {"response": "x"}))
     asyncio.run(answer(spec(rows[0]), {})._call_tool("answer", {"response": "x"}))
     calls = len(rows[0].rubrics)
-    assert fake.auth_headers == (
+    assert module_fake.auth_headers == (
         [f"Bearer {KEY}"] * calls + ["Bearer sk-session-openai"] * calls + ["Bearer sk-server-chat"] * calls
     )
 

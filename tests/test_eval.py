@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -15,26 +14,27 @@ from click.testing import CliRunner, Result
 
 from healthbench.cli import main
 from healthbench.testing import FakeOpenAI, policy_reply
-from tests.conftest import make_row, write_jsonl
+from tests.conftest import numbered_rows, write_jsonl
+from tests.interrupting import set_after
 from tests.reference import KEY, check_against_reference, sent_prompts
 
 SYSTEM = "You are a helpful assistant."
 
 
-def rows(n: int) -> list[dict[str, Any]]:
-    return [make_row(f"t{i:03d}", prompt=(("user", f"Question {i}: I feel dizzy."),)) for i in range(n)]
-
-
-def eval_args(data: Path, out: Path, base_url: str, *extra: str) -> list[str]:
+def eval_args(data: Path, out: Path, base_url: str, *extra: str, grader_url: str | None = None) -> list[str]:
+    """`healthbench eval` of fake-model at `base_url` on `data` into `out`, graded at `grader_url` (None: at
+    `base_url` too)."""
+    grader = base_url if grader_url is None else grader_url
     return [
         "eval", "--model", "fake-model", "--base-url", base_url, "--data", str(data), "--out", str(out),
-        "--grader-base-url", base_url, "--no-progress", *extra,
+        "--grader-base-url", grader, "--no-progress", *extra,
     ]  # fmt: skip
 
 
-def run_eval(data: Path, out: Path, base_url: str, *extra: str) -> Result:
-    env = {"OPENAI_API_KEY": KEY, "HEALTHBENCH_GRADER_API_KEY": KEY}
-    return CliRunner().invoke(main, eval_args(data, out, base_url, *extra), env=env)
+def run_eval(data: Path, out: Path, base_url: str, *extra: str, env: dict[str, str] | None = None) -> Result:
+    """`eval_args` run, with the key for policy and grader and `env` in the environment."""
+    keys = {"OPENAI_API_KEY": KEY, "HEALTHBENCH_GRADER_API_KEY": KEY}
+    return CliRunner().invoke(main, eval_args(data, out, base_url, *extra), env={**keys, **(env or {})})
 
 
 def expected_replies(task_rows: list[dict[str, Any]], system: str | None) -> dict[str, str]:
@@ -43,7 +43,7 @@ def expected_replies(task_rows: list[dict[str, Any]], system: str | None) -> dic
 
 
 def test_eval_matches_the_reference_with_a_system_message(tmp_path: Path, fake: FakeOpenAI) -> None:
-    task_rows = rows(12)
+    task_rows = numbered_rows(12)
     data = write_jsonl(tmp_path / "rows.jsonl", task_rows)
     assert fake.base_url
     extra = ("--system-message", SYSTEM, "--temperature", "0.5", "--max-tokens", "2048")
@@ -76,7 +76,7 @@ def test_eval_matches_the_reference_with_a_system_message(tmp_path: Path, fake: 
 def test_limit_picks_tasks_as_the_reference_does(tmp_path: Path, fake: FakeOpenAI) -> None:
     import random
 
-    task_rows = rows(30)
+    task_rows = numbered_rows(30)
     data = write_jsonl(tmp_path / "rows.jsonl", task_rows)
     assert fake.base_url
     result = run_eval(data, tmp_path / "out", fake.base_url, "--limit", "7", "--n-repeats", "2")
@@ -93,7 +93,7 @@ def test_limit_picks_tasks_as_the_reference_does(tmp_path: Path, fake: FakeOpenA
 
 
 def test_rerun_is_free_and_changed_settings_are_refused(tmp_path: Path, fake: FakeOpenAI) -> None:
-    data = write_jsonl(tmp_path / "rows.jsonl", rows(5))
+    data = write_jsonl(tmp_path / "rows.jsonl", numbered_rows(5))
     assert fake.base_url
     assert run_eval(data, tmp_path / "out", fake.base_url, "--temperature", "0.5").exit_code == 0
     first = (tmp_path / "out" / "metrics.json").read_bytes()
@@ -111,18 +111,10 @@ def test_rerun_is_free_and_changed_settings_are_refused(tmp_path: Path, fake: Fa
 
 
 def test_resume_after_sigkill_pays_only_for_calls_in_flight(tmp_path: Path) -> None:
-    task_rows = rows(40)
+    task_rows = numbered_rows(40)
     data = write_jsonl(tmp_path / "rows.jsonl", task_rows)
-    halfway = threading.Event()
-    answered = 0
-
-    def count(body: dict[str, Any]) -> None:
-        nonlocal answered
-        answered += 1
-        if answered == 60:
-            halfway.set()
-
-    with FakeOpenAI(respond=lambda body: count(body), latency=0.01) as server:
+    halfway, count = set_after(60)
+    with FakeOpenAI(respond=count, latency=0.01) as server:
         assert server.base_url
         args = eval_args(data, tmp_path / "killed", server.base_url, "--concurrency", "4", "--policy-concurrency", "4")
         env = {**os.environ, "OPENAI_API_KEY": KEY}
@@ -149,7 +141,7 @@ def test_resume_after_sigkill_pays_only_for_calls_in_flight(tmp_path: Path) -> N
 
 
 def test_rate_limited_endpoint_is_finished_and_paced(tmp_path: Path) -> None:
-    data = write_jsonl(tmp_path / "rows.jsonl", rows(40))
+    data = write_jsonl(tmp_path / "rows.jsonl", numbered_rows(40))
     with FakeOpenAI(rate_limit=40, latency=0.05) as server:
         assert server.base_url
         result = run_eval(data, tmp_path / "out", server.base_url)
@@ -161,7 +153,7 @@ def test_rate_limited_endpoint_is_finished_and_paced(tmp_path: Path) -> None:
 
 
 def test_model_that_never_answers_fails_the_run(tmp_path: Path) -> None:
-    data = write_jsonl(tmp_path / "rows.jsonl", rows(2))
+    data = write_jsonl(tmp_path / "rows.jsonl", numbered_rows(2))
     result = CliRunner().invoke(main, eval_args(data, tmp_path / "out", "http://127.0.0.1:9/v1", "--max-attempts", "1"))
     assert result.exit_code == 1
     # Nothing listens there: the run stops at once, in one line (more in test_fail_fast).
@@ -171,7 +163,7 @@ def test_model_that_never_answers_fails_the_run(tmp_path: Path) -> None:
 
 
 def test_dry_run_estimates_without_calling(tmp_path: Path, fake: FakeOpenAI) -> None:
-    data = write_jsonl(tmp_path / "rows.jsonl", rows(10))
+    data = write_jsonl(tmp_path / "rows.jsonl", numbered_rows(10))
     assert fake.base_url
     result = run_eval(data, tmp_path / "out", fake.base_url, "--dry-run", "--json", "--n-repeats", "3")
     assert result.exit_code == 0, result.output

@@ -4,12 +4,8 @@ what was answered; Ctrl-C lets what is on the wire land, says what is saved, and
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import sqlite3
-import subprocess
-import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -25,23 +21,14 @@ from healthbench.integrations.openreward.deployment import Deployment
 from healthbench.integrations.openreward.environment import HealthBench
 from healthbench.runs.folder import STORE, RunFolder
 from healthbench.testing import Canned, FakeOpenAI
-from tests.conftest import make_row, write_jsonl
+from tests.conftest import numbered_rows, write_jsonl
+from tests.interrupting import cli_process, set_after
 from tests.reference import KEY
+from tests.test_eval import eval_args
 from tests.test_metaeval import made_up_meta_rows
 from tests.test_unusable_endpoints import dead_url
 
 ENV = {"OPENAI_API_KEY": KEY, "HEALTHBENCH_GRADER_API_KEY": KEY}
-
-
-def rows(n: int) -> list[dict[str, Any]]:
-    return [make_row(f"t{i:03d}", prompt=(("user", f"Question {i}: I feel dizzy."),)) for i in range(n)]
-
-
-def eval_args(data: Path, out: Path, policy: str, grader: str, *extra: str) -> list[str]:
-    return [
-        "eval", "--model", "fake-model", "--base-url", policy, "--data", str(data), "--out", str(out),
-        "--grader-base-url", grader, "--no-progress", *extra,
-    ]  # fmt: skip
 
 
 def invoke(args: list[str]) -> Result:
@@ -63,9 +50,9 @@ def stored_replies(out: Path) -> int:
 
 
 def test_a_dead_model_endpoint_stops_eval_at_once(tmp_path: Path, fake: FakeOpenAI) -> None:
-    data = write_jsonl(tmp_path / "rows.jsonl", rows(30))
+    data = write_jsonl(tmp_path / "rows.jsonl", numbered_rows(30))
     url = dead_url()
-    result = invoke(eval_args(data, tmp_path / "out", url, fake.base_url or ""))
+    result = invoke(eval_args(data, tmp_path / "out", url, grader_url=fake.base_url or ""))
     assert result.exit_code == 1
     line = one_line(result)
     assert f"stopped, the model's endpoint {url} cannot be reached (connection refused" in line
@@ -75,18 +62,14 @@ def test_a_dead_model_endpoint_stops_eval_at_once(tmp_path: Path, fake: FakeOpen
 
 @pytest.mark.parametrize("url", ["notaurl", "localhost:8000/v1"])
 def test_a_model_url_that_is_not_one_stops_eval_at_once(tmp_path: Path, fake: FakeOpenAI, url: str) -> None:
-    data = write_jsonl(tmp_path / "rows.jsonl", rows(5))
-    result = invoke(eval_args(data, tmp_path / "out", url, fake.base_url or ""))
+    data = write_jsonl(tmp_path / "rows.jsonl", numbered_rows(5))
+    result = invoke(eval_args(data, tmp_path / "out", url, grader_url=fake.base_url or ""))
     assert result.exit_code == 1
     assert f"the model's endpoint {url} is not a URL" in one_line(result)
 
 
 def test_a_dead_grader_stops_grade_with_one_line_not_one_per_task(tmp_path: Path) -> None:
-    task_rows = rows(20)
-    data = write_jsonl(tmp_path / "rows.jsonl", task_rows)
-    replies = write_jsonl(
-        tmp_path / "replies.jsonl", [{"prompt_id": r["prompt_id"], "response": "Rest."} for r in task_rows]
-    )
+    data, replies = rows_and_replies(tmp_path, 20)
     url = dead_url()
     args = ["grade", "--data", str(data), "--responses", str(replies), "--out", str(tmp_path / "out")]
     result = invoke([*args, "--grader-base-url", url, "--no-progress"])
@@ -95,11 +78,7 @@ def test_a_dead_grader_stops_grade_with_one_line_not_one_per_task(tmp_path: Path
 
 
 def test_a_grader_400_that_cannot_succeed_stops_at_once(tmp_path: Path, fake: FakeOpenAI) -> None:
-    task_rows = rows(20)
-    data = write_jsonl(tmp_path / "rows.jsonl", task_rows)
-    replies = write_jsonl(
-        tmp_path / "replies.jsonl", [{"prompt_id": r["prompt_id"], "response": "Rest."} for r in task_rows]
-    )
+    data, replies = rows_and_replies(tmp_path, 20)
     args = ["grade", "--data", str(data), "--responses", str(replies), "--out", str(tmp_path / "out")]
     fake.reset()
     result = invoke([*args, "--grader-base-url", fake.base_url or "", "--no-progress", "--grader-model", "o3"])
@@ -117,11 +96,18 @@ def test_a_grader_400_that_cannot_succeed_stops_at_once(tmp_path: Path, fake: Fa
 PAGE = "<html><body><h1>502 Bad Gateway</h1></body></html>"
 
 
-def grade_args(tmp: Path, n: int, grader: str, *extra: str) -> list[str]:
-    task_rows = rows(n)
+def rows_and_replies(tmp: Path, n: int) -> tuple[Path, Path]:
+    """`n` numbered rows and a reply to each, written to rows.jsonl and replies.jsonl in `tmp`."""
+    task_rows = numbered_rows(n)
     data = write_jsonl(tmp / "rows.jsonl", task_rows)
-    given = [{"prompt_id": row["prompt_id"], "response": "Rest."} for row in task_rows]
-    replies = write_jsonl(tmp / "replies.jsonl", given)
+    replies = write_jsonl(
+        tmp / "replies.jsonl", [{"prompt_id": r["prompt_id"], "response": "Rest."} for r in task_rows]
+    )
+    return data, replies
+
+
+def grade_args(tmp: Path, n: int, grader: str, *extra: str) -> list[str]:
+    data, replies = rows_and_replies(tmp, n)
     return [
         "grade", "--data", str(data), "--responses", str(replies), "--out", str(tmp / "out"), "--grader-base-url",
         grader, "--no-progress", *extra,
@@ -162,10 +148,10 @@ def test_a_grader_that_never_answers_stops_grade_with_the_timeout_named(tmp_path
 
 
 def test_a_model_that_never_answers_stops_eval_with_the_timeout_named(tmp_path: Path, fake: FakeOpenAI) -> None:
-    data = write_jsonl(tmp_path / "rows.jsonl", rows(20))
+    data = write_jsonl(tmp_path / "rows.jsonl", numbered_rows(20))
     with FakeOpenAI(canned=Canned(status=None)) as server:
         url = server.base_url or ""
-        result = invoke(eval_args(data, tmp_path / "out", url, fake.base_url or "", "--timeout", "0.5"))
+        result = invoke(eval_args(data, tmp_path / "out", url, "--timeout", "0.5", grader_url=fake.base_url or ""))
     assert result.exit_code == 1
     line = one_line(result)
     assert f"stopped, the model's endpoint {url} gave no usable answer to its first " in line
@@ -174,16 +160,16 @@ def test_a_model_that_never_answers_stops_eval_with_the_timeout_named(tmp_path: 
 
 
 def test_a_dead_grader_keeps_the_models_replies_for_the_next_session(tmp_path: Path, fake: FakeOpenAI) -> None:
-    data = write_jsonl(tmp_path / "rows.jsonl", rows(40))
+    data = write_jsonl(tmp_path / "rows.jsonl", numbered_rows(40))
     out = tmp_path / "out"
     fake.reset()
-    stopped = invoke(eval_args(data, out, fake.base_url or "", dead_url(), "--policy-concurrency", "4"))
+    stopped = invoke(eval_args(data, out, fake.base_url or "", "--policy-concurrency", "4", grader_url=dead_url()))
     assert stopped.exit_code == 1
     assert "the grader's endpoint" in one_line(stopped)
     kept = stored_replies(out)
     assert kept > 0  # the replies that arrived before the stop
     fake.reset()
-    resumed = invoke(eval_args(data, out, fake.base_url or "", fake.base_url or ""))
+    resumed = invoke(eval_args(data, out, fake.base_url or "", grader_url=fake.base_url or ""))
     assert resumed.exit_code == 0, resumed.output
     assert sum(1 for body in fake.bodies if body.get("model") == "fake-model") == 40 - kept
 
@@ -197,11 +183,7 @@ def test_a_dead_grader_stops_meta_eval(tmp_path: Path) -> None:
 
 
 def test_batches_of_a_run_whose_endpoint_is_gone_say_so_in_one_line(tmp_path: Path) -> None:
-    task_rows = rows(3)
-    data = write_jsonl(tmp_path / "rows.jsonl", task_rows)
-    replies = write_jsonl(
-        tmp_path / "replies.jsonl", [{"prompt_id": r["prompt_id"], "response": "Rest."} for r in task_rows]
-    )
+    data, replies = rows_and_replies(tmp_path, 3)
     out = tmp_path / "out"
     with FakeOpenAI(batch_delay=3600) as server:
         args = ["grade", "--data", str(data), "--responses", str(replies), "--out", str(out), "--no-progress"]
@@ -214,7 +196,7 @@ def test_batches_of_a_run_whose_endpoint_is_gone_say_so_in_one_line(tmp_path: Pa
 
 
 def test_a_served_tool_call_with_a_dead_grader_fails_with_the_endpoint_named(tmp_path: Path) -> None:
-    served = load_rows(write_jsonl(tmp_path / "rows.jsonl", rows(1)))
+    served = load_rows(write_jsonl(tmp_path / "rows.jsonl", numbered_rows(1)))
     url = dead_url()
     config = GraderConfig(base_url=url)  # the whole retry table, as served
     env = HealthBench.bound(Deployment({"test": served}, config))({"split": "test", "prompt_id": "t000"}, {})
@@ -227,30 +209,12 @@ def test_a_served_tool_call_with_a_dead_grader_fails_with_the_endpoint_named(tmp
 def test_ctrl_c_lands_what_is_out_says_what_is_saved_and_the_same_command_finishes(
     tmp_path: Path, stop: signal.Signals
 ) -> None:
-    data = write_jsonl(tmp_path / "rows.jsonl", rows(40))
-    halfway = threading.Event()
-    answered = 0
-
-    def count(body: dict[str, Any]) -> None:
-        nonlocal answered
-        answered += 1
-        if answered == 50:
-            halfway.set()
-
-    with FakeOpenAI(respond=lambda body: count(body), latency=0.1) as server:
+    data = write_jsonl(tmp_path / "rows.jsonl", numbered_rows(40))
+    halfway, count = set_after(50)
+    with FakeOpenAI(respond=count, latency=0.1) as server:
         url = server.base_url or ""
-        args = eval_args(data, tmp_path / "out", url, url, "--concurrency", "8", "--policy-concurrency", "8")
-        # A shell's Ctrl-C reaches a process whose SIGINT is the default; pytest's children may inherit it ignored
-        # (SIGTERM stops the run the same way either way).
-        code = "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-        code += "from healthbench.cli import main; sys.argv[0] = 'healthbench'; main()"
-        process = subprocess.Popen(
-            [sys.executable, "-c", code, *args],
-            env={**os.environ, **ENV},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        args = eval_args(data, tmp_path / "out", url, "--concurrency", "8", "--policy-concurrency", "8", grader_url=url)
+        process = cli_process(args, ENV)
         assert halfway.wait(timeout=120)
         process.send_signal(stop)
         stdout, stderr = process.communicate(timeout=120)
@@ -270,7 +234,7 @@ def test_ctrl_c_lands_what_is_out_says_what_is_saved_and_the_same_command_finish
         # What was on the wire at Ctrl-C landed and was stored: nothing is asked twice.
         assert interrupted + server.requests_total == 120  # 40 replies and 80 verdicts
         server.reset()
-        clean = invoke(eval_args(data, tmp_path / "clean", url, url))
+        clean = invoke(eval_args(data, tmp_path / "clean", url, grader_url=url))
         assert clean.exit_code == 0, clean.output
     assert (tmp_path / "out" / "metrics.json").read_bytes() == (tmp_path / "clean" / "metrics.json").read_bytes()
     # Each line's usage is its sample's own, whichever session paid: one reply and two verdicts, the lines of the
@@ -293,7 +257,7 @@ def test_ctrl_c_outside_a_run_is_one_line_too(tmp_path: Path, monkeypatch: pytes
         raise KeyboardInterrupt  # as a second Ctrl-C, or one before the run's loop starts, arrives
 
     monkeypatch.setattr("healthbench.cli.execute.run_session", interrupted)
-    data = write_jsonl(tmp_path / "rows.jsonl", rows(2))
-    result = invoke(eval_args(data, tmp_path / "out", dead_url(), dead_url()))
+    data = write_jsonl(tmp_path / "rows.jsonl", numbered_rows(2))
+    result = invoke(eval_args(data, tmp_path / "out", dead_url(), grader_url=dead_url()))
     assert result.exit_code == 130
     assert one_line(result) == "healthbench: interrupted; a run keeps every answer that arrived in its store"

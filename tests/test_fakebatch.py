@@ -6,9 +6,7 @@ import json
 import os
 import subprocess
 import sys
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +15,7 @@ import pytest
 import healthbench
 from healthbench.testing import FakeOpenAI, policy_reply, prompt_verdict, verdict_reply
 from healthbench.testing.replies import PROSE, STRING_VERDICT
-
-# Never route loopback through a proxy configured in the environment.
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-_BOUNDARY = "fakebatch-test-boundary"
+from tests.batchclient import Client, StartFake
 
 
 def grader_prompt(i: int) -> str:
@@ -41,87 +36,15 @@ def jsonl(bodies: Sequence[Any]) -> bytes:
     return "".join(line(f"r{i}", body) + "\n" for i, body in enumerate(bodies)).encode()
 
 
-class Client:
-    """A minimal synchronous client for the fake's files and batches routes."""
-
-    def __init__(self, base_url: str) -> None:
-        self.base_url = base_url
-
-    def request(self, method: str, path: str, data: bytes | None = None, content_type: str = "") -> tuple[int, bytes]:
-        req = urllib.request.Request(self.base_url + path, data=data, method=method)
-        if content_type:
-            req.add_header("Content-Type", content_type)
-        try:
-            with _OPENER.open(req, timeout=30) as resp:
-                return int(resp.status), bytes(resp.read())
-        except urllib.error.HTTPError as exc:
-            return exc.code, bytes(exc.read())
-
-    def json(self, method: str, path: str, payload: Any = None) -> tuple[int, Any]:
-        data = None if payload is None else json.dumps(payload).encode()
-        status, raw = self.request(method, path, data, "application/json" if data is not None else "")
-        return status, json.loads(raw)
-
-    def upload(self, data: bytes, purpose: str = "batch") -> tuple[int, Any]:
-        head = f'--{_BOUNDARY}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\n{purpose}\r\n'
-        head += f'--{_BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="in.jsonl"\r\n'
-        head += "Content-Type: application/jsonl\r\n\r\n"
-        body = head.encode() + data + f"\r\n--{_BOUNDARY}--\r\n".encode()
-        status, raw = self.request("POST", "/files", body, f"multipart/form-data; boundary={_BOUNDARY}")
-        return status, json.loads(raw)
-
-    def create(self, file_id: str, **fields: Any) -> tuple[int, Any]:
-        request = {"input_file_id": file_id, "endpoint": "/v1/chat/completions", "completion_window": "24h"}
-        return self.json("POST", "/batches", {**request, **fields})
-
-    def submit(self, data: bytes) -> dict[str, Any]:
-        status, file = self.upload(data)
-        assert status == 200, file
-        status, batch = self.create(file["id"])
-        assert status == 200, batch
-        return dict(batch)
-
-    def batch(self, batch_id: str) -> dict[str, Any]:
-        status, batch = self.json("GET", f"/batches/{batch_id}")
-        assert status == 200, batch
-        return dict(batch)
-
-    def lines(self, file_id: str | None) -> list[dict[str, Any]]:
-        assert file_id is not None
-        status, raw = self.request("GET", f"/files/{file_id}/content")
-        assert status == 200
-        return [json.loads(text) for text in raw.decode().splitlines()]
-
-    def live(self, body: dict[str, Any]) -> dict[str, Any]:
-        status, reply = self.json("POST", "/chat/completions", body)
-        assert status == 200
-        return dict(reply)
-
-
-@pytest.fixture
-def serve() -> Iterator[Callable[..., tuple[FakeOpenAI, Client]]]:
-    """Start FakeOpenAI servers with the given arguments; all are stopped afterwards."""
-    servers: list[FakeOpenAI] = []
-
-    def start(**kwargs: Any) -> tuple[FakeOpenAI, Client]:
-        server = FakeOpenAI(**kwargs)
-        servers.append(server)
-        return server, Client(server.start())
-
-    yield start
-    for server in servers:
-        server.stop()
-
-
 def content(reply: dict[str, Any]) -> Any:
     return reply["choices"][0]["message"]["content"]
 
 
-def test_round_trip_matches_live_answers(serve: Callable[..., tuple[FakeOpenAI, Client]]) -> None:
+def test_round_trip_matches_live_answers(start_fake: StartFake) -> None:
     def respond(body: dict[str, Any]) -> str | None:
         return "scripted" if body["model"] == "scripted-model" else None
 
-    server, client = serve(respond=respond)
+    server, client = start_fake(respond=respond)
     bodies = [chat(grader_prompt(i)) for i in range(6)] + [chat(f"policy {i}") for i in range(3)]
     bodies.append(chat("hook", model="scripted-model"))
     # Compact separators: the recorded bodies must be the file's text, not a re-serialisation.
@@ -167,28 +90,28 @@ def test_round_trip_matches_live_answers(serve: Callable[..., tuple[FakeOpenAI, 
     assert root.batch(batch["id"])["output_file_id"] == batch["output_file_id"]
 
 
-def test_output_order_is_shuffled_and_seeded(serve: Callable[..., tuple[FakeOpenAI, Client]]) -> None:
+def test_output_order_is_shuffled_and_seeded(start_fake: StartFake) -> None:
     data = jsonl([chat(f"q {i}") for i in range(40)])
 
     def order(client: Client) -> list[str]:
         return [out["custom_id"] for out in client.lines(client.submit(data)["output_file_id"])]
 
-    server, client = serve(seed=5)
+    server, client = start_fake(seed=5)
     first, second = order(client), order(client)
     assert sorted(first) == sorted(f"r{i}" for i in range(40))
     assert first != [f"r{i}" for i in range(40)]
     assert second != first  # each batch draws its own shuffle
     server.reset()
     assert order(client) == first
-    assert order(serve(seed=5)[1]) == first
-    assert order(serve(seed=6)[1]) != first
+    assert order(start_fake(seed=5)[1]) == first
+    assert order(start_fake(seed=6)[1]) != first
 
 
-def test_failed_and_malformed_lines_follow_their_rates(serve: Callable[..., tuple[FakeOpenAI, Client]]) -> None:
+def test_failed_and_malformed_lines_follow_their_rates(start_fake: StartFake) -> None:
     n_grader, n_policy = 400, 100
     bodies = [chat(grader_prompt(i)) for i in range(n_grader)] + [chat(f"p {i}") for i in range(n_policy)]
     bodies.append({"model": "m", "messages": []})  # refused per line, as live would be
-    server, client = serve(batch_fail_rate=0.2, batch_malformed_rate=0.3, seed=11)
+    server, client = start_fake(batch_fail_rate=0.2, batch_malformed_rate=0.3, seed=11)
     batch = client.submit(jsonl(bodies))
     outputs, errors = client.lines(batch["output_file_id"]), client.lines(batch["error_file_id"])
     assert batch["request_counts"] == {"total": len(bodies), "completed": len(outputs), "failed": len(errors)}
@@ -222,11 +145,11 @@ def test_failed_and_malformed_lines_follow_their_rates(serve: Callable[..., tupl
     assert server.requests_total == 0
 
 
-def test_fail_always_lines_fail_in_every_batch(serve: Callable[..., tuple[FakeOpenAI, Client]]) -> None:
+def test_fail_always_lines_fail_in_every_batch(start_fake: StartFake) -> None:
     def item_3(body: dict[str, Any]) -> bool:
         return "item 3" in body["messages"][-1]["content"]
 
-    _, client = serve(batch_fail_always=item_3)
+    _, client = start_fake(batch_fail_always=item_3)
     for _ in range(2):
         batch = client.submit(jsonl([chat(grader_prompt(i)) for i in range(6)]))
         assert batch["request_counts"] == {"total": 6, "completed": 5, "failed": 1}
@@ -237,8 +160,8 @@ def test_fail_always_lines_fail_in_every_batch(serve: Callable[..., tuple[FakeOp
     assert only_failing["output_file_id"] is None and only_failing["error_file_id"] is not None
 
 
-def test_status_advances_with_the_clock(serve: Callable[..., tuple[FakeOpenAI, Client]]) -> None:
-    server, client = serve(batch_delay=60.0)
+def test_status_advances_with_the_clock(start_fake: StartFake) -> None:
+    server, client = start_fake(batch_delay=60.0)
     data = jsonl([chat(f"q {i}") for i in range(48)])
     batch = client.submit(data)
     # Real time: nobody waits a minute, so a fresh batch cannot be done yet.
@@ -276,8 +199,8 @@ def test_status_advances_with_the_clock(serve: Callable[..., tuple[FakeOpenAI, C
     assert client.batch(invalid["id"])["errors"]["data"][0]["code"] == "duplicate_custom_id"
 
 
-def test_list_finds_a_batch_by_its_input_file(serve: Callable[..., tuple[FakeOpenAI, Client]]) -> None:
-    _, client = serve()
+def test_list_finds_a_batch_by_its_input_file(start_fake: StartFake) -> None:
+    _, client = start_fake()
     batches = [client.submit(jsonl([chat(f"batch {i}")])) for i in range(3)]
     status, page = client.json("GET", "/batches?limit=2")
     assert status == 200 and page["object"] == "list"
@@ -302,10 +225,8 @@ def test_list_finds_a_batch_by_its_input_file(serve: Callable[..., tuple[FakeOpe
         ([line(f"r{i}", chat("x")) for i in range(3)], "too_many_tasks", None),
     ],
 )
-def test_invalid_input_fails_the_batch(
-    serve: Callable[..., tuple[FakeOpenAI, Client]], lines: list[str], code: str, line_no: int | None
-) -> None:
-    server, client = serve(max_batch_requests=2)
+def test_invalid_input_fails_the_batch(start_fake: StartFake, lines: list[str], code: str, line_no: int | None) -> None:
+    server, client = start_fake(max_batch_requests=2)
     batch = client.submit(("\n".join(lines) + "\n").encode())
     assert batch["status"] == "failed" and isinstance(batch["failed_at"], int)
     assert batch["output_file_id"] is None and batch["error_file_id"] is None
@@ -316,8 +237,8 @@ def test_invalid_input_fails_the_batch(
     assert server.batches_created == 1 and server.batch_lines_submitted == len(lines)
 
 
-def test_cancel(serve: Callable[..., tuple[FakeOpenAI, Client]]) -> None:
-    server, client = serve(batch_delay=60.0)
+def test_cancel(start_fake: StartFake) -> None:
+    server, client = start_fake(batch_delay=60.0)
     now = [0.0]
     server.batch_api.clock = lambda: now[0]
     batch = client.submit(jsonl([chat("x"), chat("y")]))
@@ -335,9 +256,9 @@ def test_cancel(serve: Callable[..., tuple[FakeOpenAI, Client]]) -> None:
     assert client.json("POST", "/batches/batch_nope/cancel")[0] == 404
 
 
-def test_bad_requests_are_refused(serve: Callable[..., tuple[FakeOpenAI, Client]]) -> None:
+def test_bad_requests_are_refused(start_fake: StartFake) -> None:
     data = jsonl([chat("x")])
-    server, client = serve(max_file_bytes=len(data))
+    server, client = start_fake(max_file_bytes=len(data))
     status, error = client.create("file-nope")
     assert status == 404 and error["error"]["type"] == "invalid_request_error"
     assert client.request("GET", "/files/file-nope/content")[0] == 404
@@ -355,8 +276,8 @@ def test_bad_requests_are_refused(serve: Callable[..., tuple[FakeOpenAI, Client]
     assert status == 200 and info == file
 
 
-def test_reset_clears_counters_but_keeps_batches(serve: Callable[..., tuple[FakeOpenAI, Client]]) -> None:
-    server, client = serve()
+def test_reset_clears_counters_but_keeps_batches(start_fake: StartFake) -> None:
+    server, client = start_fake()
     batch = client.submit(jsonl([chat(grader_prompt(1))]))
     assert server.batches_created == 1 and len(server.batch_bodies) == 1
     server.reset()
@@ -364,7 +285,7 @@ def test_reset_clears_counters_but_keeps_batches(serve: Callable[..., tuple[Fake
     assert server.batch_bodies == []
     assert client.batch(batch["id"])["status"] == "completed"
     assert len(client.lines(batch["output_file_id"])) == 1
-    quiet, quiet_client = serve(record=False)
+    quiet, quiet_client = start_fake(record=False)
     quiet_client.submit(jsonl([chat("x")]))
     assert quiet.batch_lines_submitted == 1 and quiet.batch_bodies == []
 

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from healthbench.testing import FakeOpenAI, policy_reply, prompt_verdict, verdict_reply
+from healthbench.testing import policy_reply, prompt_verdict, verdict_reply
 from healthbench.testing.replies import PROSE, STRING_VERDICT
-from tests.test_fakebatch import Client, grader_prompt
+from tests.batchclient import Client, StartFake
+from tests.test_fakebatch import grader_prompt
 
 RESPONSES = "/v1/responses"
-Serve = Callable[..., tuple[FakeOpenAI, Client]]
 
 
 def responses(content: str, model: str = "gpt-5.4-2026-03-05", **fields: Any) -> dict[str, Any]:
@@ -51,25 +50,11 @@ def comparable(response: dict[str, Any]) -> dict[str, Any]:
     return {**{k: v for k, v in response.items() if k not in ("id", "created_at")}, "output": output}
 
 
-@pytest.fixture
-def serve() -> Iterator[Serve]:
-    servers: list[FakeOpenAI] = []
-
-    def start(**kwargs: Any) -> tuple[FakeOpenAI, Client]:
-        server = FakeOpenAI(**kwargs)
-        servers.append(server)
-        return server, Client(server.start())
-
-    yield start
-    for server in servers:
-        server.stop()
-
-
-def test_responses_batch_lines_are_answered_as_live_requests(serve: Serve) -> None:
+def test_responses_batch_lines_are_answered_as_live_requests(start_fake: StartFake) -> None:
     def respond(body: dict[str, Any]) -> str | None:
         return "scripted" if body["model"] == "scripted-model" else None
 
-    server, client = serve(respond=respond)
+    server, client = start_fake(respond=respond)
     bodies = [responses(grader_prompt(i), reasoning={"effort": "low"}) for i in range(8)]
     bodies += [responses("Is ibuprofen safe?", "gpt-4.1"), responses("hook", "scripted-model")]
     bodies.append(responses("x", temperature=0.5))  # refused: a reasoning model takes no temperature
@@ -100,8 +85,8 @@ def test_responses_batch_lines_are_answered_as_live_requests(serve: Serve) -> No
         assert answers[custom_id]["body"]["error"]["code"] == code
 
 
-def test_strict_params_off_answers_the_lines_it_would_refuse(serve: Serve) -> None:
-    _, client = serve(strict_params=False)
+def test_strict_params_off_answers_the_lines_it_would_refuse(start_fake: StartFake) -> None:
+    _, client = start_fake(strict_params=False)
     batch = submit(
         client, jsonl([responses("x", temperature=0.5), responses("y", "gpt-4.1", reasoning={"effort": "low"})])
     )
@@ -113,8 +98,10 @@ def test_strict_params_off_answers_the_lines_it_would_refuse(serve: Serve) -> No
 @pytest.mark.parametrize(
     ("endpoint", "stray"), [(RESPONSES, "/v1/chat/completions"), ("/v1/chat/completions", RESPONSES)]
 )
-def test_a_line_whose_url_is_not_the_batch_endpoint_is_refused(serve: Serve, endpoint: str, stray: str) -> None:
-    _, client = serve()
+def test_a_line_whose_url_is_not_the_batch_endpoint_is_refused(
+    start_fake: StartFake, endpoint: str, stray: str
+) -> None:
+    _, client = start_fake()
     body = (
         responses(grader_prompt(0))
         if endpoint == RESPONSES
@@ -130,21 +117,21 @@ def test_a_line_whose_url_is_not_the_batch_endpoint_is_refused(serve: Serve, end
     assert error["code"] == "invalid_url" and error["line"] == 2 and endpoint in error["message"]
 
 
-def test_an_endpoint_the_batch_api_does_not_serve_is_refused(serve: Serve) -> None:
-    _, client = serve()
+def test_an_endpoint_the_batch_api_does_not_serve_is_refused(start_fake: StartFake) -> None:
+    _, client = start_fake()
     status, file = client.upload(jsonl([responses("x")], "/v1/embeddings"))
     assert status == 200
     status, reply = client.create(file["id"], endpoint="/v1/embeddings")
     assert status == 400 and "/v1/responses" in reply["error"]["message"]
 
 
-def test_responses_lines_get_the_same_injected_failures_as_chat_lines(serve: Serve) -> None:
-    _, client = serve(batch_malformed_rate=1.0)
+def test_responses_lines_get_the_same_injected_failures_as_chat_lines(start_fake: StartFake) -> None:
+    _, client = start_fake(batch_malformed_rate=1.0)
     bodies = [responses(grader_prompt(i)) for i in range(4)] + [responses("policy", "gpt-4.1")]
     answers = by_custom_id(client, submit(client, jsonl(bodies)))
     texts = [output_text(answers[f"r{i}"]["body"]) for i in range(4)]
     assert sorted(texts, key=str) == sorted([PROSE, STRING_VERDICT] * 2, key=str)
     assert output_text(answers["r4"]["body"]) == policy_reply(bodies[4]["input"])  # only verdicts are spoiled
-    _, failing = serve(batch_fail_rate=1.0)
+    _, failing = start_fake(batch_fail_rate=1.0)
     answers = by_custom_id(failing, submit(failing, jsonl(bodies)))
     assert {answer["status_code"] for answer in answers.values()} == {500}

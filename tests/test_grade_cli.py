@@ -35,6 +35,15 @@ def grade(tmp: Path, data: Path, responses: Path, out: str, base_url: str, *extr
     )
 
 
+def grade_replies(
+    tmp: Path, rows: list[dict[str, Any]], replies: dict[str, str], out: str, base_url: str, *extra: str
+) -> Result:
+    """`grade` on `rows` and `replies` (prompt_id to reply), written first to rows.jsonl and replies.jsonl in `tmp`."""
+    data = write_jsonl(tmp / "rows.jsonl", rows)
+    responses = write_jsonl(tmp / "replies.jsonl", [{"prompt_id": k, "response": v} for k, v in replies.items()])
+    return grade(tmp, data, responses, out, base_url, *extra)
+
+
 def test_made_up_rows_match_the_reference(tmp_path: Path, fake: FakeOpenAI) -> None:
     rows = made_up_rows()
     data = write_jsonl(tmp_path / "rows.jsonl", rows)

@@ -8,26 +8,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
 
-from healthbench.cli import main
 from healthbench.errors import InvalidResponse
 from healthbench.grading.per_reply import PER_REPLY_TEMPLATE_SHA256, parse_verdicts, per_reply_prompt
 from healthbench.grading.verdict import NO_EXPLANATION
 from healthbench.testing import FakeOpenAI
 from healthbench.testing.replies import LIST_FAULTS, item_verdict, per_reply_items
 from tests.conftest import make_row, write_jsonl
-from tests.reference import KEY, check_against_reference, made_up_rows
+from tests.reference import check_against_reference, made_up_rows
+from tests.test_grade_cli import grade_replies
 
 PER_REPLY = ("--grader-calls", "per-reply")
-
-
-def grade(tmp: Path, rows: list[dict[str, Any]], replies: dict[str, str], out: str, url: str, *extra: str) -> Result:
-    data = write_jsonl(tmp / "rows.jsonl", rows)
-    responses = write_jsonl(tmp / "replies.jsonl", [{"prompt_id": k, "response": v} for k, v in replies.items()])
-    args = ["grade", "--data", str(data), "--responses", str(responses), "--out", str(tmp / out)]
-    env = {"HEALTHBENCH_GRADER_API_KEY": KEY}
-    return CliRunner().invoke(main, [*args, "--grader-base-url", url, "--no-progress", *extra], env=env)
 
 
 def results(out: Path) -> list[dict[str, Any]]:
@@ -70,7 +61,7 @@ def test_one_call_per_reply_and_a_verdict_per_item(tmp_path: Path, fake: FakeOpe
     rows = made_up_rows()
     replies = {r["prompt_id"]: f"Reply to {r['prompt_id']}: stay hydrated." for r in rows}
     assert fake.base_url
-    result = grade(tmp_path, rows, replies, "out", fake.base_url, *PER_REPLY)
+    result = grade_replies(tmp_path, rows, replies, "out", fake.base_url, *PER_REPLY)
     assert result.exit_code == 0, result.output
     assert len(fake.bodies) == len(rows)  # one request per reply
     for body in fake.bodies:
@@ -90,9 +81,9 @@ def test_one_call_per_reply_and_a_verdict_per_item(tmp_path: Path, fake: FakeOpe
     assert not any("per" in key or "calls" in key for key in metrics)  # the reference's keys only
 
     # Resumed, nothing is asked again; graded per item instead, the folder is another run's.
-    again = grade(tmp_path, rows, replies, "out", fake.base_url, *PER_REPLY)
+    again = grade_replies(tmp_path, rows, replies, "out", fake.base_url, *PER_REPLY)
     assert again.exit_code == 0 and len(fake.bodies) == len(rows)
-    other = grade(tmp_path, rows, replies, "out", fake.base_url)
+    other = grade_replies(tmp_path, rows, replies, "out", fake.base_url)
     assert other.exit_code != 0 and "grader_calls" in other.output
 
 
@@ -101,7 +92,7 @@ def test_a_malformed_list_is_asked_again(tmp_path: Path, fault: str) -> None:
     rows = [make_row("a"), make_row("b", prompt=(("user", "My knee hurts."),))]
     with FakeOpenAI(list_fault=lambda _body, seen: fault if seen < 2 else None) as server:
         assert server.base_url
-        result = grade(tmp_path, rows, {"a": "Rest.", "b": "Ice."}, "out", server.base_url, *PER_REPLY)
+        result = grade_replies(tmp_path, rows, {"a": "Rest.", "b": "Ice."}, "out", server.base_url, *PER_REPLY)
         assert result.exit_code == 0, result.output
         assert len(server.bodies) == 2 * 3  # each reply: two malformed lists, then a good one
     check_against_reference(tmp_path / "out", rows, {"a": "Rest.", "b": "Ice."}, item_verdict)
@@ -115,7 +106,7 @@ def test_a_list_never_right_fails_the_sample_and_nothing_is_made_up(tmp_path: Pa
 
     with FakeOpenAI(list_fault=fault) as server:
         assert server.base_url
-        result = grade(
+        result = grade_replies(
             tmp_path, rows, {"a": "Rest.", "b": "Ice."}, "out", server.base_url, *PER_REPLY, "--max-attempts", "3"
         )
         assert len(server.bodies) == 1 + 3
@@ -131,9 +122,9 @@ def test_a_list_never_right_fails_the_sample_and_nothing_is_made_up(tmp_path: Pa
 def test_a_cap_given_is_every_request_s(tmp_path: Path, fake: FakeOpenAI) -> None:
     rows = [make_row("a", rubrics=[(i + 1, f"Criterion {i}", ("axis:accuracy",)) for i in range(12)])]
     assert fake.base_url
-    assert grade(tmp_path, rows, {"a": "Rest."}, "x", fake.base_url, *PER_REPLY).exit_code == 0
+    assert grade_replies(tmp_path, rows, {"a": "Rest."}, "x", fake.base_url, *PER_REPLY).exit_code == 0
     assert (
-        grade(
+        grade_replies(
             tmp_path, rows, {"a": "Rest."}, "y", fake.base_url, *PER_REPLY, "--grader-max-output-tokens", "500"
         ).exit_code
         == 0
@@ -146,8 +137,8 @@ def test_batch_per_reply_equals_live(tmp_path: Path) -> None:
     replies = {r["prompt_id"]: "Rest." for r in rows}
     with FakeOpenAI(batch_delay=0.05) as server:
         assert server.base_url
-        assert grade(tmp_path, rows, replies, "live", server.base_url, *PER_REPLY).exit_code == 0
-        batch = grade(
+        assert grade_replies(tmp_path, rows, replies, "live", server.base_url, *PER_REPLY).exit_code == 0
+        batch = grade_replies(
             tmp_path, rows, replies, "batch", server.base_url, *PER_REPLY, "--batch", "--poll-interval", "0.02"
         )
         assert batch.exit_code == 0, batch.output
@@ -160,7 +151,7 @@ def test_the_dry_run_counts_a_call_per_reply_and_the_cache_it_assumes(tmp_path: 
     replies = {r["prompt_id"]: "Rest, fluids and a usual dose. " * 300 for r in rows}
     estimates = {}
     for name, extra in (("item", ()), ("reply", PER_REPLY), ("off", ("--no-prompt-cache-key",))):
-        result = grade(tmp_path, rows, replies, "x", "http://127.0.0.1:9/v1", "--dry-run", "--json", *extra)
+        result = grade_replies(tmp_path, rows, replies, "x", "http://127.0.0.1:9/v1", "--dry-run", "--json", *extra)
         assert result.exit_code == 0, result.output
         estimates[name] = json.loads(result.output)["grader"]
     assert estimates["item"]["calls"] == 8 and estimates["reply"]["calls"] == 4
@@ -168,7 +159,7 @@ def test_the_dry_run_counts_a_call_per_reply_and_the_cache_it_assumes(tmp_path: 
     assert 0.3 < estimates["item"]["prompt_cache"]["assumed_hit_rate"] < 0.5
     assert estimates["off"]["prompt_cache"]["assumed_hit_rate"] == 0 and estimates["off"]["cached_prompt_tokens"] == 0
     assert estimates["item"]["cost_usd"] < estimates["off"]["cost_usd"]
-    text = grade(tmp_path, rows, replies, "x", "http://127.0.0.1:9/v1", "--dry-run", *PER_REPLY).output
+    text = grade_replies(tmp_path, rows, replies, "x", "http://127.0.0.1:9/v1", "--dry-run", *PER_REPLY).output
     assert "per-reply" in text and "not the official grading" in text and "prompt cache:" in text
 
 

@@ -22,7 +22,6 @@ Needs openrlhf (installed without its GPU dependencies), torch and transformers:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -32,9 +31,9 @@ import pytest
 from healthbench.data.schema import Row
 from healthbench.data.splits import split_rows
 from healthbench.testing import FakeOpenAI
-from tests.conftest import write_jsonl
+from tests.conftest import Serving
 from tests.reference import KEY, made_up_rows
-from tests.serving import UNGRADABLE, fails_marked, graded_by_cli, served
+from tests.serving import UNGRADABLE, graded_by_cli
 
 # Imported as modules of no type: mypy runs where none of them is installed.
 agent: Any = pytest.importorskip("openrlhf.utils.agent")
@@ -47,6 +46,7 @@ ROWS = made_up_rows()[:21]
 TRAIN_IDS = {row.prompt_id for row in split_rows([Row.model_validate(row) for row in ROWS], "train")}
 TRAIN = [row for row in ROWS if row["prompt_id"] in TRAIN_IDS]
 TOKEN = "token-o-5f0c1e9d8b7a6f5e4d3c2b1a"
+SERVING = Serving(token_file=TOKEN + "\n", env={"HEALTHBENCH_GRADER_API_KEY": KEY})
 CHATML = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -86,26 +86,6 @@ class ScriptedEngine:
         return SimpleNamespace(outputs=[output])
 
 
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeOpenAI]:
-    with FakeOpenAI(fail_always=fails_marked) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_jsonl(tmp_path_factory.mktemp("rows") / "rows.jsonl", ROWS)
-
-
-@pytest.fixture(scope="module")
-def url(data: Path, fake: FakeOpenAI) -> Iterator[str]:
-    tokens = data.parent / "tokens"
-    tokens.write_text(TOKEN + "\n", encoding="utf-8")
-    assert fake.base_url
-    with served(data, fake.base_url, "--auth-token-file", str(tokens), env={"HEALTHBENCH_GRADER_API_KEY": KEY}) as at:
-        yield at
-
-
 def remote_rm_url(url: str) -> str:
     """`--reward.remote_url` for the server: the token as the URL's password."""
     return url.replace("http://", f"http://trainer:{TOKEN}@") + "/openrlhf"
@@ -135,15 +115,20 @@ async def rollouts(url: str, rows: list[dict[str, Any]], replies: list[str]) -> 
     )
 
 
-def test_sixteen_rollouts_at_once_get_grades_rewards(url: str, fake: FakeOpenAI, data: Path, tmp_path: Path) -> None:
+def test_sixteen_rollouts_at_once_get_grades_rewards(
+    url: str, module_fake: FakeOpenAI, data: Path, tmp_path: Path
+) -> None:
     rows = TRAIN
     assert len(rows) == 16
     replies = [f"Rest and fluids ({row['prompt_id']}); see a doctor if it gets worse.\n" for row in rows]
-    fake.reset()
+    module_fake.reset()
     outputs = asyncio.run(rollouts(url, [exported(row) for row in rows], replies))
-    assert fake.base_url
+    assert module_fake.base_url
     graded = graded_by_cli(
-        tmp_path, data, {row["prompt_id"]: reply for row, reply in zip(rows, replies, strict=True)}, fake.base_url
+        tmp_path,
+        data,
+        {row["prompt_id"]: reply for row, reply in zip(rows, replies, strict=True)},
+        module_fake.base_url,
     )
     for row, output in zip(rows, outputs, strict=True):
         assert output["label"] == row["prompt_id"]
@@ -152,7 +137,7 @@ def test_sixteen_rollouts_at_once_get_grades_rewards(url: str, fake: FakeOpenAI,
         assert output["scores"] == output["reward"]
         assert any(key.startswith("axis:") for key in output["extra_logs"])
     calls = sum(len(row["rubrics"]) for row in rows)
-    assert fake.requests_total == 2 * calls  # the server's, then grade's: one grader call per rubric item each
+    assert module_fake.requests_total == 2 * calls  # the server's, then grade's: one grader call per rubric item each
 
 
 def test_an_ungradable_reply_or_an_unknown_label_gets_no_reward(url: str) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,16 +17,11 @@ from healthbench.api.pacing.store import PaceStore, RedisPace, redacted
 from healthbench.errors import PaceStoreUnreachable, SettingsError
 from healthbench.testing import FakeOpenAI
 from healthbench.testing.limits import RateLimits
-from tests.redisserver import RedisServer, needs_redis, redis_server
+from tests.redisserver import RedisServer, needs_redis
 
 pytestmark = needs_redis
 
 KEY = "sk-shared-pace-secret"
-
-
-@pytest.fixture(scope="module")
-def redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    yield from redis_server(tmp_path_factory.mktemp("redis"))
 
 
 def _run(coroutine: Any) -> Any:

@@ -7,13 +7,12 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis as redis_client
-from click.testing import CliRunner, Result
+from click.testing import CliRunner
 
 from healthbench.api.client import ApiClient, key_slot
 from healthbench.api.endpoint import MAX_IN_FLIGHT
@@ -23,23 +22,10 @@ from healthbench.runs.policy import PolicyConfig
 from healthbench.testing import FakeOpenAI
 from healthbench.testing.limits import RateLimits
 from tests.conftest import make_row, write_jsonl
-from tests.redisserver import RedisServer, needs_redis, redis_server
+from tests.redisserver import RedisServer, needs_redis
+from tests.reference import KEY
+from tests.test_eval import run_eval
 from tests.test_metaeval import made_up_meta_rows
-
-KEY = "sk-pace-store-cli"
-
-
-@pytest.fixture(scope="module")
-def redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    yield from redis_server(tmp_path_factory.mktemp("redis"))
-
-
-def _eval(data: Path, out: Path, base_url: str, *extra: str, env: dict[str, str] | None = None) -> Result:
-    args = [
-        "eval", "--model", "fake-model", "--base-url", base_url, "--grader-base-url", base_url, "--data", str(data),
-        "--out", str(out), "--no-progress", *extra,
-    ]  # fmt: skip
-    return CliRunner().invoke(main, args, env={"OPENAI_API_KEY": KEY, "HEALTHBENCH_GRADER_API_KEY": KEY, **(env or {})})
 
 
 def _rows(tmp_path: Path, n: int = 6) -> Path:
@@ -77,7 +63,7 @@ def test_a_pace_store_out_of_reach_stops_the_run_before_anything_is_sent(tmp_pat
     data = _rows(tmp_path)
     with FakeOpenAI() as server:
         assert server.base_url
-        result = _eval(data, tmp_path / "out", server.base_url, "--pace-store", "redis://:pw@127.0.0.1:9/0")
+        result = run_eval(data, tmp_path / "out", server.base_url, "--pace-store", "redis://:pw@127.0.0.1:9/0")
         sent = server.requests_total
     assert result.exit_code == 1 and sent == 0
     assert "pace store redis://:***@127.0.0.1:9/0 cannot be reached" in result.output and "pw" not in result.output
@@ -127,7 +113,7 @@ def test_eval_shares_its_pace_through_the_store(tmp_path: Path, redis: RedisServ
     extra, env = (("--pace-store", redis.url), {}) if how == "flag" else ((), {"HEALTHBENCH_PACE_STORE": redis.url})
     with FakeOpenAI(limits=RateLimits(rpm=6000)) as server:
         assert server.base_url
-        result = _eval(data, tmp_path / "out", server.base_url, *extra, env=env)
+        result = run_eval(data, tmp_path / "out", server.base_url, *extra, env=env)
         slot = key_slot(server.base_url, KEY)
     assert result.exit_code == 0, result.output
     shared = redis_client.Redis.from_url(redis.url, decode_responses=True)

@@ -16,11 +16,11 @@ from openreward import AsyncOpenReward
 from healthbench.api.client import key_slot
 from healthbench.testing import FakeOpenAI
 from healthbench.testing.limits import RateLimits
-from tests.conftest import make_row, write_jsonl
-from tests.redisserver import RedisServer, needs_redis
+from tests.conftest import make_row, numbered_rows, write_jsonl
+from tests.redisserver import RedisServer, needs_redis, redis_server
 from tests.reference import KEY
 from tests.serving import served_with_log
-from tests.test_eval import rows, run_eval
+from tests.test_eval import run_eval
 
 pytestmark = needs_redis
 LOST = "pace store redis://127.0.0.1:{port}/0 lost"
@@ -28,12 +28,8 @@ LOST = "pace store redis://127.0.0.1:{port}/0 lost"
 
 @pytest.fixture
 def redis(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.kill()
+    """A Redis of each test's own, not the module's shared one: each test takes it down."""
+    yield from redis_server(tmp_path)
 
 
 def shared_rpm(redis: RedisServer, slot: str) -> float | None:
@@ -49,7 +45,7 @@ def shared_rpm(redis: RedisServer, slot: str) -> float | None:
 def test_eval_keeps_going_through_an_outage_with_one_line_and_the_same_metrics(
     tmp_path: Path, redis: RedisServer
 ) -> None:
-    data = write_jsonl(tmp_path / "rows.jsonl", rows(40))
+    data = write_jsonl(tmp_path / "rows.jsonl", numbered_rows(40))
     answered = 0
 
     def outage(body: dict[str, Any]) -> None:

@@ -15,7 +15,7 @@ from healthbench.cli import main
 from healthbench.errors import PolicyMisuse, RequestFailed
 from healthbench.runs.policy import REFUSAL_PROBE, REFUSED_REPLY, PromptRefusal, RefusalGuard, misuse, prompt_refusal
 from healthbench.testing import FakeOpenAI
-from tests.conftest import make_row, write_jsonl
+from tests.conftest import numbered_rows, write_jsonl
 from tests.reference import KEY
 
 FLAGGED = (
@@ -128,10 +128,6 @@ def test_the_guard_stops_when_refusals_are_not_the_exception() -> None:
         resumed.refuse(refusal)
 
 
-def rows(n: int) -> list[dict[str, Any]]:
-    return [make_row(f"t{i:03d}", prompt=(("user", f"Question {i}: I feel dizzy."),)) for i in range(n)]
-
-
 def refuse_some(body: dict[str, Any]) -> dict[str, Any] | None:
     if body.get("model") != "fake-model":
         return None
@@ -150,7 +146,7 @@ def results(out: Path) -> list[dict[str, Any]]:
 
 
 def test_refused_prompts_are_graded_with_the_reference_placeholder(tmp_path: Path) -> None:
-    data = write_jsonl(tmp_path / "rows.jsonl", rows(100))
+    data = write_jsonl(tmp_path / "rows.jsonl", numbered_rows(100))
     out = tmp_path / "out"
     with FakeOpenAI(refuse=refuse_some) as fake:
         assert fake.base_url
@@ -182,7 +178,7 @@ def test_refused_prompts_are_graded_with_the_reference_placeholder(tmp_path: Pat
 
 
 def test_policy_errors_fail_keeps_a_refused_prompt_ungraded(tmp_path: Path) -> None:
-    data = write_jsonl(tmp_path / "rows.jsonl", rows(100))
+    data = write_jsonl(tmp_path / "rows.jsonl", numbered_rows(100))
     out = tmp_path / "out"
     with FakeOpenAI(refuse=refuse_some) as fake:
         assert fake.base_url
@@ -195,7 +191,7 @@ def test_policy_errors_fail_keeps_a_refused_prompt_ungraded(tmp_path: Path) -> N
 
 
 def test_every_prompt_refused_stops_at_once_with_the_providers_message(tmp_path: Path) -> None:
-    data = write_jsonl(tmp_path / "rows.jsonl", rows(100))
+    data = write_jsonl(tmp_path / "rows.jsonl", numbered_rows(100))
     out = tmp_path / "out"
     with FakeOpenAI(refuse=lambda body: INVALID_PROMPT if body.get("model") == "fake-model" else None) as fake:
         assert fake.base_url
@@ -213,7 +209,7 @@ def test_every_prompt_refused_stops_at_once_with_the_providers_message(tmp_path:
 
 
 def test_a_4xx_about_a_parameter_stops_the_run(tmp_path: Path) -> None:
-    data = write_jsonl(tmp_path / "rows.jsonl", rows(100))
+    data = write_jsonl(tmp_path / "rows.jsonl", numbered_rows(100))
     out = tmp_path / "out"
     # The fake refuses a temperature for a reasoning model, as OpenAI does.
     with FakeOpenAI() as fake:

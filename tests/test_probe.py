@@ -5,12 +5,8 @@ be fooled and none where it cannot, grades the base replies exactly as `grade` d
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
-import subprocess
-import sys
-import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -23,6 +19,7 @@ from healthbench.grading.transforms import TRANSFORMS
 from healthbench.runs.folder import STORE
 from healthbench.testing import FakeOpenAI
 from tests.conftest import make_row, write_jsonl
+from tests.interrupting import cli_process, set_after
 from tests.reference import KEY
 from tests.test_grade_cli import grade
 
@@ -204,30 +201,13 @@ def test_replies_come_from_one_place(tmp_path: Path, files: tuple[Path, Path], f
 def test_ctrl_c_then_the_same_command_repeats_no_finished_request(tmp_path: Path, files: tuple[Path, Path]) -> None:
     data, replies = files
     total = ITEMS * (1 + len(TRANSFORMS))
-    halfway = threading.Event()
-    answered = 0
-
-    def count(body: dict[str, Any]) -> None:
-        nonlocal answered
-        answered += 1
-        if answered == total // 3:
-            halfway.set()
-
+    halfway, count = set_after(total // 3)
     out = tmp_path / "out"
-    with FakeOpenAI(respond=lambda body: count(body), latency=0.05) as server:
+    with FakeOpenAI(respond=count, latency=0.05) as server:
         url = server.base_url or ""
         args = ["probe", "--data", str(data), "--responses", str(replies), "--out", str(out)]
         args += ["--grader-base-url", url, "--no-progress", "--concurrency", "16"]
-        # A shell's Ctrl-C reaches a process whose SIGINT is the default; pytest's children may inherit it ignored.
-        code = "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-        code += "from healthbench.cli import main; sys.argv[0] = 'healthbench'; main()"
-        process = subprocess.Popen(
-            [sys.executable, "-c", code, *args],
-            env={**os.environ, **ENV},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        process = cli_process(args, ENV)
         assert halfway.wait(timeout=240)
         process.send_signal(signal.SIGINT)
         _, stderr = process.communicate(timeout=120)

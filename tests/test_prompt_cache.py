@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import CliRunner
 
 from healthbench.api.client import ApiClient
 from healthbench.api.wire import request_key, with_cache_key
@@ -31,17 +31,10 @@ from healthbench.runs.pricing import PRICES
 from healthbench.testing import FakeOpenAI
 from tests.conftest import make_row, write_jsonl
 from tests.reference import KEY, check_against_reference, made_up_rows, sent_prompts
+from tests.test_grade_cli import grade_replies
 
 # Long enough that the part every item of a reply shares passes OpenAI's 1,024-token floor (four characters a token).
 LONG_REPLY = "Drink water, rest, and watch for a stiff neck or a rash that does not fade. " * 80
-
-
-def grade(tmp: Path, rows: list[dict[str, Any]], replies: dict[str, str], out: str, url: str, *extra: str) -> Result:
-    data = write_jsonl(tmp / "rows.jsonl", rows)
-    responses = write_jsonl(tmp / "replies.jsonl", [{"prompt_id": k, "response": v} for k, v in replies.items()])
-    args = ["grade", "--data", str(data), "--responses", str(responses), "--out", str(tmp / out)]
-    env = {"HEALTHBENCH_GRADER_API_KEY": KEY}
-    return CliRunner().invoke(main, [*args, "--grader-base-url", url, "--no-progress", *extra], env=env)
 
 
 def keys_by_reply(bodies: list[dict[str, Any]]) -> dict[str, set[Any]]:
@@ -73,7 +66,7 @@ def test_default_grading_sends_one_key_per_reply_and_the_reference_prompts(tmp_p
     rows = made_up_rows()
     replies = {r["prompt_id"]: f"Reply to {r['prompt_id']}: stay hydrated." for r in rows}
     assert fake.base_url
-    result = grade(tmp_path, rows, replies, "out", fake.base_url)
+    result = grade_replies(tmp_path, rows, replies, "out", fake.base_url)
     assert result.exit_code == 0, result.output
     assert sent_prompts(fake) == check_against_reference(tmp_path / "out", rows, replies)  # the prompts, unchanged
     by_reply = keys_by_reply(fake.bodies)
@@ -96,7 +89,7 @@ def test_default_grading_sends_one_key_per_reply_and_the_reference_prompts(tmp_p
 def test_no_prompt_cache_key_sends_none(tmp_path: Path, fake: FakeOpenAI) -> None:
     rows = [make_row("a"), make_row("b")]
     assert fake.base_url
-    result = grade(tmp_path, rows, {"a": "Rest.", "b": "Rest."}, "out", fake.base_url, "--no-prompt-cache-key")
+    result = grade_replies(tmp_path, rows, {"a": "Rest.", "b": "Rest."}, "out", fake.base_url, "--no-prompt-cache-key")
     assert result.exit_code == 0, result.output
     assert len(fake.bodies) == 4 and all("prompt_cache_key" not in body for body in fake.bodies)
     assert json.loads((tmp_path / "out" / "run.json").read_text())["spec"]["grader"]["prompt_cache_key"] is False
@@ -107,7 +100,7 @@ def test_the_responses_api_carries_the_key_too(tmp_path: Path, fake: FakeOpenAI)
     rows = [make_row("a"), make_row("b")]
     flags = ("--grader-api", "responses", "--grader-model", "gpt-5.4-2026-03-05", "--grader-reasoning-effort", "low")
     assert fake.base_url
-    result = grade(tmp_path, rows, {"a": "Rest.", "b": "Sleep."}, "out", fake.base_url, *flags)
+    result = grade_replies(tmp_path, rows, {"a": "Rest.", "b": "Sleep."}, "out", fake.base_url, *flags)
     assert result.exit_code == 0, result.output
     assert set(fake.paths) == {"/v1/responses"}  # the fake refuses what OpenAI refuses: it takes the key
     by_reply = keys_by_reply(fake.bodies)
@@ -118,12 +111,12 @@ def test_turning_the_key_on_or_off_asks_nothing_again(tmp_path: Path, fake: Fake
     rows = made_up_rows()[:6]
     replies = {r["prompt_id"]: "Rest." for r in rows}
     assert fake.base_url
-    assert grade(tmp_path, rows, replies, "out", fake.base_url, "--no-prompt-cache-key").exit_code == 0
+    assert grade_replies(tmp_path, rows, replies, "out", fake.base_url, "--no-prompt-cache-key").exit_code == 0
     sent = len(fake.bodies)
-    again = grade(tmp_path, rows, replies, "out", fake.base_url)  # on, by default
+    again = grade_replies(tmp_path, rows, replies, "out", fake.base_url)  # on, by default
     assert again.exit_code == 0, again.output
     assert len(fake.bodies) == sent and f"({sent} verdicts reused)" in again.output
-    assert grade(tmp_path, rows, replies, "out", fake.base_url, "--no-prompt-cache-key").exit_code == 0
+    assert grade_replies(tmp_path, rows, replies, "out", fake.base_url, "--no-prompt-cache-key").exit_code == 0
     assert len(fake.bodies) == sent
 
 
@@ -132,7 +125,7 @@ def test_verdicts_are_stored_under_the_keys_of_runs_made_before(tmp_path: Path, 
     the reference sends it, with its sample and item)."""
     rows = [make_row("a")]
     assert fake.base_url
-    assert grade(tmp_path, rows, {"a": "Rest."}, "out", fake.base_url).exit_code == 0
+    assert grade_replies(tmp_path, rows, {"a": "Rest."}, "out", fake.base_url).exit_code == 0
     with sqlite3.connect(tmp_path / "out" / "progress.sqlite") as db:
         config = {key: json.loads(value) for key, value in db.execute("SELECT key, value FROM config")}
         stored = {key for (key,) in db.execute("SELECT key FROM verdicts")}
@@ -155,9 +148,9 @@ def test_cached_tokens_are_counted_and_cost_less(tmp_path: Path, fake: FakeOpenA
     rows.append(make_row("multi", rubrics=[(i + 1, f"Criterion {i}", ("axis:accuracy",)) for i in range(5)]))
     replies = {r["prompt_id"]: LONG_REPLY for r in rows}
     assert fake.base_url
-    assert grade(tmp_path, rows, replies, "on", fake.base_url).exit_code == 0
+    assert grade_replies(tmp_path, rows, replies, "on", fake.base_url).exit_code == 0
     fake.reset()
-    assert grade(tmp_path, rows, replies, "off", fake.base_url, "--no-prompt-cache-key").exit_code == 0
+    assert grade_replies(tmp_path, rows, replies, "off", fake.base_url, "--no-prompt-cache-key").exit_code == 0
     on, off = (
         json.loads((tmp_path / name / "usage.json").read_text())["whole_run"]["grader"] for name in ("on", "off")
     )
@@ -178,7 +171,7 @@ def test_batch_lines_carry_the_key_and_their_custom_id_is_the_line(tmp_path: Pat
     with FakeOpenAI(batch_delay=0.05) as server:
         assert server.base_url
         batch = ("--batch", "--poll-interval", "0.02")
-        result = grade(tmp_path, rows, {"a": "Rest.", "b": "Ice."}, "out", server.base_url, *batch)
+        result = grade_replies(tmp_path, rows, {"a": "Rest.", "b": "Ice."}, "out", server.base_url, *batch)
         assert result.exit_code == 0, result.output
         files = [f for f in server.batch_api.files.values() if f.info["purpose"] == "batch"]
     lines = [json.loads(line) for f in files for line in f.data.decode().split("\n") if line]

@@ -6,30 +6,18 @@ import json
 from pathlib import Path
 from typing import Any
 
-from click.testing import CliRunner, Result
-
 from healthbench.api.client import ApiClient
 from healthbench.api.wire import Usage
-from healthbench.cli import main
 from healthbench.runs.pricing import CostMeter
 from healthbench.runs.session import status_line
 from healthbench.testing import FakeOpenAI
 from healthbench.testing.limits import RateLimits
 from tests.conftest import make_row, write_jsonl
-
-KEY = "sk-ratelimit-test"
+from tests.test_eval import run_eval
 
 
 def rows(n: int) -> list[dict[str, Any]]:
     return [make_row(f"q{i:03d}", prompt=(("user", f"Question {i}: my knee hurts."),)) for i in range(n)]
-
-
-def run_eval(data: Path, out: Path, base_url: str, *extra: str) -> Result:
-    args = [
-        "eval", "--model", "fake-model", "--base-url", base_url, "--data", str(data), "--out", str(out),
-        "--grader-base-url", base_url, "--no-progress", *extra,
-    ]  # fmt: skip
-    return CliRunner().invoke(main, args, env={"OPENAI_API_KEY": KEY, "HEALTHBENCH_GRADER_API_KEY": KEY})
 
 
 def test_a_run_without_quota_stops_and_the_same_command_later_finishes_it(tmp_path: Path) -> None:

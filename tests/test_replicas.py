@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,17 +13,12 @@ import redis as redis_client
 from healthbench.api.client import key_slot
 from healthbench.testing import FakeOpenAI
 from healthbench.testing.limits import RateLimits
-from tests.redisserver import RedisServer, needs_redis, redis_server
+from tests.redisserver import RedisServer, needs_redis
 
 pytestmark = needs_redis
 
 ROOT = Path(__file__).resolve().parents[1]
 REPLICAS, REQUESTS = 3, 100
-
-
-@pytest.fixture(scope="module")
-def redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    yield from redis_server(tmp_path_factory.mktemp("redis"))
 
 
 @pytest.mark.parametrize("headers", [True, False])

@@ -21,6 +21,7 @@ from healthbench.cli import main
 from healthbench.errors import RequestFailed
 from healthbench.testing import Canned, FakeOpenAI
 from tests.conftest import make_row, write_jsonl
+from tests.endpoints import loopback
 from tests.reference import KEY
 
 FAST = Retries(max_attempts=12, initial_backoff=0.001, max_backoff=0.001)
@@ -41,15 +42,8 @@ async def scripted(answers: Sequence[Scripted]) -> AsyncIterator[tuple[str, list
         text = body.replace("$KEY", request.headers.get("Authorization", ""))
         return web.Response(status=status, headers=headers, text=text, content_type="application/json")
 
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}/v1", count
-    finally:
-        await runner.cleanup()
+    async with loopback("/v1/chat/completions", handler) as url:
+        yield f"{url}/v1", count
 
 
 def complete(answers: Sequence[Scripted], retry: Retries = FAST) -> tuple[str | BaseException, int, str]:

@@ -5,11 +5,9 @@ metrics are a clean run's."""
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -19,17 +17,14 @@ import pytest
 
 from healthbench.runs.folder import RESULTS, STORE
 from healthbench.testing import FakeOpenAI
-from tests.conftest import write_jsonl
-from tests.test_eval import eval_args, rows, run_eval
+from tests.conftest import numbered_rows, write_jsonl
+from tests.interrupting import cli_process
+from tests.test_eval import eval_args, run_eval
 from tests.test_fail_fast import ENV
 
 # The wind-down would wait an hour for the held calls: a run that ends while they are held was ended by the second
-# signal. A shell's Ctrl-C reaches a process whose SIGINT is the default; pytest's children may inherit it ignored.
-CODE = (
-    "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-    "import healthbench.runs.session as session; session._LANDING = 3600.0; "
-    "from healthbench.cli import main; sys.argv[0] = 'healthbench'; main()"
-)
+# signal.
+LANDING_AN_HOUR = "import healthbench.runs.session as session; session._LANDING = 3600.0; "
 ANSWERED = 50
 
 
@@ -41,7 +36,7 @@ def stored(out: Path) -> int:
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_a_second_signal_ends_the_wind_down_at_once_in_one_line(tmp_path: Path, stop: signal.Signals) -> None:
-    data = write_jsonl(tmp_path / "rows.jsonl", rows(40))
+    data = write_jsonl(tmp_path / "rows.jsonl", numbered_rows(40))
     held, release = threading.Event(), threading.Event()
     answered = 0
 
@@ -57,13 +52,7 @@ def test_a_second_signal_ends_the_wind_down_at_once_in_one_line(tmp_path: Path, 
     with FakeOpenAI(respond=hold_after_some) as server:
         url = server.base_url or ""
         args = eval_args(data, out, url, "--concurrency", "8", "--policy-concurrency", "8")
-        process = subprocess.Popen(
-            [sys.executable, "-c", CODE, *args],
-            env={**os.environ, **ENV},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        process = cli_process(args, ENV, setup=LANDING_AN_HOUR)
         said: list[str] = []
         assert process.stderr is not None
         reader = threading.Thread(target=lambda: said.extend(process.stderr or ()), daemon=True)

@@ -14,7 +14,6 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +25,12 @@ pytest.importorskip("openreward")
 from openreward import AsyncOpenReward
 
 from healthbench.testing import FakeOpenAI
-from tests.conftest import write_jsonl
+from tests.conftest import Serving
 from tests.reference import KEY, made_up_rows
 from tests.serving import (
     POLICY_BASE_URL,
     graded_by_cli,
     log_until_marker,
-    served_with_log,
     server_process,
     strip_colour,
 )
@@ -42,30 +40,11 @@ TOKEN_A = "token-a-5f0c1e9d8b7a6f5e4d3c2b1a"
 TOKEN_B = "token-b-0a1b2c3d4e5f60718293a4b5"
 WRONG = "token-x-ffffffffffffffffffffffff"
 SECRETS = {"OPENAI_API_KEY": KEY}
-
-
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeOpenAI]:
-    with FakeOpenAI() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_jsonl(tmp_path_factory.mktemp("rows") / "rows.jsonl", ROWS)
-
-
-@pytest.fixture(scope="module")
-def server(data: Path, fake: FakeOpenAI) -> Iterator[tuple[str, list[str]]]:
-    tokens = data.parent / "tokens"
-    tokens.write_text(f"# one a line\n{TOKEN_A}\n\n{TOKEN_B}\n", encoding="utf-8")
-    assert fake.base_url
-    with served_with_log(
-        data, fake.base_url, "--auth-token-file", str(tokens), env={"HEALTHBENCH_GRADER_API_KEY": KEY}
-    ) as served:
-        yield served
-    output = "".join(served[1])
-    assert TOKEN_A not in output and TOKEN_B not in output and WRONG not in output
+SERVING = Serving(
+    token_file=f"# one a line\n{TOKEN_A}\n\n{TOKEN_B}\n",
+    env={"HEALTHBENCH_GRADER_API_KEY": KEY},
+    not_in_output=(TOKEN_A, TOKEN_B, WRONG),
+)
 
 
 async def raw(url: str, method: str, path: str, **options: Any) -> tuple[int, str, dict[str, str]]:
@@ -84,12 +63,12 @@ def routes(url: str) -> list[tuple[str, str]]:
 
 
 def test_every_route_but_health_needs_a_token_and_refusals_cost_nothing(
-    server: tuple[str, list[str]], fake: FakeOpenAI
+    server: tuple[str, list[str]], module_fake: FakeOpenAI
 ) -> None:
     url, lines = server
     every = routes(url)
     assert len(every) >= 14 and ("POST", "/create") in every and ("POST", "/healthbench/score_group") in every
-    fake.reset()
+    module_fake.reset()
     start = len(lines)
     candidates = [{"messages": [{"role": "assistant", "blocks": [{"type": "text", "text": "Rest."}]}]}] * 8
     bodies = {"/create": {"split": "test", "index": 0}, "/healthbench/score_group": {"candidates": candidates}}
@@ -106,7 +85,7 @@ def test_every_route_but_health_needs_a_token_and_refusals_cost_nothing(
             refusals += 1
     assert asyncio.run(raw(url, "GET", "/health"))[0] == 200
     log = log_until_marker(url, lines, start, {"X-API-Key": TOKEN_A})
-    assert fake.requests_total == 0  # no grader call
+    assert module_fake.requests_total == 0  # no grader call
     assert log.count(" request_unauthorized ") == refusals and " session_created " not in log
     # No session was made: the id is still free, and the token's owner can take it.
     headers = {"X-API-Key": TOKEN_A, "X-Session-ID": "session-of-nobody-0001"}
@@ -131,15 +110,17 @@ async def answers(url: str, token: str, replies: dict[int, str], bearer: bool = 
 
 
 def test_the_sdk_client_with_the_token_gets_grades_rewards(
-    server: tuple[str, list[str]], fake: FakeOpenAI, data: Path, tmp_path: Path
+    server: tuple[str, list[str]], module_fake: FakeOpenAI, data: Path, tmp_path: Path
 ) -> None:
     url, lines = server
     start = len(lines)
     replies = {index: f"Rest and fluids ({index}); see a doctor if it gets worse." for index in range(len(ROWS))}
     seen = asyncio.run(answers(url, TOKEN_B, replies))
     log = log_until_marker(url, lines, start, {"Authorization": f"Bearer {TOKEN_A}"})
-    assert fake.base_url
-    graded = graded_by_cli(tmp_path, data, {ROWS[i]["prompt_id"]: reply for i, reply in replies.items()}, fake.base_url)
+    assert module_fake.base_url
+    graded = graded_by_cli(
+        tmp_path, data, {ROWS[i]["prompt_id"]: reply for i, reply in replies.items()}, module_fake.base_url
+    )
     assert {i: s["reward"] for i, s in seen.items()} == pytest.approx(
         {i: graded[ROWS[i]["prompt_id"]]["score"] for i in replies}, abs=1e-9
     )
@@ -155,7 +136,9 @@ def test_the_sdk_client_with_the_token_gets_grades_rewards(
     assert all("caller='token 2'" in line and 'grader_key="the session\'s"' in line for line in created)
 
 
-def test_a_session_is_used_only_with_the_token_that_created_it(server: tuple[str, list[str]], fake: FakeOpenAI) -> None:
+def test_a_session_is_used_only_with_the_token_that_created_it(
+    server: tuple[str, list[str]], module_fake: FakeOpenAI
+) -> None:
     url, lines = server
 
     async def run() -> dict[str, Any]:
@@ -166,7 +149,7 @@ def test_a_session_is_used_only_with_the_token_that_created_it(server: tuple[str
             async with env.session(split="test", index=0, secrets=SECRETS) as session:
                 assert session.sid
                 seen["sid"] = session.sid
-                fake.reset()
+                module_fake.reset()
                 other = {"X-API-Key": TOKEN_B, "X-Session-ID": session.sid}
                 group = {
                     "candidates": [{"messages": [{"role": "assistant", "blocks": [{"type": "text", "text": "x"}]}]}]
@@ -183,7 +166,7 @@ def test_a_session_is_used_only_with_the_token_that_created_it(server: tuple[str
                 seen["refused"] = [
                     (await raw(url, method, path, headers=other, json=body))[:2] for method, path, body in attempts
                 ]
-                seen["calls_before_owner"] = fake.requests_total
+                seen["calls_before_owner"] = module_fake.requests_total
                 seen["reward"] = (await session.call_tool("answer", {"response": "Rest and fluids."})).reward
         finally:
             await client.environments.aclose()
@@ -252,9 +235,11 @@ def test_tokens_that_cannot_be_used_stop_the_server(
     assert TOKEN_A not in done.stderr and "short" not in done.stderr.replace("too easily", "")
 
 
-def test_loopback_is_the_default_and_no_auth_is_said(data: Path, fake: FakeOpenAI) -> None:
+def test_loopback_is_the_default_and_no_auth_is_said(data: Path, module_fake: FakeOpenAI) -> None:
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    env.update(PYTHONUNBUFFERED="1", HEALTHBENCH_GRADER_BASE_URL=fake.base_url or "", HEALTHBENCH_GRADER_API_KEY=KEY)
+    env.update(
+        PYTHONUNBUFFERED="1", HEALTHBENCH_GRADER_BASE_URL=module_fake.base_url or "", HEALTHBENCH_GRADER_API_KEY=KEY
+    )
     command = [sys.executable, "-m", "healthbench", "serve", "--data", str(data), "--port", "0"]
     with server_process(command, env) as (url, lines):
         assert url.startswith("http://127.0.0.1:")

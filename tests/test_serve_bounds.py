@@ -12,7 +12,7 @@ import asyncio
 import base64
 import json
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -26,33 +26,20 @@ from openreward.api.errors import ScoreGroupFailed, ToolFailed
 
 from healthbench.integrations.openreward.access import MAX_REPLY_CHARS
 from healthbench.testing import FakeOpenAI
-from tests.conftest import write_jsonl
+from tests.conftest import Serving
 from tests.reference import KEY, made_up_rows
-from tests.serving import log_until_marker, peak_memory_kb, served_with_log, server_pid
+from tests.serving import log_until_marker, peak_memory_kb, server_pid
 
 ROWS = made_up_rows()[:2]
 TOKEN = "token-0123456789abcdef-bounds"
 AUTH = {"X-API-Key": TOKEN}
+SERVING = Serving(
+    env={"HEALTHBENCH_SERVER_TOKEN": TOKEN, "HEALTHBENCH_GRADER_API_KEY": KEY}, not_in_output=("Traceback",)
+)
 MB = 1024 * 1024
 # What a 50 MB body may add to the server's peak memory: the body bound (8 MB) and a little; reading the body whole
 # would add at least its 50 MB, and parsing and grading it about 1.7 GB (measured before the bound).
 PEAK_GROWTH_KB = 20 * 1024
-
-
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeOpenAI]:
-    with FakeOpenAI() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, fake: FakeOpenAI) -> Iterator[tuple[str, list[str]]]:
-    data = write_jsonl(tmp_path_factory.mktemp("rows") / "rows.jsonl", ROWS)
-    assert fake.base_url
-    env = {"HEALTHBENCH_SERVER_TOKEN": TOKEN, "HEALTHBENCH_GRADER_API_KEY": KEY}
-    with served_with_log(data, fake.base_url, env=env) as served:
-        yield served
-    assert "Traceback" not in "".join(served[1])
 
 
 async def post(url: str, path: str, body: Any, headers: dict[str, str] | None = None) -> tuple[int, str]:
@@ -70,10 +57,10 @@ async def chunks(size: int) -> AsyncIterator[bytes]:
         yield b"x" * MB
 
 
-def test_a_50_mb_body_is_refused_before_it_is_read(server: tuple[str, list[str]], fake: FakeOpenAI) -> None:
+def test_a_50_mb_body_is_refused_before_it_is_read(server: tuple[str, list[str]], module_fake: FakeOpenAI) -> None:
     url, lines = server
     pid = server_pid(lines)
-    fake.reset()
+    module_fake.reset()
     before = peak_memory_kb(pid)
     big = b'{"split": "test", "index": 0, "task_spec": {"reply": "' + b"x" * (50 * MB) + b'"}}'
     for path in ("/create", "/healthbench/call", "/healthbench/score_group"):
@@ -83,7 +70,7 @@ def test_a_50_mb_body_is_refused_before_it_is_read(server: tuple[str, list[str]]
         assert status == 413 and "--max-request-bytes" in text, text
     del big
     assert peak_memory_kb(pid) - before < PEAK_GROWTH_KB
-    assert fake.requests_total == 0
+    assert module_fake.requests_total == 0
     health = asyncio.run(post(url, "/ping", {}))  # a request after: the server answers as ever
     assert health[0] == 400 and "X-Session-ID" in health[1]
     log = log_until_marker(url, lines, 0, AUTH)
@@ -116,10 +103,10 @@ def candidate(text: str) -> list[Any]:
 
 
 def test_work_past_the_bounds_is_refused_before_any_grader_call(
-    server: tuple[str, list[str]], fake: FakeOpenAI
+    server: tuple[str, list[str]], module_fake: FakeOpenAI
 ) -> None:
     url, lines = server
-    fake.reset()
+    module_fake.reset()
     start = len(lines)
     error = asyncio.run(session_calls(url, "group", group=[candidate(f"Reply {i}.") for i in range(1000)]))
     assert isinstance(error, ScoreGroupFailed) and "a group of 1,000 candidates" in str(error)
@@ -130,14 +117,14 @@ def test_work_past_the_bounds_is_refused_before_any_grader_call(
     assert "--max-reply-chars" in str(error)
     error = asyncio.run(session_calls(url, "group", group=[candidate("Rest."), candidate("Fluids."), candidate(long)]))
     assert isinstance(error, ScoreGroupFailed) and "candidate 2: the reply is" in str(error)
-    assert fake.requests_total == 0
+    assert module_fake.requests_total == 0
     log = log_until_marker(url, lines, start, AUTH)
     assert log.count(" score_group_failed ") == 2 and log.count(" tool_call_failed ") == 1 and long not in log
     # A group sent on a session whose episode has finished: refused, nothing more asked of the grader.
     graded: list[int] = []
-    error = asyncio.run(session_calls(url, "finished", fake=fake, graded=graded))
+    error = asyncio.run(session_calls(url, "finished", fake=module_fake, graded=graded))
     assert isinstance(error, ScoreGroupFailed) and "episode has finished" in str(error)
-    assert graded == [fake.requests_total] and graded[0] == len(ROWS[0]["rubrics"])
+    assert graded == [module_fake.requests_total] and graded[0] == len(ROWS[0]["rubrics"])
 
 
 def hostile(url: str) -> list[int]:
@@ -184,16 +171,16 @@ def hostile(url: str) -> list[int]:
 
 
 def test_hostile_requests_leave_no_traceback_and_only_excerpts_in_the_log(
-    server: tuple[str, list[str]], fake: FakeOpenAI
+    server: tuple[str, list[str]], module_fake: FakeOpenAI
 ) -> None:
     url, lines = server
-    fake.reset()
+    module_fake.reset()
     start = len(lines)
     statuses = hostile(url)
     assert statuses[9] == 200 and all(status in (0, 200, 400, 422) for status in statuses), statuses
     log = log_until_marker(url, lines, start, AUTH)
     assert "Traceback" not in log and "Exception in ASGI application" not in log, log
-    assert fake.requests_total == 0
+    assert module_fake.requests_total == 0
     # Every line is short: what a client sent is in it as an excerpt of at most a few hundred characters a field.
     assert max(len(line) for line in log.splitlines()) < 2_000
     assert "y" * 400 not in log and "respond" * 100 not in log

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,31 +25,12 @@ from openreward.api.environments.types import TextBlock
 from openreward.api.errors import ScoreGroupFailed, ToolCallError, ToolFailed
 
 from healthbench.testing import FakeOpenAI
-from tests.conftest import write_jsonl
 from tests.reference import KEY, made_up_rows
-from tests.serving import UNGRADABLE, fails_marked, log_until_marker, served_with_log
+from tests.serving import UNGRADABLE, log_until_marker, served_with_log
 
 ROWS = made_up_rows()[:3]
 SERVED = "'healthbench' and 'healthbench_answer'"
 TYPO = "healthbench-answer"
-
-
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeOpenAI]:
-    with FakeOpenAI(fail_always=fails_marked) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_jsonl(tmp_path_factory.mktemp("rows") / "rows.jsonl", ROWS)
-
-
-@pytest.fixture(scope="module")
-def server(data: Path, fake: FakeOpenAI) -> Iterator[tuple[str, list[str]]]:
-    assert fake.base_url
-    with served_with_log(data, fake.base_url) as served:
-        yield served
 
 
 def logged(url: str, lines: list[str], action: Callable[[AsyncOpenReward], Awaitable[Any]]) -> tuple[Exception, str]:
@@ -187,9 +168,9 @@ def test_a_reply_that_cannot_be_graded_is_one_log_line(server: tuple[str, list[s
     assert "Traceback" not in log
 
 
-def test_at_debug_level_the_failure_has_its_traceback(data: Path, fake: FakeOpenAI) -> None:
-    assert fake.base_url
-    with served_with_log(data, fake.base_url, "--log-level", "debug") as (url, lines):
+def test_at_debug_level_the_failure_has_its_traceback(data: Path, module_fake: FakeOpenAI) -> None:
+    assert module_fake.base_url
+    with served_with_log(data, module_fake.base_url, "--log-level", "debug") as (url, lines):
         start = len(lines)
         with pytest.raises(ToolFailed):
             asyncio.run(ungradable_answer(url))

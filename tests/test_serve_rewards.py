@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +26,9 @@ from healthbench.data.splits import split_rows
 from healthbench.integrations.openreward.batchroutes import strip_end_tokens
 from healthbench.integrations.openreward.guard import presented_token
 from healthbench.testing import FakeOpenAI
-from tests.conftest import write_jsonl
+from tests.conftest import Serving
 from tests.reference import KEY, made_up_rows
-from tests.serving import UNGRADABLE, fails_marked, graded_by_cli, log_until_marker, served_with_log
+from tests.serving import UNGRADABLE, graded_by_cli, log_until_marker
 
 ROWS = made_up_rows()[:6]
 IDS = [row["prompt_id"] for row in ROWS]
@@ -38,28 +37,12 @@ TRAIN = [row.prompt_id for row in split_rows([Row.model_validate(row) for row in
 TOKEN = "token-r-5f0c1e9d8b7a6f5e4d3c2b1a"
 MOST = 8  # the server's --max-batch-size here
 PROMPT = "<|im_start|>user\nMy child has a fever.<|im_end|>\n<|im_start|>assistant\n"
-
-
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeOpenAI]:
-    with FakeOpenAI(fail_always=fails_marked) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_jsonl(tmp_path_factory.mktemp("rows") / "rows.jsonl", ROWS)
-
-
-@pytest.fixture(scope="module")
-def server(data: Path, fake: FakeOpenAI) -> Iterator[tuple[str, list[str]]]:
-    tokens = data.parent / "tokens"
-    tokens.write_text(TOKEN + "\n", encoding="utf-8")
-    assert fake.base_url
-    flags = ("--auth-token-file", str(tokens), "--max-batch-size", str(MOST))
-    with served_with_log(data, fake.base_url, *flags, env={"HEALTHBENCH_GRADER_API_KEY": KEY}) as served:
-        yield served
-    assert TOKEN not in "".join(served[1])
+SERVING = Serving(
+    token_file=TOKEN + "\n",
+    flags=("--max-batch-size", str(MOST)),
+    env={"HEALTHBENCH_GRADER_API_KEY": KEY},
+    not_in_output=(TOKEN,),
+)
 
 
 async def post(url: str, path: str, body: Any, headers: dict[str, str] | None = None) -> tuple[int, Any]:
@@ -84,7 +67,7 @@ def openrlhf_body(replies: dict[str, str], end: str = "<|im_end|>") -> dict[str,
 
 
 def test_rewards_are_grades_and_an_ungradable_reply_has_none(
-    server: tuple[str, list[str]], fake: FakeOpenAI, data: Path, tmp_path: Path
+    server: tuple[str, list[str]], module_fake: FakeOpenAI, data: Path, tmp_path: Path
 ) -> None:
     url, lines = server
     replies = {pid: f"Rest and fluids ({pid}); see a doctor if it gets worse." for pid in IDS}
@@ -94,8 +77,8 @@ def test_rewards_are_grades_and_an_ungradable_reply_has_none(
     start = len(lines)
     status, answer = asyncio.run(post(url, "/rewards", {"split": "test", "items": items}, {"X-API-Key": TOKEN}))
     assert status == 200, answer
-    assert fake.base_url
-    graded = graded_by_cli(tmp_path, data, replies, fake.base_url)
+    assert module_fake.base_url
+    graded = graded_by_cli(tmp_path, data, replies, module_fake.base_url)
     results = answer["results"]
     assert [result["prompt_id"] for result in results] == [item["prompt_id"] for item in items]
     failed = results.pop(2)
@@ -114,15 +97,15 @@ def test_rewards_are_grades_and_an_ungradable_reply_has_none(
 
 
 def test_openrlhf_with_the_token_in_the_url_gets_grades_rewards(
-    server: tuple[str, list[str]], fake: FakeOpenAI, data: Path, tmp_path: Path
+    server: tuple[str, list[str]], module_fake: FakeOpenAI, data: Path, tmp_path: Path
 ) -> None:
     url, _ = server
     replies = {pid: f"Call your doctor about {pid}.\n" for pid in TRAIN[:3]}
     body = openrlhf_body(replies, end="<|im_end|><|endoftext|><|endoftext|>")
     status, answer = asyncio.run(post(with_userinfo(url, "anyone", TOKEN), "/openrlhf", body))
     assert status == 200, answer
-    assert fake.base_url
-    graded = graded_by_cli(tmp_path, data, replies, fake.base_url)
+    assert module_fake.base_url
+    graded = graded_by_cli(tmp_path, data, replies, module_fake.base_url)
     expected = [graded[pid]["score"] for pid in replies]
     assert answer["rewards"] == pytest.approx(expected, abs=1e-9)
     assert answer["scores"] == answer["rewards"]
@@ -139,11 +122,11 @@ def test_openrlhf_with_the_token_in_the_url_gets_grades_rewards(
     assert status == 200 and again["rewards"] == pytest.approx(expected, abs=1e-9), again
 
 
-def test_the_token_is_needed_and_basic_auth_carries_it(server: tuple[str, list[str]], fake: FakeOpenAI) -> None:
+def test_the_token_is_needed_and_basic_auth_carries_it(server: tuple[str, list[str]], module_fake: FakeOpenAI) -> None:
     url, _ = server
     body = openrlhf_body({IDS[0]: "Rest."})
     items = {"items": [{"prompt_id": IDS[0], "reply": "Rest."}]}
-    fake.reset()
+    module_fake.reset()
     wrong = base64.b64encode(b"user:token-x-ffffffffffffffffffffffff").decode()
     for headers in ({}, {"Authorization": f"Basic {wrong}"}, {"Authorization": "Basic !!!"}):
         for path, payload in (("/openrlhf", body), ("/rewards", items)):
@@ -151,16 +134,18 @@ def test_the_token_is_needed_and_basic_auth_carries_it(server: tuple[str, list[s
             assert status == 401 and "http://user:<token>@" in answer["detail"], (path, headers, answer)
     status, answer = asyncio.run(post(with_userinfo(url, "user", "not-the-token-000000"), "/openrlhf", body))
     assert status == 401, answer
-    assert fake.requests_total == 0
+    assert module_fake.requests_total == 0
     basic = base64.b64encode(f"trainer:{TOKEN}".encode()).decode()
     assert asyncio.run(post(url, "/rewards", items, {"Authorization": f"Basic {basic}"}))[0] == 200
     assert asyncio.run(post(url, "/rewards", items, {"Authorization": f"Bearer {TOKEN}"}))[0] == 200
 
 
-def test_unknown_prompt_ids_and_splits_are_refused_naming_them(server: tuple[str, list[str]], fake: FakeOpenAI) -> None:
+def test_unknown_prompt_ids_and_splits_are_refused_naming_them(
+    server: tuple[str, list[str]], module_fake: FakeOpenAI
+) -> None:
     url, _ = server
     auth = {"X-API-Key": TOKEN}
-    fake.reset()
+    module_fake.reset()
     items = [{"prompt_id": IDS[0], "reply": "Rest."}, {"prompt_id": "no-such-task", "reply": "Rest."}]
     status, answer = asyncio.run(post(url, "/rewards", {"split": "test", "items": items}, auth))
     assert status == 400 and "'no-such-task'" in answer["detail"] and "'test'" in answer["detail"], answer
@@ -171,11 +156,11 @@ def test_unknown_prompt_ids_and_splits_are_refused_naming_them(server: tuple[str
     for path, payload in (("/rewards", {"split": "dev", "items": items[:1]}), ("/openrlhf?split=dev", body)):
         status, answer = asyncio.run(post(url, path, payload, auth))
         assert status == 400 and "'dev'" in answer["detail"] and "'test'" in answer["detail"], answer
-    assert fake.requests_total == 0
+    assert module_fake.requests_total == 0
 
 
 def test_openrlhf_never_rewards_an_ungradable_or_unreadable_sample(
-    server: tuple[str, list[str]], fake: FakeOpenAI
+    server: tuple[str, list[str]], module_fake: FakeOpenAI
 ) -> None:
     url, lines = server
     auth = {"X-API-Key": TOKEN}
@@ -187,7 +172,7 @@ def test_openrlhf_never_rewards_an_ungradable_or_unreadable_sample(
     log = log_until_marker(url, lines, start, auth)
     assert " openrlhf_failed " in log and "sample=1" in log
     # A query that does not start with its prompt (a prompt cut to fit, say): no reply to grade.
-    fake.reset()
+    module_fake.reset()
     body = openrlhf_body({IDS[0]: "Rest.", IDS[1]: "Rest."})
     body["query"][1] = body["query"][1][5:]
     status, answer = asyncio.run(post(url, "/openrlhf", body, auth))
@@ -195,13 +180,13 @@ def test_openrlhf_never_rewards_an_ungradable_or_unreadable_sample(
     body["labels"].pop()
     status, answer = asyncio.run(post(url, "/openrlhf", body, auth))
     assert status == 400 and "differ in length" in answer["detail"], answer
-    assert fake.requests_total == 0
+    assert module_fake.requests_total == 0
 
 
-def test_a_batch_above_the_bound_costs_no_grader_call(server: tuple[str, list[str]], fake: FakeOpenAI) -> None:
+def test_a_batch_above_the_bound_costs_no_grader_call(server: tuple[str, list[str]], module_fake: FakeOpenAI) -> None:
     url, _ = server
     auth = {"X-API-Key": TOKEN}
-    fake.reset()
+    module_fake.reset()
     items = [{"prompt_id": IDS[i % len(IDS)], "reply": "Rest."} for i in range(MOST + 1)]
     status, answer = asyncio.run(post(url, "/rewards", {"items": items}, auth))
     assert status == 413 and "--max-batch-size" in answer["detail"], answer
@@ -213,7 +198,7 @@ def test_a_batch_above_the_bound_costs_no_grader_call(server: tuple[str, list[st
     status, answer = asyncio.run(post(url, "/rewards", long_reply, auth))
     assert status == 200 and "--max-reply-chars" in answer["results"][0]["error"], answer
     assert answer["results"][0]["reward"] is None
-    assert fake.requests_total == 0
+    assert module_fake.requests_total == 0
 
 
 def test_end_of_turn_and_padding_tokens_are_not_part_of_the_reply() -> None:

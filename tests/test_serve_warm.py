@@ -12,7 +12,6 @@ the grading commands' slow start.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ from openreward.api.environments.types import TextBlock
 
 from healthbench.testing import FakeOpenAI
 from tests.conftest import make_row, write_jsonl
-from tests.redisserver import RedisServer, needs_redis, redis_server
+from tests.redisserver import RedisServer, needs_redis
 from tests.reference import KEY
 from tests.serving import graded_by_cli, served
 
@@ -40,16 +39,6 @@ ROWS = [
     )
     for task in range(6)
 ]
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_jsonl(tmp_path_factory.mktemp("rows") / "rows.jsonl", ROWS)
-
-
-@pytest.fixture
-def redis(tmp_path: Path) -> Iterator[RedisServer]:
-    yield from redis_server(tmp_path)
 
 
 def reply(task: int, candidate: int = 0) -> str:

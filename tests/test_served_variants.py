@@ -6,7 +6,6 @@ environment setting and the SDK's grader channel. Every reward equals `healthben
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,30 +20,11 @@ from openreward.api.errors import ScoreGroupFailed, ToolCallError
 
 from healthbench.integrations.openreward.deployment import ANSWER_INSTRUCTION
 from healthbench.testing import FakeOpenAI
-from tests.conftest import write_jsonl
 from tests.reference import KEY, made_up_rows
-from tests.serving import UNGRADABLE, doc_function, fails_marked, graded_by_cli, served
+from tests.serving import UNGRADABLE, doc_function, graded_by_cli, served
 
 ROWS = made_up_rows()[:5]
-
-
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeOpenAI]:
-    with FakeOpenAI(fail_always=fails_marked) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_jsonl(tmp_path_factory.mktemp("rows") / "rows.jsonl", ROWS)
-
-
-@pytest.fixture(scope="module")
-def url(data: Path, fake: FakeOpenAI) -> Iterator[str]:
-    """The server as it starts by default: `healthbench` at the bare paths."""
-    assert fake.base_url
-    with served(data, fake.base_url) as server:
-        yield server
+# No SERVING: the server (`url`) starts as by default, `healthbench` at the bare paths.
 
 
 def reply(index: int) -> str:
@@ -79,10 +59,19 @@ def expected(tmp: Path, data: Path, fake: FakeOpenAI, out: str = "grade") -> dic
     return {prompt_id: record["score"] for prompt_id, record in graded.items()}
 
 
+def group_scores(tmp: Path, data: Path, fake: FakeOpenAI, row: dict[str, Any], replies: list[str]) -> list[float]:
+    """`healthbench grade`'s score of each of `replies` to `row`, each graded in a run of its own."""
+    assert fake.base_url
+    pid = row["prompt_id"]
+    return [
+        graded_by_cli(tmp, data, {pid: text}, fake.base_url, f"g{i}")[pid]["score"] for i, text in enumerate(replies)
+    ]
+
+
 def test_the_variant_by_path_and_by_header_rewards_as_grade_does(
-    url: str, data: Path, fake: FakeOpenAI, tmp_path: Path
+    url: str, data: Path, module_fake: FakeOpenAI, tmp_path: Path
 ) -> None:
-    scores = expected(tmp_path, data, fake)
+    scores = expected(tmp_path, data, module_fake)
     # The SDK's variant (a path), TRL's env_name (bare paths and X-Deployment), and a platform's owner/name.
     for name, variant in (
         ("healthbench", "healthbench_answer"),
@@ -94,7 +83,7 @@ def test_the_variant_by_path_and_by_header_rewards_as_grade_does(
         assert seen["rewards"] == pytest.approx(scores, abs=1e-9)
 
 
-def test_the_default_environment_is_unchanged(url: str, data: Path, fake: FakeOpenAI, tmp_path: Path) -> None:
+def test_the_default_environment_is_unchanged(url: str, data: Path, module_fake: FakeOpenAI, tmp_path: Path) -> None:
     async def run() -> tuple[list[Any], dict[str, float]]:
         client = AsyncOpenReward(api_key="local")
         env = client.environments.get("healthbench", base_url=url)
@@ -113,7 +102,7 @@ def test_the_default_environment_is_unchanged(url: str, data: Path, fake: FakeOp
 
     tools, rewards = asyncio.run(run())
     assert tools == []
-    assert rewards == pytest.approx(expected(tmp_path, data, fake), abs=1e-9)
+    assert rewards == pytest.approx(expected(tmp_path, data, module_fake), abs=1e-9)
 
 
 def test_the_header_routes_only_the_variant(url: str) -> None:
@@ -160,15 +149,12 @@ def candidates(replies: list[str]) -> list[Any]:
 
 
 def test_score_group_on_both_environments_rewards_as_grade_does(
-    url: str, data: Path, fake: FakeOpenAI, tmp_path: Path
+    url: str, data: Path, module_fake: FakeOpenAI, tmp_path: Path
 ) -> None:
     replies = ["Drink water.", "See a doctor today.", "Rest.\nCall if worse."]
     row = ROWS[1]
-    assert fake.base_url
-    scores = [
-        graded_by_cli(tmp_path, data, {row["prompt_id"]: text}, fake.base_url, f"g{i}")[row["prompt_id"]]["score"]
-        for i, text in enumerate(replies)
-    ]
+    assert module_fake.base_url
+    scores = group_scores(tmp_path, data, module_fake, row, replies)
 
     async def run(variant: str | None) -> dict[str, Any]:
         client = AsyncOpenReward(api_key="local")
@@ -204,12 +190,14 @@ def test_score_group_on_both_environments_rewards_as_grade_does(
         assert KEY not in ungradable
 
 
-def test_the_variant_as_default_with_the_sdk_grader_channel(data: Path, fake: FakeOpenAI, tmp_path: Path) -> None:
+def test_the_variant_as_default_with_the_sdk_grader_channel(
+    data: Path, module_fake: FakeOpenAI, tmp_path: Path
+) -> None:
     """HEALTHBENCH_DEFAULT_ENVIRONMENT makes the variant what a client that names none reaches (OpenReward's
     cookbook loops); the grader's endpoint and key come from the SDK's CHAT_BASE_URL and CHAT_API_KEY."""
-    assert fake.base_url
-    channel = {"HEALTHBENCH_DEFAULT_ENVIRONMENT": "healthbench_answer", "CHAT_BASE_URL": fake.base_url}
-    scores = expected(tmp_path, data, fake)
+    assert module_fake.base_url
+    channel = {"HEALTHBENCH_DEFAULT_ENVIRONMENT": "healthbench_answer", "CHAT_BASE_URL": module_fake.base_url}
+    scores = expected(tmp_path, data, module_fake)
 
     async def run(server: str) -> dict[str, Any]:
         client = AsyncOpenReward(api_key="local")
@@ -227,21 +215,18 @@ def test_the_variant_as_default_with_the_sdk_grader_channel(data: Path, fake: Fa
         finally:
             await client.environments.aclose()
 
-    fake.reset()
+    module_fake.reset()
     with served(data, None, env={**channel, "CHAT_API_KEY": "sk-server-chat-key"}) as server:
         seen = asyncio.run(run(server))
     assert [t.name for t in seen["bare"]] == ["answer"] and seen["terminal"] == []
     assert seen["rewards"] == pytest.approx(scores, abs=1e-9)
-    assert set(fake.auth_headers) == {f"Bearer {KEY}", "Bearer sk-server-chat-key"}
+    assert set(module_fake.auth_headers) == {f"Bearer {KEY}", "Bearer sk-server-chat-key"}
 
 
-def test_the_documented_score_group_recipe(url: str, data: Path, fake: FakeOpenAI, tmp_path: Path) -> None:
+def test_the_documented_score_group_recipe(url: str, data: Path, module_fake: FakeOpenAI, tmp_path: Path) -> None:
     score_replies = doc_function("score_group.py", "score_replies")
     replies = [reply(i) for i in range(4)]
     row = ROWS[2]
-    assert fake.base_url
-    expected = [
-        graded_by_cli(tmp_path, data, {row["prompt_id"]: text}, fake.base_url, f"g{i}")[row["prompt_id"]]["score"]
-        for i, text in enumerate(replies)
-    ]
+    assert module_fake.base_url
+    expected = group_scores(tmp_path, data, module_fake, row, replies)
     assert asyncio.run(score_replies(url, 2, replies, KEY)) == pytest.approx(expected, abs=1e-9)

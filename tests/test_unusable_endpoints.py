@@ -23,6 +23,7 @@ from healthbench.api.retrying import FIRST_FAILURES, Health, Kind
 from healthbench.errors import EndpointUnusable, RequestFailed
 from healthbench.grading.verdict import parse_verdict
 from healthbench.testing import Canned, FakeOpenAI
+from tests.endpoints import loopback
 from tests.reference import KEY
 from tests.test_client import run
 
@@ -150,16 +151,8 @@ async def answering(status: int, body: Callable[[web.Request], str]) -> AsyncIte
     async def handler(request: web.Request) -> web.Response:
         return web.Response(status=status, text=body(request), content_type="application/json")
 
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
-    finally:
-        await runner.cleanup()
+    async with loopback("/v1/chat/completions", handler) as url:
+        yield f"{url}/v1"
 
 
 def refused_with(status: int, body: Callable[[web.Request], str]) -> tuple[BaseException, int]:

@@ -25,8 +25,7 @@ from healthbench.integrations.export import export_split
 from healthbench.integrations.rewards import close_graders
 from healthbench.testing import FakeOpenAI
 from tests.conftest import make_row, write_jsonl
-from tests.reference import KEY
-from tests.serving import UNGRADABLE, fails_marked, graded_by_cli
+from tests.serving import UNGRADABLE, graded_by_cli
 
 verl = pytest.importorskip("verl")
 torch = pytest.importorskip("torch")
@@ -116,16 +115,6 @@ def batch(parquet: Path, pairs: list[tuple[str, str]], tok: Any, ground_truth: s
             "extra_info": np.array([dict(frame.iloc[i]["extra_info"]) for i, _ in replies], dtype=object),
         },
     )
-
-
-@pytest.fixture
-def grader(monkeypatch: pytest.MonkeyPatch) -> Any:
-    with FakeOpenAI(fail_always=fails_marked) as server:
-        assert server.base_url
-        monkeypatch.setenv("HEALTHBENCH_GRADER_BASE_URL", server.base_url)
-        monkeypatch.setenv("HEALTHBENCH_GRADER_API_KEY", KEY)
-        monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")  # the policy's, never the grader's
-        yield server
 
 
 def config(path: str, name: str, tokenizer_path: Path, manager: str = "naive") -> Any:

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from healthbench.cli import main
 from healthbench.grading.scoring import LengthAdjustment, mean_worst_of_k, worst_at_k
 from healthbench.testing import FakeOpenAI
-from tests.conftest import make_row, write_jsonl
+from tests.conftest import numbered_rows, write_jsonl
 from tests.reference import KEY
 from tests.runfiles import aggregate_records
 
@@ -114,7 +114,7 @@ def test_eval_with_three_repeats_writes_the_curve(tmp_path: Path) -> None:
             return None
         return f"Reply number {next(calls)}: rest, drink water, and see a doctor if it persists."
 
-    task_rows = [make_row(f"t{i:03d}", prompt=(("user", f"Question {i}: I feel dizzy."),)) for i in range(30)]
+    task_rows = numbered_rows(30)
     data = write_jsonl(tmp_path / "rows.jsonl", task_rows)
     out = tmp_path / "out"
     with FakeOpenAI(respond=varying) as fake:
