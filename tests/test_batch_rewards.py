@@ -63,13 +63,13 @@ def test_a_step_is_graded_as_grade_grades_every_item_at_once(data: Path, grader:
 
 def in_flight_each_step(rewards: BatchRewards, grader: FakeOpenAI, pairs: list[tuple[str, str]]) -> list[float]:
     """The share of a step's grader calls in flight at most, in each of two steps on one loop (a trainer's): the fake
-    holds each call until the step's items are all in flight, or for 1 s (a round), so a step that sends its items
+    holds each call until the step's items are all in flight, or for 2 s (a round), so a step that sends its items
     at once has them all in flight together."""
     items = sum(len(row["rubrics"]) for row in ROWS) * 2
     most = []
 
     async def two_steps() -> None:
-        grader.gathering.size, grader.gathering.patience = items, 1.0
+        grader.gathering.size, grader.gathering.patience = items, 2.0
         for step in range(2):
             grader.reset()
             await rewards.grade([(pid, f"{reply} {step}") for pid, reply in pairs])
