@@ -171,7 +171,7 @@ class ApiClient:
         self.gate = _gate_for(self.base_url, api_key, pace_store)
         self.gate.set_limits(rpm, tpm)
         if not slow_start:
-            self.gate.pacer.skip_slow_start()
+            self.gate.skip_slow_start()
         self.default_output_cap = default_output_cap
         self._health = Health()
         self._in_flight = InFlight()

@@ -19,9 +19,9 @@ of a parameter this project added is met once per endpoint (`Adaptations`): the 
 for the rest of the run, one line says so, and the refused request is sent again, which is no failed attempt. Until
 the endpoint has answered once, one request carrying an added parameter goes out alone, so a host that refuses one
 costs one request, not one per request in flight. Meanwhile the others wait for its answer, except those whose added
-parameters decide no answer (`prompt_cache_key` alone): they go at once, without it, so a step's first burst of
-grader calls costs one round and not two. A refusal of a parameter the reference sends is never met this way: it
-stops the run, naming the parameter.
+parameters decide no answer (`prompt_cache_key` alone): they do not wait, and those that go while it is still out go
+without it, so a step's first burst of grader calls costs one round and not two. A refusal of a parameter the
+reference sends is never met this way: it stops the run, naming the parameter.
 """
 
 from __future__ import annotations
@@ -104,10 +104,7 @@ class Adaptations:
         alone, without the added parameters that decide nothing."""
         if alone or self.settled:
             return self.apply(payload)
-        carried = self.carried(payload)
-        if not carried:
-            return payload
-        return _rewritten(payload, {**self.changes, **dict.fromkeys(carried)})
+        return _rewritten(payload, {**self.changes, **dict.fromkeys(DECIDING_NOTHING)})
 
     def learn(self, status: int | None, body: bytes, sent: bytes) -> bool:
         """Whether the refusal (`status`, `body`) of the request `sent` is of an added parameter it carried, now left

@@ -53,7 +53,6 @@ from healthbench.together import together
 DATA_VARIABLE = "HEALTHBENCH_DATA"
 CONCURRENCY_VARIABLE = "HEALTHBENCH_GRADER_CONCURRENCY"
 SLOW_START_VARIABLE = "HEALTHBENCH_GRADER_SLOW_START"  # serve's --grader-slow-start
-_YES, _NO = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
 AXIS_PREFIX = "axis:"
 ALL_ROWS = "none (all rows of the data)"  # how an unknown prompt_id's error names no split
 EXIT_WAIT = 5.0  # seconds the graders of a trainer's loop may take to close as the process exits
@@ -134,10 +133,13 @@ def slow_start_from_env(slow_start: bool | None) -> bool:
     """`slow_start` if given, else `HEALTHBENCH_GRADER_SLOW_START`'s (unset: no slow start, as `serve`)."""
     if slow_start is not None:
         return slow_start
-    said = os.environ.get(SLOW_START_VARIABLE, "").strip().lower()
-    if said not in _YES + _NO:
-        raise SettingsError(f"{SLOW_START_VARIABLE} is {said!r}: say 1 or 0")
-    return said in _YES
+    said = os.environ.get(SLOW_START_VARIABLE, "").strip()
+    if not said:
+        return False
+    try:
+        return TypeAdapter(bool).validate_python(said, strict=False)
+    except ValidationError as exc:
+        raise SettingsError(f"{SLOW_START_VARIABLE} is {said!r}: {exc.errors()[0]['msg']}") from None
 
 
 @functools.cache

@@ -56,6 +56,10 @@ class Gate:
         """The user's limits: they come before anything the server says; the lower of two settings stands."""
         self._user = (_lower(self._user[0], rpm), _lower(self._user[1], tpm))
 
+    def skip_slow_start(self) -> None:
+        """Let this process's starts go at once while no limit of the key is known (`Pacer.skip_slow_start`)."""
+        self.pacer.skip_slow_start()
+
     @property
     def limits(self) -> Limits:
         """The request and token limits a minute in force (None: not known)."""
