@@ -28,6 +28,16 @@ class HealthBenchError(Exception):
     """The base of every error this package raises on purpose."""
 
 
+def _holder(pid: int | None) -> str:
+    """Who holds a run folder, as a message says it: the process, when its id is known."""
+    return "another process" if pid is None else f"process {pid}"
+
+
+def _clipped(text: str, most: int) -> str:
+    """`text` shown in at most `most` characters, the last three an ellipsis where it is cut."""
+    return text if len(text) <= most else text[: most - 3] + "..."
+
+
 # --- bad input -------------------------------------------------------------------------------------------------
 
 
@@ -78,8 +88,9 @@ class RunBeingWritten(DataError):
     """A run folder a live run holds, given to a command that reads runs: it is an unfinished run."""
 
     def __init__(self, path: object, pid: int | None) -> None:
-        holder = "another process" if pid is None else f"process {pid}"
-        super().__init__(f"{path}: an unfinished run, being written now by {holder}; read it once that run has ended")
+        super().__init__(
+            f"{path}: an unfinished run, being written now by {_holder(pid)}; read it once that run has ended"
+        )
         self.path = path
         self.pid = pid
 
@@ -253,8 +264,7 @@ class GradingError(NotGraded):
     command again does not finish the run."""
 
     def __init__(self, prompt_id: str, criterion: str, cause: str, *, lasting: bool = False) -> None:
-        short = criterion if len(criterion) <= 100 else criterion[:97] + "..."
-        super().__init__(f"task {prompt_id}: rubric item {short!r} could not be graded: {cause}")
+        super().__init__(f"task {prompt_id}: rubric item {_clipped(criterion, 100)!r} could not be graded: {cause}")
         self.prompt_id = prompt_id
         self.criterion = criterion
         self.cause = cause
@@ -301,10 +311,9 @@ class MetaGradingError(NotGraded):
     def __init__(
         self, index: int, prompt_id: str, completion_id: str, rubric: str, cause: str, *, lasting: bool = False
     ) -> None:
-        shown = rubric if len(rubric) <= 80 else rubric[:77] + "..."
         super().__init__(
-            f"meta-eval row {index} (prompt {prompt_id}, completion {completion_id}, criterion {shown!r}) could "
-            f"not be graded: {cause}"
+            f"meta-eval row {index} (prompt {prompt_id}, completion {completion_id}, criterion "
+            f"{_clipped(rubric, 80)!r}) could not be graded: {cause}"
         )
         self.lasting = lasting  # as `GradingError.lasting`
 
@@ -330,9 +339,8 @@ class FolderBusy(OutputError):
     anything."""
 
     def __init__(self, path: object, pid: int | None) -> None:
-        holder = "another process" if pid is None else f"process {pid}"
         super().__init__(
-            f"{path} is being written by {holder}, a run still going: wait for it to end (or stop it), or use "
+            f"{path} is being written by {_holder(pid)}, a run still going: wait for it to end (or stop it), or use "
             "another `out` folder"
         )
         self.path = path

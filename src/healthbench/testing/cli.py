@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 from collections.abc import Sequence
+from typing import Any
 
 from healthbench.testing.graders import GRADERS
 from healthbench.testing.hosts import THINKING, Host
@@ -56,14 +57,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m healthbench.testing", description="A fake OpenAI-compatible server for tests and benchmarks."
     )
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
-    parser.add_argument("--latency", type=float, default=0.0, help="seconds before each answer")
-    parser.add_argument("--fault-rate", type=float, default=0.0)
+    passed: list[str] = []
+
+    def server_option(*flags: str, **settings: Any) -> None:
+        """An option `FakeOpenAI` takes as it is, by its dest's name: named once, here, and passed on by that name."""
+        passed.append(parser.add_argument(*flags, **settings).dest)
+
+    server_option("--host", default="127.0.0.1")
+    server_option("--port", type=int, default=8000, help="0 picks a free port")
+    server_option("--latency", type=float, default=0.0, help="seconds before each answer")
+    server_option("--fault-rate", type=float, default=0.0)
     parser.add_argument("--faults", default="", help=f"comma-separated subset of {','.join(FAULT_KINDS)}")
-    parser.add_argument("--fault-retry-after", type=float, default=0.0, help="Retry-After of an injected 429")
-    parser.add_argument("--rate-limit", type=float, default=None, help="requests per second")
-    parser.add_argument("--latency-jitter", type=float, default=0.0, help="seconds either side of --latency")
+    server_option("--fault-retry-after", type=float, default=0.0, help="Retry-After of an injected 429")
+    server_option("--rate-limit", type=float, default=None, help="requests per second")
+    server_option("--latency-jitter", type=float, default=0.0, help="seconds either side of --latency")
     parser.add_argument("--rpm", type=float, help="requests per minute, as OpenAI limits them (not with --rate-limit)")
     parser.add_argument("--tpm", type=float, help="tokens per minute: prompt plus output cap, counted on arrival")
     parser.add_argument("--limit-window", type=float, default=1.0, help="seconds of a minute's limit usable at once")
@@ -98,15 +105,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="the window refilled continuously, emptied at each multiple of --limit-window, or a sliding log",
     )
     parser.add_argument("--quota", type=int, help="answered requests before insufficient_quota")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--batch-delay", type=float, default=0.0, help="seconds until a batch completes")
-    parser.add_argument("--batch-fail-rate", type=float, default=0.0, help="share of batch lines that fail")
-    parser.add_argument("--batch-malformed-rate", type=float, default=0.0, help="share of unusable batch verdicts")
-    parser.add_argument("--batch-token-limit", type=int, help="enqueued tokens a batch may not take the queue past")
+    server_option("--seed", type=int, default=0)
+    server_option("--batch-delay", type=float, default=0.0, help="seconds until a batch completes")
+    server_option("--batch-fail-rate", type=float, default=0.0, help="share of batch lines that fail")
+    server_option("--batch-malformed-rate", type=float, default=0.0, help="share of unusable batch verdicts")
+    server_option("--batch-token-limit", type=int, help="enqueued tokens a batch may not take the queue past")
     parser.add_argument(
         "--lenient-params", action="store_true", help="answer what OpenAI refuses (temperature for o3, ...)"
     )
-    parser.add_argument(
+    server_option(
         "--grader",
         choices=GRADERS,
         default="hashed",
@@ -122,23 +129,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         server = FakeOpenAI(
-            fault_rate=args.fault_rate,
+            **{name: getattr(args, name) for name in passed},
             faults=[f for f in args.faults.split(",") if f],
-            seed=args.seed,
-            rate_limit=args.rate_limit,
             limits=_limits(args),
-            latency=args.latency,
-            latency_jitter=args.latency_jitter,
-            fault_retry_after=args.fault_retry_after,
-            host=args.host,
-            port=args.port,
             record=False,
-            batch_delay=args.batch_delay,
-            batch_fail_rate=args.batch_fail_rate,
-            batch_malformed_rate=args.batch_malformed_rate,
-            batch_token_limit=args.batch_token_limit,
             strict_params=not args.lenient_params,
-            grader=args.grader,
             judge_host=_host(args),
         )
     except ValueError as exc:
