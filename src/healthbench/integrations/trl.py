@@ -105,7 +105,9 @@ def reward_function(
             log_metric(f"{NAME}/ungraded", float(sum(reward.reward is None for reward in rewards)))
         return [reward.reward for reward in rewards]
 
-    healthbench.__name__ = healthbench.__qualname__ = NAME
+    # TRL logs a reward function's rewards under its __name__.
+    healthbench.__name__ = NAME
+    healthbench.__qualname__ = NAME
     return healthbench
 
 
