@@ -22,7 +22,7 @@ from healthbench.runs.judges import (
     JudgeLatency,
     JudgesRecord,
 )
-from healthbench.runs.records import MetaRecord
+from healthbench.runs.records import MetaRecord, UsageRecord
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ def _categories(
 
 
 def _cost(folder: RunFolder, records: Sequence[MetaRecord]) -> JudgeCost | None:
-    usage = folder.read_usage()
+    usage = folder.read(UsageRecord)
     side = usage.whole_run.grader if usage is not None else None
     if side is None or not records:
         return None

@@ -36,6 +36,7 @@ from healthbench.reporting.compare import task_headlines
 from healthbench.reporting.report.charts import interval
 from healthbench.runs.folder import METRICS, RESULTS, RunFolder
 from healthbench.runs.outputs import FigureRecord, Leaderboard, LeaderboardRow, MarkRecord
+from healthbench.runs.records import UsageRecord
 from healthbench.runs.spec import Command, GraderRequest, LengthSpec, RunSpec
 
 
@@ -241,7 +242,7 @@ def load_entry(folder: Path) -> Entry:
     names = [n for n in metrics if n.startswith(families) and not n.endswith((":n_samples", ":bootstrap_std"))]
     adjusted = LENGTH_ADJUSTED in metrics
     request = spec.grader.request
-    usage = RunFolder(folder).read_usage()
+    usage = RunFolder(folder).read(UsageRecord)
     grader = usage.whole_run.grader if usage is not None else None
     cost = Cost(
         usage.whole_run.cost_usd if usage is not None else run.stats.cost_usd,

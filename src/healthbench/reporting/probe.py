@@ -195,4 +195,4 @@ def write_probe_page(out_dir: Path) -> Path:
     run = folder.read_run()
     if run is not None and run.spec.command != "probe":
         raise DataError(f"{out_dir}: a {run.spec.command} run, not a probe")
-    return write_atomic(folder / PROBE_PAGE, render_probe(folder.read_probe(), folder.read_results(), run))
+    return write_atomic(folder / PROBE_PAGE, render_probe(folder.read(ProbeRecord), folder.read_results(), run))

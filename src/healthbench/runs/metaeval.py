@@ -27,7 +27,7 @@ from healthbench.runs.runner import GRADER, ResultSink, RunOutcome, all_or_none
 def write_meta_metrics(folder: RunFolder, records: Sequence[MetaRecord], *, seed: int) -> dict[str, float | int]:
     """Compute and write metrics.json and agreement.json; return the metrics."""
     metrics, agreement = meta_metrics(records, seed=seed)
-    folder.write_agreement(AgreementRecord.model_validate(agreement))
+    folder.write(AgreementRecord.model_validate(agreement))
     folder.write_metrics(metrics)
     return metrics
 
