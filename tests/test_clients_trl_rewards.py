@@ -54,10 +54,11 @@ def rows_and_split(tmp: Path) -> tuple[Path, list[str], str]:
 def exported(tmp: Path, data: Path, prompt_ids: list[str]) -> Any:
     """The train split's tasks `prompt_ids`, written by `export --format trl`'s own writer to `tmp/train.jsonl` and
     loaded with `datasets` as a user loads the export."""
+    from healthbench.data.source import TaskSource
     from healthbench.integrations.export import export_split
 
     rows = {row.prompt_id: row for row in load_rows(data)}
-    path = export_split([rows[pid] for pid in prompt_ids], "train", "trl", tmp, data=str(data))
+    path = export_split([rows[pid] for pid in prompt_ids], "train", "trl", tmp, TaskSource.file(data))
     return datasets.load_dataset("json", data_files=str(path), split="train")
 
 

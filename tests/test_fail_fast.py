@@ -20,6 +20,7 @@ from healthbench.grading.settings import GraderConfig
 from healthbench.integrations.openreward.deployment import Deployment
 from healthbench.integrations.openreward.environment import HealthBench
 from healthbench.runs.folder import STORE, RunFolder
+from healthbench.runs.records import UsageRecord
 from healthbench.testing import Canned, FakeOpenAI
 from tests.conftest import numbered_rows, write_jsonl
 from tests.interrupting import cli_process, set_after
@@ -240,7 +241,7 @@ def test_ctrl_c_lands_what_is_out_says_what_is_saved_and_the_same_command_finish
     # Each line's usage is its sample's own, whichever session paid: one reply and two verdicts, the lines of the
     # samples graded before the stop included, and the lines add up to usage.json's whole run.
     folder = RunFolder(tmp_path / "out")
-    results, usage = folder.read_results(), folder.read_usage()
+    results, usage = folder.read_results(), folder.read(UsageRecord)
     assert usage is not None and usage.whole_run.policy is not None and usage.whole_run.grader is not None
     assert all(r.policy_usage is not None and r.policy_usage.calls == 1 for r in results)
     assert all(r.usage is not None and r.usage.calls == 2 for r in results)

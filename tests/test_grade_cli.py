@@ -10,6 +10,7 @@ from click.testing import CliRunner, Result
 
 from healthbench.cli import main
 from healthbench.runs.folder import RunFolder
+from healthbench.runs.records import UsageRecord
 from healthbench.testing import FakeOpenAI
 from tests.conftest import make_row, write_jsonl
 from tests.reference import KEY, check_against_reference, made_up_rows, sent_prompts
@@ -128,7 +129,7 @@ def test_ungradable_task_fails_loudly_and_keeps_the_rest(tmp_path: Path) -> None
     # Each line counts its sample's own calls, those of the session before included: a call per rubric item, and
     # the lines add up to the whole run in usage.json.
     folder = RunFolder(tmp_path / "out")
-    lines, usage = folder.read_results(), folder.read_usage()
+    lines, usage = folder.read_results(), folder.read(UsageRecord)
     assert usage is not None and usage.whole_run.grader is not None
     items = {r["prompt_id"]: len(r["rubrics"]) for r in rows}
     assert all(line.usage is not None and line.usage.calls == items[line.prompt_id] for line in lines)

@@ -16,6 +16,7 @@ from click.testing import CliRunner, Result
 from healthbench.cli import main
 from healthbench.runs.folder import RunFolder
 from healthbench.runs.lock import writer, writing
+from healthbench.runs.records import UsageRecord
 from healthbench.testing import FakeOpenAI
 from tests.conftest import make_row, write_jsonl
 from tests.reference import KEY
@@ -82,7 +83,7 @@ def test_a_second_run_on_a_folder_a_live_run_writes_stops_before_any_call(tmp_pa
     assert total == 12
     folder = RunFolder(out)
     assert len(folder.read_results()) == 4
-    usage = folder.read_usage()
+    usage = folder.read(UsageRecord)
     assert usage is not None and usage.whole_run.grader is not None and usage.whole_run.policy is not None
     assert (usage.whole_run.grader.calls, usage.whole_run.policy.calls) == (8, 4)
     assert sum(record.usage.calls for record in folder.read_results() if record.usage is not None) == 8

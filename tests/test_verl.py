@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from healthbench.data.loading import load_rows
+from healthbench.data.source import TaskSource
 from healthbench.data.splits import assign_splits
 from healthbench.errors import GradingError, UnknownPromptId
 from healthbench.integrations.export import export_split
@@ -72,7 +73,7 @@ def exported(tmp: Path) -> tuple[Path, Path, list[str], str]:
             row["prompt"] = [{"role": "user", "content": f"{UNGRADABLE}: my back hurts."}]
     data = write_jsonl(tmp / "rows.jsonl", raw)
     rows = [row for row in load_rows(data) if splits[row.prompt_id] == "train"]
-    parquet = export_split(rows, "train", "verl", tmp / "verl", data=str(data.resolve()))
+    parquet = export_split(rows, "train", "verl", tmp / "verl", TaskSource.file(data))
     return data, parquet, train, heldout
 
 

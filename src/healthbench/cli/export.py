@@ -67,11 +67,10 @@ def export(
         rows = tasks.all_rows(download_bar)
         parts = tasks.splits(rows, download_bar)
     name = str(data.resolve()) if data is not None else tasks.subset or "full"
-    held = None if heldout is None else str(heldout.resolve())
     chosen = list(dict.fromkeys(splits))
     for split in chosen:
         if not parts[split]:
             raise click.ClickException(f"the {split} split of {name} is empty (too few rows: {len(rows)})")
     for split in chosen:
-        path = export_split(parts[split], split, form, out, data=name, heldout=held, seed=split_seed)
+        path = export_split(parts[split], split, form, out, tasks)
         click.echo(f"{split}: {len(parts[split])} tasks -> {path}")

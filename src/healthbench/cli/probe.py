@@ -22,6 +22,7 @@ from healthbench.reporting.probe import write_probe_page
 from healthbench.runs.estimate import REPLY_TOKENS, Unit
 from healthbench.runs.folder import PROBE, PROBE_PAGE
 from healthbench.runs.probe import probe_jobs, probe_start
+from healthbench.runs.records import ProbeRecord
 from healthbench.runs.runner import Job
 from healthbench.runs.session import BatchChoice
 from healthbench.runs.spec import Limit, run_spec
@@ -160,7 +161,7 @@ def probe(
         page=write_probe_page,
         headline=headline,
     )
-    summary = folder.read_probe()
+    summary = folder.read(ProbeRecord)
     if summary is not None:
         for name, gain in ordered(summary.gains()):
             click.echo(verdict(name, gain))

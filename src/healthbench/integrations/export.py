@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from healthbench.data.schema import Row
+from healthbench.data.source import TaskSource
 from healthbench.data.splits import SplitName
 from healthbench.errors import MissingExtra, SettingsError
 from healthbench.files import write_atomic
@@ -52,12 +53,13 @@ def openrlhf_rows(rows: Sequence[Row]) -> list[dict[str, Any]]:
     ]
 
 
-def verl_rows(
-    rows: Sequence[Row], split: SplitName, *, data: str, heldout: str | None, seed: int
-) -> list[dict[str, Any]]:
+def verl_rows(rows: Sequence[Row], split: SplitName, source: TaskSource) -> list[dict[str, Any]]:
     """verl's RL dataset rows: `data_source`, `prompt` (chat messages), `ability`, `reward_model` (rule-based, its
-    ground truth the prompt_id) and `extra_info`: the split, the row's index in it, the prompt_id, the data (a
-    subset's name or a file's absolute path), the heldout file's absolute path (or None) and the split's seed."""
+    ground truth the prompt_id) and `extra_info`: the split, the row's index in it, the prompt_id, and where the
+    rows came from, `source`, as its reward function reads it back (`TaskSource.given`): the data (a subset's name
+    or a file's absolute path), the heldout file's absolute path (or None) and the split's seed."""
+    data = (source.subset or "full") if source.path is None else str(source.path.resolve())
+    heldout = None if source.heldout is None else str(source.heldout.resolve())
     return [
         {
             "data_source": DATA_SOURCE,
@@ -70,7 +72,7 @@ def verl_rows(
                 "prompt_id": row.prompt_id,
                 "data": data,
                 "heldout": heldout,
-                "seed": seed,
+                "seed": source.split_seed,
             },
         }
         for index, row in enumerate(rows)
@@ -114,20 +116,11 @@ def _parquet(records: Sequence[dict[str, Any]]) -> bytes:
     return out.getvalue()
 
 
-def export_split(
-    rows: Sequence[Row],
-    split: SplitName,
-    form: str,
-    out: Path,
-    *,
-    data: str,
-    heldout: str | None = None,
-    seed: int = 0,
-) -> Path:
+def export_split(rows: Sequence[Row], split: SplitName, form: str, out: Path, source: TaskSource) -> Path:
     """Write `rows` (the tasks of `split`) in the trainer's format `form` to `out/<split>.jsonl` (TRL, OpenRLHF) or
-    `out/<split>.parquet` (verl), making `out` if needed; returns the file. `data`, `heldout` and `seed` say where
-    the rows came from (verl's `extra_info`). `SettingsError` for an unknown format, `MissingExtra` for parquet
-    without pyarrow."""
+    `out/<split>.parquet` (verl), making `out` if needed; returns the file. `source` is the data the rows were split
+    from (verl's `extra_info` names it). `SettingsError` for an unknown format, `MissingExtra` for parquet without
+    pyarrow."""
     if form not in FORMATS:
         raise SettingsError(f"unknown export format {form!r}; choose one of {', '.join(FORMATS)}")
     body: str | bytes
@@ -136,6 +129,6 @@ def export_split(
     elif form == "openrlhf":
         body = _jsonl(openrlhf_rows(rows))
     else:
-        body = _parquet(verl_rows(rows, split, data=data, heldout=heldout, seed=seed))
+        body = _parquet(verl_rows(rows, split, source))
     out.mkdir(parents=True, exist_ok=True)
     return write_atomic(out / f"{split}{_SUFFIXES[form]}", body)

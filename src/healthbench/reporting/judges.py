@@ -22,7 +22,11 @@ from healthbench.runs.judges import (
     JudgeLatency,
     JudgesRecord,
 )
-from healthbench.runs.records import MetaRecord
+from healthbench.runs.records import MetaRecord, SideUsage, UsageRecord
+
+# What a grader's cost keeps of its side of usage.json as it is there: every field the two share by name (its calls,
+# tokens and cost over the whole run).
+_RUN_COST = set(SideUsage.model_fields) & set(JudgeCost.model_fields)
 
 
 @dataclass(frozen=True)
@@ -69,18 +73,14 @@ def _categories(
 
 
 def _cost(folder: RunFolder, records: Sequence[MetaRecord]) -> JudgeCost | None:
-    usage = folder.read_usage()
+    usage = folder.read(UsageRecord)
     side = usage.whole_run.grader if usage is not None else None
     if side is None or not records:
         return None
     per_reward = 1000 * ITEMS_PER_REWARD / len(records)  # rewards' worth of verdicts, per verdict graded
     return JudgeCost(
         verdicts=len(records),
-        calls=side.calls,
-        prompt_tokens=side.prompt_tokens,
-        cached_prompt_tokens=side.cached_prompt_tokens,
-        completion_tokens=side.completion_tokens,
-        cost_usd=side.cost_usd,
+        **side.model_dump(include=_RUN_COST),
         prompt_tokens_per_1000_rewards=side.prompt_tokens * per_reward,
         completion_tokens_per_1000_rewards=side.completion_tokens * per_reward,
         usd_per_1000_rewards=None if side.cost_usd is None else side.cost_usd * per_reward,

@@ -30,13 +30,13 @@ from typing import Any
 from healthbench.data import tags
 from healthbench.errors import DataError
 from healthbench.grading.bootstrap import N_BOOTSTRAP, percentile_interval, resample_means
-from healthbench.grading.grader import GraderCalls
 from healthbench.grading.scoring import LENGTH_ADJUSTED
 from healthbench.reporting.compare import task_headlines
 from healthbench.reporting.report.charts import interval
 from healthbench.runs.folder import METRICS, RESULTS, RunFolder
 from healthbench.runs.outputs import FigureRecord, Leaderboard, LeaderboardRow, MarkRecord
-from healthbench.runs.spec import Command, GraderRequest, LengthSpec, RunSpec
+from healthbench.runs.records import UsageRecord
+from healthbench.runs.spec import GraderRequest, LengthSpec, RunSpec
 
 
 @dataclass(frozen=True)
@@ -93,25 +93,16 @@ class Cost:
 
 @dataclass
 class Entry:
-    """One run as the leaderboard shows it."""
+    """One run as the leaderboard shows it: its folder, what its run.json says it was asked to do (`spec`: what was
+    graded, by which grader, on which data and split), whether its headline is length-adjusted, its headline and
+    slices, the tasks it graded, what it cost, and the marks the board gives it."""
 
     run: str
-    command: Command
-    model: str
-    grader_model: str
-    grader_request: GraderRequest | None
-    data: str
-    data_sha256: str | None
+    spec: RunSpec
     adjusted: bool
-    length_adjustment: LengthSpec | None
-    official: bool | None
-    official_differences: list[str]
     headline: Figure
     metrics: dict[str, Figure]
     tasks: TaskSet
-    grader_calls: GraderCalls = "per-item"
-    # The training split graded (`data.splits`), None for every task of the data.
-    split: str | None = None
     cost: Cost = field(default_factory=lambda: Cost(None))
     marks: list[MarkRecord] = field(default_factory=list)
 
@@ -119,20 +110,27 @@ class Entry:
     def grader(self) -> str:
         """The grader model, with its API and reasoning effort when run.json records them, and `per-reply` when it
         was called once per reply (never the official grading)."""
-        request = self.grader_request
-        how = [] if request is None else [request.api]
-        if request is not None and request.reasoning_effort:
-            how.append(f"effort {request.reasoning_effort}")
-        if self.grader_calls != "per-item":
-            how.append(self.grader_calls)
-        return f"{self.grader_model} ({', '.join(how)})" if how else self.grader_model
+        grader = self.spec.grader
+        how = [] if grader.request is None else [grader.request.api]
+        if grader.request is not None and grader.request.reasoning_effort:
+            how.append(f"effort {grader.request.reasoning_effort}")
+        if grader.calls != "per-item":
+            how.append(grader.calls)
+        return f"{grader.model} ({', '.join(how)})" if how else grader.model
 
     @property
     def subset(self) -> str:
         """The data as a reader knows it (`data_label`), and the split when one was graded ("full, split
         heldout")."""
-        name = data_label(self.data, self.data_sha256)
-        return name if self.split is None else f"{name}, split {self.split}"
+        data = self.spec.data
+        name = data_label(data.source, data.sha256)
+        return name if data.split is None else f"{name}, split {data.split}"
+
+    @property
+    def length_adjustment(self) -> LengthSpec | None:
+        """The settings of the length adjustment its headline is scored with (None: not adjusted, or not
+        recorded)."""
+        return self.spec.length_adjustment if self.adjusted else None
 
     @property
     def headline_kind(self) -> str:
@@ -143,31 +141,38 @@ class Entry:
             return "length-adjusted score (settings not recorded)"
         return f"length-adjusted score ({self.length_adjustment.adjustment.describe()})"
 
+    @property
+    def official(self) -> bool | None:
+        """Whether the run is in HealthBench Professional's official configuration (None: it has none)."""
+        return None if self.spec.official is None else self.spec.official.configuration
+
+    @property
+    def official_differences(self) -> list[str]:
+        """How it differs from the official configuration, a sentence each."""
+        return [] if self.spec.official is None else [str(d) for d in self.spec.official.differences]
+
     def row(self, rank: int) -> LeaderboardRow:
-        """The run as the board records it."""
-        low, high = self.headline.low_high or (None, None)
+        """The run as the board records it; its headline's std, interval and samples as its slices' are."""
+        spec = self.spec
         return LeaderboardRow(
             rank=rank,
             run=self.run,
-            command=self.command,
-            model=self.model,
-            grader_model=self.grader_model,
-            grader_request=self.grader_request,
-            grader_calls=self.grader_calls,
+            command=spec.command,
+            model=spec.subject,
+            grader_model=spec.grader.model,
+            grader_request=spec.grader.request,
+            grader_calls=spec.grader.calls,
             grader=self.grader,
             subset=self.subset,
-            data=self.data,
-            data_sha256=self.data_sha256,
-            split=self.split,
+            data=spec.data.source,
+            data_sha256=spec.data.sha256,
+            split=spec.data.split,
             task_set=self.tasks.words,
             n_tasks=self.tasks.n,
             headline=self.headline_kind,
             length_adjustment=self.length_adjustment,
             score=self.headline.value,
-            bootstrap_std=self.headline.std,
-            ci_low=low,
-            ci_high=high,
-            n_samples=self.headline.n,
+            **self.headline.record().model_dump(exclude={"value"}),
             official_configuration=self.official,
             official_differences=self.official_differences,
             cost_usd=self.cost.usd,
@@ -239,9 +244,7 @@ def load_entry(folder: Path) -> Entry:
     headlines = task_headlines(results, run, str(folder))
     families = tuple(f"{name}:" for name in tags.BREAKDOWN_FAMILIES)
     names = [n for n in metrics if n.startswith(families) and not n.endswith((":n_samples", ":bootstrap_std"))]
-    adjusted = LENGTH_ADJUSTED in metrics
-    request = spec.grader.request
-    usage = RunFolder(folder).read_usage()
+    usage = RunFolder(folder).read(UsageRecord)
     grader = usage.whole_run.grader if usage is not None else None
     cost = Cost(
         usage.whole_run.cost_usd if usage is not None else run.stats.cost_usd,
@@ -250,21 +253,11 @@ def load_entry(folder: Path) -> Entry:
     )
     return Entry(
         run=str(folder),
-        command=spec.command,
-        model=spec.subject,
-        grader_model=spec.grader.model,
-        grader_request=request,
-        data=spec.data.source,
-        data_sha256=spec.data.sha256,
-        adjusted=adjusted,
-        length_adjustment=spec.length_adjustment if adjusted else None,
-        official=None if spec.official is None else spec.official.configuration,
-        official_differences=[] if spec.official is None else [str(d) for d in spec.official.differences],
+        spec=spec,
+        adjusted=LENGTH_ADJUSTED in metrics,
         headline=_figure(metrics, "score", _task_interval(headlines, spec.seed)),
         metrics={name: _figure(metrics, name) for name in sorted(names, key=_order)},
         tasks=_task_set(spec, data_label(spec.data.source, spec.data.sha256), list(headlines)),
-        grader_calls=spec.grader.calls,
-        split=spec.data.split,
         cost=cost,
     )
 
@@ -285,8 +278,8 @@ def _differences(entries: Sequence[Entry]) -> list[str]:
     """Mark each run whose setting is not the one most runs share (every run, when none is), and return a
     sentence per setting that differs across runs."""
     settings: list[tuple[str, Callable[[Entry], str]]] = [
-        ("grader model", lambda e: e.grader_model),
-        ("grader request", lambda e: _request_words(e.grader_request)),
+        ("grader model", lambda e: e.spec.grader.model),
+        ("grader request", lambda e: _request_words(e.spec.grader.request)),
         ("data", lambda e: e.subset),
         ("length adjustment", lambda e: e.headline_kind),
     ]
@@ -320,7 +313,7 @@ def _differences(entries: Sequence[Entry]) -> list[str]:
             others = sorted({words[d] for d in sets if d != entry.tasks.digest})
             detail = f"ranked apart: its tasks ({entry.tasks.words}) are not those of other runs ({'; '.join(others)})"
             entry.marks.append(MarkRecord(kind="not comparable", detail=detail))
-    calls = Counter(entry.grader_calls for entry in entries)
+    calls = Counter(entry.spec.grader.calls for entry in entries)
     if set(calls) != {"per-item"}:
         sentences.append(
             "grader calls: "
@@ -329,9 +322,9 @@ def _differences(entries: Sequence[Entry]) -> list[str]:
         )
     for entry in entries:
         # Every such row is marked, whatever the other runs are: its score is never the official one.
-        if entry.grader_calls != "per-item":
+        if entry.spec.grader.calls != "per-item":
             detail = "one grader call for all of a reply's rubric items, not one per item: not the official grading"
-            entry.marks.append(MarkRecord(kind=entry.grader_calls, detail=detail))
+            entry.marks.append(MarkRecord(kind=entry.spec.grader.calls, detail=detail))
         if entry.official is False:
             differences = "; ".join(entry.official_differences or ["differences not recorded"])
             detail = f"not HealthBench Professional's official configuration: {differences}"

@@ -17,7 +17,7 @@ from healthbench.grading.bootstrap import percentile_interval
 from healthbench.reporting.compare import grader_calls_mismatch
 from healthbench.runs.folder import RunFolder
 from healthbench.runs.outputs import MetaComparison, MetaRunFigures
-from healthbench.runs.records import MetaRecord, SideUsage
+from healthbench.runs.records import MetaRecord, SideUsage, UsageRecord
 
 # HealthBench's paper, Table 6: each grader's macro F1 against physicians on the meta-eval, graded per item.
 PAPER_MACRO_F1 = {"gpt-4.1": 0.709, "o4-mini": 0.692, "o3": 0.681, "gpt-4.1-mini": 0.661, "gpt-4.1-nano": 0.580}
@@ -62,7 +62,7 @@ def side_by_side(folders: Sequence[RunFolder], *, seed: int = 0, n_bootstrap: in
     runs = []
     records = [_rows(folder) for folder in folders]
     for folder, rows in zip(folders, records, strict=True):
-        metrics, run, usage = folder.require_metrics(), folder.require_run(), folder.read_usage()
+        metrics, run, usage = folder.require_metrics(), folder.require_run(), folder.read(UsageRecord)
         f1 = metrics.get(MODEL_F1)
         runs.append(
             MetaRunFigures(

@@ -59,14 +59,11 @@ class GainChart:
 
 @dataclass(frozen=True)
 class Change:
-    """A rubric item whose verdict the transform changed, with the grader's explanation before and after."""
+    """A rubric item whose verdict the transform changed: its verdict on the base reply and on the rewritten one,
+    each with the grader's explanation."""
 
-    criterion: str
-    points: int
-    before: bool
-    after: bool
-    was: str
-    now: str
+    before: ItemRecord
+    after: ItemRecord
 
 
 @dataclass(frozen=True)
@@ -128,14 +125,7 @@ def gain_chart(summary: ProbeRecord) -> GainChart:
 
 def _changes(base: Sequence[ItemRecord], transformed: Sequence[ItemRecord]) -> list[Change]:
     return [
-        Change(
-            criterion=after.criterion,
-            points=after.points,
-            before=before.criteria_met,
-            after=after.criteria_met,
-            was=before.explanation,
-            now=after.explanation,
-        )
+        Change(before, after)
         for before, after in zip(base, transformed, strict=False)
         if before.criteria_met != after.criteria_met
     ]
@@ -195,4 +185,4 @@ def write_probe_page(out_dir: Path) -> Path:
     run = folder.read_run()
     if run is not None and run.spec.command != "probe":
         raise DataError(f"{out_dir}: a {run.spec.command} run, not a probe")
-    return write_atomic(folder / PROBE_PAGE, render_probe(folder.read_probe(), folder.read_results(), run))
+    return write_atomic(folder / PROBE_PAGE, render_probe(folder.read(ProbeRecord), folder.read_results(), run))

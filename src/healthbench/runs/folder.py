@@ -41,6 +41,7 @@ from healthbench.runs.records import (
     MetaRecord,
     Metrics,
     ProbeRecord,
+    Record,
     RunRecord,
     SampleRecord,
     UsageRecord,
@@ -58,6 +59,11 @@ PROBE = "probe.json"
 PROBE_PAGE = "probe.html"
 
 RecordT = TypeVar("RecordT", bound=BaseModel)
+FileT = TypeVar("FileT", bound=Record)
+ValueT = TypeVar("ValueT")
+
+# The JSON files that hold one record each, by the record's type: `RunFolder.read` and `RunFolder.write`.
+_FILES: dict[type[Record], str] = {RunRecord: RUN, UsageRecord: USAGE, ProbeRecord: PROBE, AgreementRecord: AGREEMENT}
 
 
 def invalid(where: str, exc: ValidationError, hint: str = "", *, flat: bool = False) -> DataError:
@@ -172,42 +178,48 @@ class RunFolder:
             self.path / FAILURES, "".join(record.model_dump_json(exclude_none=True) + "\n" for record in records)
         )
 
-    # run.json, usage.json, metrics.json
+    # run.json, usage.json, probe.json, agreement.json: one record each
+
+    def read(self, model: type[FileT]) -> FileT | None:
+        """The file of the record type `model` (`RunRecord`: run.json, `UsageRecord`: usage.json, `ProbeRecord`: a
+        probe's probe.json, `AgreementRecord`: a meta-eval's agreement.json), or None when there is none (a first
+        session that never ended, a probe or meta-eval not finished); a broken one is a `DataError` naming the field.
+        A run.json without a `version` key is flat (version 1 of any release), and an error names its fields as that
+        file does."""
+        name = _FILES[model]
+        value = self._json(name)
+        if value is None:
+            return None
+        try:
+            return model.model_validate(value)
+        except ValidationError as exc:
+            raise invalid(str(self.path / name), exc, flat=name == RUN and "version" not in value) from None
+
+    def write(self, record: Record) -> Path:
+        """The file of `record`'s type (see `read`), holding it."""
+        return self._write(_FILES[type(record)], record.model_dump(mode="json"))
 
     def read_run(self) -> RunRecord | None:
         """run.json of any release, or None when there is none (a first session that never ended)."""
-        return self._record(RUN, RunRecord, flat_unversioned=True)
+        return self.read(RunRecord)
 
     def require_run(self) -> RunRecord:
         """run.json, or a `DataError` saying the folder holds no finished run."""
-        run = self.read_run()
-        if run is None:
-            raise DataError(f"{self.path}: not a finished run ({RUN} is missing)")
-        return run
+        return self._required(RUN, self.read_run())
 
     def unfinished(self, run: RunRecord | None) -> str | None:
         """Why the folder, whose run.json is `run`, is not a finished run ("not a finished run (3 samples could not
         be graded)"), or None when it is one."""
         if run is None:
-            return f"not a finished run ({RUN} is missing)"
+            return _missing(RUN)
         for count, why in ((run.stats.failed, "could not be graded"), (run.stats.deferred, "waiting on batches")):
             if count:
                 return f"not a finished run ({count} sample{'s' if count != 1 else ''} {why})"
         if not self.exists(METRICS):
-            return f"not a finished run ({METRICS} is missing)"
+            return _missing(METRICS)
         return None
 
-    def write_run(self, record: RunRecord) -> Path:
-        """run.json."""
-        return self._write_record(RUN, record)
-
-    def read_usage(self) -> UsageRecord | None:
-        """usage.json, or None when there is none."""
-        return self._record(USAGE, UsageRecord)
-
-    def write_usage(self, record: UsageRecord) -> Path:
-        """usage.json."""
-        return self._write_record(USAGE, record)
+    # metrics.json
 
     def read_metrics(self) -> Metrics | None:
         """metrics.json, or None when there is none (a run not finished)."""
@@ -222,46 +234,17 @@ class RunFolder:
 
     def require_metrics(self) -> Metrics:
         """metrics.json, or a `DataError` saying the folder holds no finished run."""
-        metrics = self.read_metrics()
-        if metrics is None:
-            raise DataError(f"{self.path}: not a finished run ({METRICS} is missing)")
-        return metrics
+        return self._required(METRICS, self.read_metrics())
 
     def write_metrics(self, metrics: Metrics) -> Path:
         """metrics.json: the reference's keys and numbers, nothing else."""
         return self._write(METRICS, metrics)
 
-    def read_probe(self) -> ProbeRecord | None:
-        """A probe's probe.json, or None when there is none (a probe not finished)."""
-        return self._record(PROBE, ProbeRecord)
-
-    def write_probe(self, record: ProbeRecord) -> Path:
-        """A probe's probe.json."""
-        return self._write_record(PROBE, record)
-
-    def read_agreement(self) -> AgreementRecord | None:
-        """A meta-eval's agreement.json, or None when there is none (a meta-eval not finished)."""
-        return self._record(AGREEMENT, AgreementRecord)
-
-    def write_agreement(self, record: AgreementRecord) -> Path:
-        """A meta-eval's agreement.json."""
-        return self._write_record(AGREEMENT, record)
-
-    def _record(self, name: str, model: type[RecordT], *, flat_unversioned: bool = False) -> RecordT | None:
-        """The JSON file `name` as `model`, or None when there is none; a broken one is a `DataError` naming the
-        field. `flat_unversioned`: a file without a `version` key is flat (run.json of version 1), and an error
-        names its fields as that file does."""
-        value = self._json(name)
+    def _required(self, name: str, value: ValueT | None) -> ValueT:
+        """`value`, read from the file `name`, or a `DataError` saying the folder holds no finished run."""
         if value is None:
-            return None
-        try:
-            return model.model_validate(value)
-        except ValidationError as exc:
-            raise invalid(str(self.path / name), exc, flat=flat_unversioned and "version" not in value) from None
-
-    def _write_record(self, name: str, record: BaseModel) -> Path:
-        """The JSON file `name`, holding `record`."""
-        return self._write(name, record.model_dump(mode="json"))
+            raise DataError(f"{self.path}: {_missing(name)}")
+        return value
 
     def _json(self, name: str) -> dict[str, Any] | None:
         path = self.path / name
@@ -282,6 +265,10 @@ class RunFolder:
     def discard(self, name: str) -> None:
         """Remove a file an earlier session wrote and this one will write afresh (if at all)."""
         (self.path / name).unlink(missing_ok=True)
+
+
+def _missing(name: str) -> str:
+    return f"not a finished run ({name} is missing)"
 
 
 def _sample_words(record: SampleRecord) -> str:

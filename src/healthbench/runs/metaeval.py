@@ -23,11 +23,15 @@ from healthbench.runs.progress import Progress, Quiet
 from healthbench.runs.records import AgreementRecord, MetaRecord, UsageNumbers
 from healthbench.runs.runner import GRADER, ResultSink, RunOutcome, all_or_none
 
+# What a row's record keeps of the row as read: every field the two share by name (not the prompt and the
+# completion, which the data holds).
+_ROW_FIELDS = set(MetaRow.model_fields) & set(MetaRecord.model_fields)
+
 
 def write_meta_metrics(folder: RunFolder, records: Sequence[MetaRecord], *, seed: int) -> dict[str, float | int]:
     """Compute and write metrics.json and agreement.json; return the metrics."""
     metrics, agreement = meta_metrics(records, seed=seed)
-    folder.write_agreement(AgreementRecord.model_validate(agreement))
+    folder.write(AgreementRecord.model_validate(agreement))
     folder.write_metrics(metrics)
     return metrics
 
@@ -71,14 +75,9 @@ async def grade_meta_rows(
         sink.add(
             MetaRecord(
                 index=index,
-                prompt_id=row.prompt_id,
-                completion_id=row.completion_id,
-                category=row.category,
-                rubric=row.rubric,
+                **row.model_dump(include=_ROW_FIELDS),
                 criteria_met=verdict.criteria_met,
                 explanation=verdict.explanation,
-                binary_labels=list(row.binary_labels),
-                anonymized_physician_ids=list(row.anonymized_physician_ids),
                 usage=UsageNumbers.of(answer.usage),  # the row's own, whichever session asked
                 grader_model=grader.model,
                 seconds=answer.usage.wire_microseconds / 1_000_000 if answer.usage.wire_microseconds else None,

@@ -13,7 +13,7 @@ from typing import ClassVar, Generic, Literal, TypeVar
 from pydantic import Field
 
 from healthbench.grading.grader import GraderCalls
-from healthbench.runs.records import Record, SideUsage, Versioned
+from healthbench.runs.records import Record, SideUsage, TokenCounts, Versioned
 from healthbench.runs.spec import Command, GraderRequest, LengthSpec
 
 SideT = TypeVar("SideT")
@@ -151,15 +151,10 @@ class Leaderboard(Versioned):
     page: str | None = None
 
 
-class SideEstimate(Record):
+class SideEstimate(TokenCounts):
     """One side's (policy or grader) expected calls and tokens in a dry run, its model and endpoint, and its cost
     live and in batch (None where the model has no price)."""
 
-    calls: int = 0
-    prompt_tokens: int = 0
-    cached_prompt_tokens: int = 0
-    completion_tokens: int = 0
-    reasoning_tokens: int = 0
     model: str
     cost_usd: float | None = None
     batch_cost_usd: float | None = None

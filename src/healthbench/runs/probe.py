@@ -64,7 +64,7 @@ def probe_start(jobs: Sequence[Job], folder: RunFolder, spec: RunSpec, *, sample
         folder.discard(PROBE)
         outcome = await graded(wiring)
         if outcome.metrics is not None:
-            folder.write_probe(summarize(folder.read_results(), outcome.metrics, spec))
+            folder.write(summarize(folder.read_results(), outcome.metrics, spec))
         return outcome
 
     return start

@@ -57,15 +57,21 @@ class Versioned(Record):
         return value
 
 
-class UsageNumbers(Record):
-    """Tokens of one or more calls, as results.jsonl and usage.json count them; `batch` is 1 for calls priced at
-    Batch API rates; `unmetered` the calls answered without usage (their tokens, and so the cost, unknown)."""
+class TokenCounts(Record):
+    """Calls and their tokens: what calls made used (`UsageNumbers`) or what calls to make are expected to
+    (`outputs.SideEstimate`), under the same names."""
 
     calls: int = 0
     prompt_tokens: int = 0
     cached_prompt_tokens: int = 0
     completion_tokens: int = 0
     reasoning_tokens: int = 0
+
+
+class UsageNumbers(TokenCounts):
+    """Tokens of one or more calls, as results.jsonl and usage.json count them; `batch` is 1 for calls priced at
+    Batch API rates; `unmetered` the calls answered without usage (their tokens, and so the cost, unknown)."""
+
     batch: int = 0
     unmetered: int = 0
 

@@ -159,7 +159,7 @@ def _session(
         seconds=round(time.time() - started, 3),
         cost_usd=result.usage.whole_run.cost_usd,
     )
-    folder.write_run(RunRecord(spec=spec, stats=stats))
+    folder.write(RunRecord(spec=spec, stats=stats))
     if report is not None:
         result.report = report(folder.path)
     return result
@@ -284,7 +284,7 @@ def _account(
         verdict_cache_hits=store.hits,
         batches=batches,
     )
-    folder.write_usage(usage)
+    folder.write(usage)
     return SessionResult(
         outcome,
         folder,

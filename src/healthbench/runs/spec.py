@@ -101,18 +101,12 @@ class GraderSpec(Spec):
 
     @classmethod
     def of(cls, config: GraderConfig) -> GraderSpec:
-        """The spec of grader settings (never the key)."""
+        """The spec of grader settings (never the key): the model, endpoint, templates' sha256, calls and prompt
+        cache key as the settings name them, and how the grader is asked and its output cap per item as decided."""
+        same = cls.model_validate(config, from_attributes=True)
         request = GraderRequest.model_validate(config.request_settings())
-        return cls(
-            model=config.model,
-            base_url=config.base_url,
-            template_sha256=config.template_sha256,
-            request=request,
-            calls=config.calls,
-            per_reply_template_sha256=config.per_reply_template_sha256,
-            per_reply_item_tokens=ITEM_OUTPUT_TOKENS if config.grows_output_cap else None,
-            prompt_cache_key=config.prompt_cache_key,
-        )
+        cap = ITEM_OUTPUT_TOKENS if config.grows_output_cap else None
+        return same.model_copy(update={"request": request, "per_reply_item_tokens": cap})
 
     @property
     def official_calls(self) -> bool:

@@ -98,10 +98,10 @@ def write_meta_report(out_dir: Path) -> Path:
     folder = RunFolder(out_dir)
     html = render_meta_report(
         folder.read_metrics(),
-        folder.read_agreement(),
+        folder.read(AgreementRecord),
         folder.read_run(),
         folder.read_meta_results(),
         folder.read_failures(),
-        folder.read_usage(),
+        folder.read(UsageRecord),
     )
     return write_atomic(folder / REPORT, html)

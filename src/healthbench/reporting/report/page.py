@@ -164,7 +164,11 @@ def write_report(out_dir: Path) -> Path:
     """
     folder = RunFolder(out_dir)
     html = render_report(
-        folder.read_metrics(), folder.read_results(), folder.read_run(), folder.read_usage(), folder.read_failures()
+        folder.read_metrics(),
+        folder.read_results(),
+        folder.read_run(),
+        folder.read(UsageRecord),
+        folder.read_failures(),
     )
     return write_atomic(folder / REPORT, html)
 
@@ -192,5 +196,5 @@ def rebuild(out: Path, *, seed: int, length_adjustment: LengthAdjustment | None)
         official = None if run.spec.official is None else run.spec.official.rescored_with(length_adjustment)
         spec = run.spec.model_copy(update={"length_adjustment": LengthSpec.of(length_adjustment), "official": official})
         run = run.model_copy(update={"spec": spec})
-    write_atomic(folder / REPORT, render_report(metrics, results, run, folder.read_usage(), rescored=rescored))
+    write_atomic(folder / REPORT, render_report(metrics, results, run, folder.read(UsageRecord), rescored=rescored))
     return metrics
