@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hashlib
 import json
 import time
-import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
@@ -40,9 +38,9 @@ from healthbench.api.failures import (
 )
 from healthbench.api.hosts import REFERENCE_PARAMETERS, Adaptations
 from healthbench.api.inflight import InFlight
+from healthbench.api.keygates import gate_for
 from healthbench.api.pacing import Gate
 from healthbench.api.pacing.gate import Budget as Budget  # re-exported: made with clients
-from healthbench.api.pacing.state import LocalPace, remembered
 from healthbench.api.ratesignals import DEFAULT_OUTPUT_CAP, request_cost
 from healthbench.api.retrying import (
     RETRY_STATUSES as RETRY_STATUSES,  # re-exported: what is worth asking again
@@ -101,29 +99,6 @@ class Completer(Protocol):
         """Release connections."""
 
 
-# Rate limits belong to a key at an endpoint, not to a client object: clients that share both (the policy and
-# the grader of one run, say; Chat and Responses calls of one key) must slow down together. OpenAI's limits are
-# per model as well, so two models on one key share a pace they need not: slower, never refused. With a pace
-# store, the pace is shared with every process that names the same store. Weak values: a gate lives as long as
-# its clients.
-_GATES: weakref.WeakValueDictionary[tuple[str, str | None], Gate] = weakref.WeakValueDictionary()
-
-
-def key_slot(base_url: str, api_key: str | None) -> str:
-    """A key at an endpoint, as a digest: what a pace is shared by, never the key itself."""
-    return hashlib.sha256(f"{base_url.rstrip('/')}\n{api_key or ''}".encode()).hexdigest()
-
-
-def _gate_for(base_url: str, api_key: str | None, store: PaceStore | None) -> Gate:
-    slot = key_slot(base_url, api_key)
-    entry = (slot, store.url if store else None)
-    gate = _GATES.get(entry)
-    if gate is None:
-        gate = Gate(store.pace(slot) if store else LocalPace(learned=remembered(slot)))
-        _GATES[entry] = gate
-    return gate
-
-
 class ApiClient:
     """Requests to one API (`wire.CHAT` or `wire.RESPONSES`) of one OpenAI-compatible endpoint, under one
     concurrency budget.
@@ -168,7 +143,7 @@ class ApiClient:
         self._timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=min(timeout, CONNECT_TIMEOUT))
         self._loop: asyncio.AbstractEventLoop | None = None
         self._session: aiohttp.ClientSession | None = None
-        self.gate = _gate_for(self.base_url, api_key, pace_store)
+        self.gate = gate_for(self.base_url, api_key, pace_store)
         self.gate.set_limits(rpm, tpm)
         if not slow_start:
             self.gate.skip_slow_start()
