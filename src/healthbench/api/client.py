@@ -21,10 +21,12 @@ import dataclasses
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import aiohttp
 
+from healthbench.api.completer import Completer as Completer  # re-exported: what graders and policies call
+from healthbench.api.completer import Request
 from healthbench.api.failures import (
     TRANSPORT,
     ProviderError,
@@ -77,29 +79,7 @@ _JSON = {"Content-Type": "application/json"}
 _BULK = aiohttp.ClientTimeout(total=None, sock_connect=60, sock_read=300)
 
 
-class Completer(Protocol):
-    """What graders and policies call: one model request, its answer parsed, with what it cost.
-
-    `ApiClient` sends it live; `batch.BatchClient` sends it through the Batch API. `ident` tells apart
-    requests with equal bodies that must each get an answer of their own (repeats of a policy sample).
-    """
-
-    async def complete(
-        self,
-        body: Mapping[str, Any] | bytes,
-        parse: Callable[[str], T],
-        *,
-        ident: str | None = None,
-        parsed: Mapping[str, Any] | None = None,
-    ) -> tuple[T, Usage]:
-        """Send one request and parse its content; raise `RequestFailed` past the retry bound. `parsed` is the
-        object that `body`'s bytes encode, when the caller has it: it spares parsing them again."""
-
-    async def aclose(self) -> None:
-        """Release connections."""
-
-
-class ApiClient:
+class ApiClient(Completer):
     """Requests to one API (`wire.CHAT` or `wire.RESPONSES`) of one OpenAI-compatible endpoint, under one
     concurrency budget.
 
@@ -231,24 +211,15 @@ class ApiClient:
             self.hosts.settled = self.hosts.settled or turn is not None
             return reading
 
-    async def complete(
-        self,
-        body: Mapping[str, Any] | bytes,
-        parse: Callable[[str], T],
-        *,
-        ident: str | None = None,
-        parsed: Mapping[str, Any] | None = None,
-    ) -> tuple[T, Usage]:
+    async def _complete(self, request: Request, parse: Callable[[str], T]) -> tuple[T, Usage]:
         """Send one request (a body, or its JSON bytes) to this client's API and parse its content, with retries.
 
         `parse` raises `InvalidResponse` for content that is not usable; that is retried like a transport
         failure. Usage counts every answered attempt, since each one is billed. `ident` is not needed live:
         every call is its own request. `QuotaExhausted` if the account has no quota left: never retried.
         """
-        payload = body if isinstance(body, bytes) else json.dumps(body).encode()
-        if parsed is None:
-            parsed = json.loads(payload) if isinstance(body, bytes) else body
-        cost = request_cost(parsed, self.default_output_cap)
+        payload = request.payload
+        cost = request_cost(request.parsed(), self.default_output_cap)
         usage = Usage()
 
         async def attempt() -> T:
