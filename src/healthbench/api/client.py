@@ -21,7 +21,7 @@ import dataclasses
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import aiohttp
 
@@ -239,12 +239,6 @@ class ApiClient(Completer):
         except QuotaExhausted as exc:
             raise exc.at(self.base_url) from None
 
-    @overload
-    async def api(
-        self, method: str, path: str, *, json_body: Any = None, form: Callable[[], aiohttp.FormData] | None = None
-    ) -> bytes: ...
-
-    @overload
     async def api(
         self,
         method: str,
@@ -253,24 +247,14 @@ class ApiClient(Completer):
         json_body: Any = None,
         form: Callable[[], aiohttp.FormData] | None = None,
         read: Callable[[bytes], T],
-    ) -> T: ...
-
-    async def api(
-        self,
-        method: str,
-        path: str,
-        *,
-        json_body: Any = None,
-        form: Callable[[], aiohttp.FormData] | None = None,
-        read: Callable[[bytes], Any] | None = None,
-    ) -> Any:
+    ) -> T:
         """One call to another endpoint of the same API (`/files`, `/batches`), under the same retry table;
-        returns the body of a 2xx answer, or what `read` makes of it (`InvalidResponse` for a body it cannot
-        read: retried, and counted against an endpoint that has not answered usably yet). `form` builds a
-        multipart body afresh for each attempt."""
+        returns what `read` makes of the body of a 2xx answer (`InvalidResponse` for a body it cannot read:
+        retried, and counted against an endpoint that has not answered usably yet). `form` builds a multipart
+        body afresh for each attempt."""
         url = self.base_url + path
 
-        async def attempt() -> Any:
+        async def attempt() -> T:
             session = self._bind()
             data = form() if form is not None else None if json_body is None else json.dumps(json_body).encode()
             headers = _JSON if json_body is not None else None
@@ -288,7 +272,7 @@ class ApiClient(Completer):
             if not 200 <= status < 300:
                 raise AttemptFailed(status_failure(status, body, response_headers))
             try:
-                answer = body if read is None else read(body)
+                answer = read(body)
             except InvalidResponse as exc:
                 cause = f"HTTP {status}, {exc}: {excerpt(body)}"
                 raise AttemptFailed(Failure(Kind.UNREADABLE, cause, status, body)) from None
