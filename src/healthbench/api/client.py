@@ -30,6 +30,7 @@ from healthbench.api.completer import Request
 from healthbench.api.failures import (
     TRANSPORT,
     ProviderError,
+    cut_short,
     excerpt,
     read_refusal,
     refused_parameter,
@@ -354,18 +355,6 @@ class ApiClient(Completer):
             await self._session.close()
         self._session = None
         self._loop = None
-
-
-def cut_short(reading: Reading, exc: InvalidResponse) -> str:
-    """Why an answer the output cap ended cannot be used, in words: the cap ran out while the model was thinking
-    (its thinking in a field of its own and no answer, or an unclosed think block: `exc` says), or mid-answer."""
-    if not reading.content.strip() and reading.reasoning:
-        said = (
-            f"it was still thinking ({len(reading.reasoning):,} characters in its reasoning field) and gave no answer"
-        )
-    else:
-        said = str(exc)
-    return f"the output cap ran out before the answer could be used (finish_reason length): {said}"
 
 
 def describe_pace(clients: Mapping[str, Completer | None]) -> str:

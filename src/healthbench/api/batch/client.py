@@ -42,8 +42,9 @@ from healthbench.api.batch.files import (
     with_id,
 )
 from healthbench.api.batch.records import TERMINAL, BatchLedger, BatchSettings, OpenBatch, QueuedRequest
-from healthbench.api.client import ApiClient, cut_short
+from healthbench.api.client import ApiClient
 from healthbench.api.completer import Completer, Request
+from healthbench.api.failures import cut_short
 from healthbench.api.retrying import CUT_SHORT_ATTEMPTS
 from healthbench.api.wire import Reading, Usage, request_key
 from healthbench.errors import Deferred, EndpointUnusable, InvalidResponse, QuotaExhausted, RequestFailed
