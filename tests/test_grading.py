@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from healthbench.api.client import ApiClient
+from healthbench.api.completer import Completer, Request
 from healthbench.data.schema import Message, RubricItem
 from healthbench.errors import GradingError, InvalidResponse, RequestFailed
 from healthbench.grading.grader import Grader
@@ -99,14 +100,14 @@ def test_invalid_verdicts(text: str) -> None:
         parse_verdict(text)
 
 
-class _OneFailsOneWaits:
+class _OneFailsOneWaits(Completer):
     """A completer whose first item's call fails at once and whose second waits until it is cancelled."""
 
     def __init__(self) -> None:
         self.calls = 0
         self.waiting_ended = False
 
-    async def complete(self, body: Any, parse: Any, *, ident: str | None = None, parsed: Any = None) -> Any:
+    async def _complete(self, request: Request, parse: Any) -> Any:
         self.calls += 1
         if self.calls == 1:
             await asyncio.sleep(0)  # the other call is out by now

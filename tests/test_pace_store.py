@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from healthbench.api.client import ApiClient, key_slot
+from healthbench.api.client import ApiClient
+from healthbench.api.keygates import key_slot
 from healthbench.api.pacing import store as store_module
 from healthbench.api.pacing.state import EDGE, HEADROOM, PACED, Effects, Learned, LocalPace, Slowdown
 from healthbench.api.pacing.store import PaceStore, RedisPace, redacted

@@ -14,8 +14,9 @@ import pytest
 import redis as redis_client
 from click.testing import CliRunner
 
-from healthbench.api.client import ApiClient, key_slot
+from healthbench.api.client import ApiClient
 from healthbench.api.endpoint import MAX_IN_FLIGHT
+from healthbench.api.keygates import key_slot
 from healthbench.cli import main
 from healthbench.grading.settings import GraderConfig
 from healthbench.runs.policy import PolicyConfig

@@ -13,7 +13,7 @@ import pytest
 import redis as redis_client
 from openreward import AsyncOpenReward
 
-from healthbench.api.client import key_slot
+from healthbench.api.keygates import key_slot
 from healthbench.testing import FakeOpenAI
 from healthbench.testing.limits import RateLimits
 from tests.conftest import make_row, numbered_rows, write_jsonl

@@ -439,7 +439,7 @@ def test_an_api_call_refused_for_quota_is_not_retried() -> None:
         client = ApiClient(f"http://127.0.0.1:{port}/v1", "sk-files")
         try:
             with pytest.raises(QuotaExhausted, match="no quota left"):
-                await client.api("POST", "/files", json_body={})
+                await client.api("POST", "/files", json_body={}, read=json.loads)
         finally:
             await client.aclose()
             await runner.cleanup()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import redis as redis_client
 
-from healthbench.api.client import key_slot
+from healthbench.api.keygates import key_slot
 from healthbench.testing import FakeOpenAI
 from healthbench.testing.limits import RateLimits
 from tests.redisserver import RedisServer, needs_redis

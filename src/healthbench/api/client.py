@@ -18,18 +18,19 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hashlib
 import json
 import time
-import weakref
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import aiohttp
 
+from healthbench.api.completer import Completer as Completer  # re-exported: what graders and policies call
+from healthbench.api.completer import Request
 from healthbench.api.failures import (
     TRANSPORT,
     ProviderError,
+    cut_short,
     excerpt,
     read_refusal,
     refused_parameter,
@@ -40,9 +41,9 @@ from healthbench.api.failures import (
 )
 from healthbench.api.hosts import REFERENCE_PARAMETERS, Adaptations
 from healthbench.api.inflight import InFlight
+from healthbench.api.keygates import gate_for
 from healthbench.api.pacing import Gate
 from healthbench.api.pacing.gate import Budget as Budget  # re-exported: made with clients
-from healthbench.api.pacing.state import LocalPace, remembered
 from healthbench.api.ratesignals import DEFAULT_OUTPUT_CAP, request_cost
 from healthbench.api.retrying import (
     RETRY_STATUSES as RETRY_STATUSES,  # re-exported: what is worth asking again
@@ -79,52 +80,7 @@ _JSON = {"Content-Type": "application/json"}
 _BULK = aiohttp.ClientTimeout(total=None, sock_connect=60, sock_read=300)
 
 
-class Completer(Protocol):
-    """What graders and policies call: one model request, its answer parsed, with what it cost.
-
-    `ApiClient` sends it live; `batch.BatchClient` sends it through the Batch API. `ident` tells apart
-    requests with equal bodies that must each get an answer of their own (repeats of a policy sample).
-    """
-
-    async def complete(
-        self,
-        body: Mapping[str, Any] | bytes,
-        parse: Callable[[str], T],
-        *,
-        ident: str | None = None,
-        parsed: Mapping[str, Any] | None = None,
-    ) -> tuple[T, Usage]:
-        """Send one request and parse its content; raise `RequestFailed` past the retry bound. `parsed` is the
-        object that `body`'s bytes encode, when the caller has it: it spares parsing them again."""
-
-    async def aclose(self) -> None:
-        """Release connections."""
-
-
-# Rate limits belong to a key at an endpoint, not to a client object: clients that share both (the policy and
-# the grader of one run, say; Chat and Responses calls of one key) must slow down together. OpenAI's limits are
-# per model as well, so two models on one key share a pace they need not: slower, never refused. With a pace
-# store, the pace is shared with every process that names the same store. Weak values: a gate lives as long as
-# its clients.
-_GATES: weakref.WeakValueDictionary[tuple[str, str | None], Gate] = weakref.WeakValueDictionary()
-
-
-def key_slot(base_url: str, api_key: str | None) -> str:
-    """A key at an endpoint, as a digest: what a pace is shared by, never the key itself."""
-    return hashlib.sha256(f"{base_url.rstrip('/')}\n{api_key or ''}".encode()).hexdigest()
-
-
-def _gate_for(base_url: str, api_key: str | None, store: PaceStore | None) -> Gate:
-    slot = key_slot(base_url, api_key)
-    entry = (slot, store.url if store else None)
-    gate = _GATES.get(entry)
-    if gate is None:
-        gate = Gate(store.pace(slot) if store else LocalPace(learned=remembered(slot)))
-        _GATES[entry] = gate
-    return gate
-
-
-class ApiClient:
+class ApiClient(Completer):
     """Requests to one API (`wire.CHAT` or `wire.RESPONSES`) of one OpenAI-compatible endpoint, under one
     concurrency budget.
 
@@ -168,7 +124,7 @@ class ApiClient:
         self._timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=min(timeout, CONNECT_TIMEOUT))
         self._loop: asyncio.AbstractEventLoop | None = None
         self._session: aiohttp.ClientSession | None = None
-        self.gate = _gate_for(self.base_url, api_key, pace_store)
+        self.gate = gate_for(self.base_url, api_key, pace_store)
         self.gate.set_limits(rpm, tpm)
         if not slow_start:
             self.gate.skip_slow_start()
@@ -256,24 +212,15 @@ class ApiClient:
             self.hosts.settled = self.hosts.settled or turn is not None
             return reading
 
-    async def complete(
-        self,
-        body: Mapping[str, Any] | bytes,
-        parse: Callable[[str], T],
-        *,
-        ident: str | None = None,
-        parsed: Mapping[str, Any] | None = None,
-    ) -> tuple[T, Usage]:
+    async def _complete(self, request: Request, parse: Callable[[str], T]) -> tuple[T, Usage]:
         """Send one request (a body, or its JSON bytes) to this client's API and parse its content, with retries.
 
         `parse` raises `InvalidResponse` for content that is not usable; that is retried like a transport
         failure. Usage counts every answered attempt, since each one is billed. `ident` is not needed live:
         every call is its own request. `QuotaExhausted` if the account has no quota left: never retried.
         """
-        payload = body if isinstance(body, bytes) else json.dumps(body).encode()
-        if parsed is None:
-            parsed = json.loads(payload) if isinstance(body, bytes) else body
-        cost = request_cost(parsed, self.default_output_cap)
+        payload = request.payload
+        cost = request_cost(request.parsed(), self.default_output_cap)
         usage = Usage()
 
         async def attempt() -> T:
@@ -293,12 +240,6 @@ class ApiClient:
         except QuotaExhausted as exc:
             raise exc.at(self.base_url) from None
 
-    @overload
-    async def api(
-        self, method: str, path: str, *, json_body: Any = None, form: Callable[[], aiohttp.FormData] | None = None
-    ) -> bytes: ...
-
-    @overload
     async def api(
         self,
         method: str,
@@ -307,24 +248,14 @@ class ApiClient:
         json_body: Any = None,
         form: Callable[[], aiohttp.FormData] | None = None,
         read: Callable[[bytes], T],
-    ) -> T: ...
-
-    async def api(
-        self,
-        method: str,
-        path: str,
-        *,
-        json_body: Any = None,
-        form: Callable[[], aiohttp.FormData] | None = None,
-        read: Callable[[bytes], Any] | None = None,
-    ) -> Any:
+    ) -> T:
         """One call to another endpoint of the same API (`/files`, `/batches`), under the same retry table;
-        returns the body of a 2xx answer, or what `read` makes of it (`InvalidResponse` for a body it cannot
-        read: retried, and counted against an endpoint that has not answered usably yet). `form` builds a
-        multipart body afresh for each attempt."""
+        returns what `read` makes of the body of a 2xx answer (`InvalidResponse` for a body it cannot read:
+        retried, and counted against an endpoint that has not answered usably yet). `form` builds a multipart
+        body afresh for each attempt."""
         url = self.base_url + path
 
-        async def attempt() -> Any:
+        async def attempt() -> T:
             session = self._bind()
             data = form() if form is not None else None if json_body is None else json.dumps(json_body).encode()
             headers = _JSON if json_body is not None else None
@@ -342,7 +273,7 @@ class ApiClient:
             if not 200 <= status < 300:
                 raise AttemptFailed(status_failure(status, body, response_headers))
             try:
-                answer = body if read is None else read(body)
+                answer = read(body)
             except InvalidResponse as exc:
                 cause = f"HTTP {status}, {exc}: {excerpt(body)}"
                 raise AttemptFailed(Failure(Kind.UNREADABLE, cause, status, body)) from None
@@ -424,18 +355,6 @@ class ApiClient:
             await self._session.close()
         self._session = None
         self._loop = None
-
-
-def cut_short(reading: Reading, exc: InvalidResponse) -> str:
-    """Why an answer the output cap ended cannot be used, in words: the cap ran out while the model was thinking
-    (its thinking in a field of its own and no answer, or an unclosed think block: `exc` says), or mid-answer."""
-    if not reading.content.strip() and reading.reasoning:
-        said = (
-            f"it was still thinking ({len(reading.reasoning):,} characters in its reasoning field) and gave no answer"
-        )
-    else:
-        said = str(exc)
-    return f"the output cap ran out before the answer could be used (finish_reason length): {said}"
 
 
 def describe_pace(clients: Mapping[str, Completer | None]) -> str:

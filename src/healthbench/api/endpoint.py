@@ -10,7 +10,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator, model_validator
 
-from healthbench.api.client import OPENAI_BASE_URL, TIMEOUT, ApiClient, Budget, Retries, key_slot
+from healthbench.api.client import OPENAI_BASE_URL, TIMEOUT, ApiClient, Budget, Retries
+from healthbench.api.keygates import key_slot
 from healthbench.api.pacing.store import PACE_STORE_VARIABLE, shared_store, validated
 from healthbench.api.wire import CHAT, Api, Effort, is_reasoning_model
 from healthbench.errors import SettingsError

@@ -1,8 +1,8 @@
 """What a failed request says, read once, for the retry table, the pace, the policy's refusal rules and the one
 line that stops a run: the provider's error body (`ProviderError`), what kind of failure an answer other than 200
 or a transport error is, what a 429 says about the key's limits, why a connection could not be made, what a
-refused request was told, and the endpoint as it may be shown (without a password, never with a key). No Python
-class name reaches a message.
+refused request was told, why an answer the output cap ended cannot be used, and the endpoint as it may be shown
+(without a password, never with a key). No Python class name reaches a message.
 
 `retrying` decides what each kind of failure leads to; this module only reads them.
 """
@@ -22,7 +22,8 @@ from yarl import URL
 
 from healthbench.api.ratesignals import duration_seconds, retry_after_seconds
 from healthbench.api.retrying import Failure, Kind, is_retryable
-from healthbench.errors import RequestFailed
+from healthbench.api.wire import Reading
+from healthbench.errors import InvalidResponse, RequestFailed
 
 # Statuses that say the request is wrong whatever it carries: the key (401), its permissions (403), the URL or the
 # model (404, 405).
@@ -288,6 +289,16 @@ def transport_failure(
     detail = " ".join(str(exc).split())
     cause = "the connection closed before the answer was complete" + (f": {detail}" if detail else "")
     return Failure(Kind.DROPPED, cause)
+
+
+def cut_short(reading: Reading, exc: InvalidResponse) -> str:
+    """Why an answer the output cap ended cannot be used, in words: the cap ran out while the model was thinking
+    (its thinking in a field of its own and no answer, or an unclosed think block: `exc` says), or mid-answer."""
+    if not reading.content.strip() and reading.reasoning:
+        why = f"it was still thinking ({len(reading.reasoning):,} characters in its reasoning field) and gave no answer"
+    else:
+        why = str(exc)
+    return f"the output cap ran out before the answer could be used (finish_reason length): {why}"
 
 
 def said(status: int | None, error: ProviderError | None, cause: str) -> str:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -43,7 +42,9 @@ from healthbench.api.batch.files import (
     with_id,
 )
 from healthbench.api.batch.records import TERMINAL, BatchLedger, BatchSettings, OpenBatch, QueuedRequest
-from healthbench.api.client import ApiClient, cut_short
+from healthbench.api.client import ApiClient
+from healthbench.api.completer import Completer, Request
+from healthbench.api.failures import cut_short
 from healthbench.api.retrying import CUT_SHORT_ATTEMPTS
 from healthbench.api.wire import Reading, Usage, request_key
 from healthbench.errors import Deferred, EndpointUnusable, InvalidResponse, QuotaExhausted, RequestFailed
@@ -60,7 +61,7 @@ _REFUSALS = 20
 _SHOW_COUNTS_EVERY = 300.0
 
 
-class BatchClient:
+class BatchClient(Completer):
     """A `Completer` that sends requests through the Batch API of `chat`'s endpoint, with `chat`'s retry table
     for its own calls and `chat.retry.max_attempts` as the bound on attempts per request."""
 
@@ -94,31 +95,24 @@ class BatchClient:
         self._unclaimed: dict[str, tuple[str, Outcome]] = {}
         self._pump_task: asyncio.Task[None] | None = None
 
-    async def complete(
-        self,
-        body: Mapping[str, Any] | bytes,
-        parse: Callable[[str], T],
-        *,
-        ident: str | None = None,
-        parsed: Mapping[str, Any] | None = None,
-    ) -> tuple[T, Usage]:
+    async def _complete(self, request: Request, parse: Callable[[str], T]) -> tuple[T, Usage]:
         """Queue one request for a batch and wait for its parsed answer (`parsed` is not needed: a batch has no
         per-minute pace)."""
-        payload = body if isinstance(body, bytes) else json.dumps(body).encode()
+        payload, ident = request.payload, request.ident
         custom_id = request_key(payload if ident is None else payload + b"\0" + ident.encode())
-        request = self._requests.get(custom_id)
-        if request is None:
+        queued = self._requests.get(custom_id)
+        if queued is None:
             sent = self.chat.hosts.apply(payload)  # without what the endpoint refuses, as live requests go
             line = input_line(self.chat.wire, custom_id, sent)
-            request = QueuedRequest(custom_id, line, parse, payload=payload, sent=sent)
-            self._requests[custom_id] = request
-            self._place(request)
+            queued = QueuedRequest(custom_id, line, parse, payload=payload, sent=sent)
+            self._requests[custom_id] = queued
+            self._place(queued)
         waiter: asyncio.Future[tuple[Any, Usage]] = asyncio.get_running_loop().create_future()
-        request.waiters.append(waiter)
+        queued.waiters.append(waiter)
         if custom_id in self._unclaimed:
             input_file_id, outcome = self._unclaimed.pop(custom_id)
             self._claimed(input_file_id)
-            self._apply(request, outcome)
+            self._apply(queued, outcome)
         if self._pump_task is None or self._pump_task.done():
             self._pump_task = asyncio.ensure_future(self._pump())
             self._pump_task.add_done_callback(self._pump_ended)
@@ -126,7 +120,7 @@ class BatchClient:
             value, usage = await waiter
         finally:
             if waiter.cancelled():
-                self._abandon(request, waiter)
+                self._abandon(queued, waiter)
         return value, usage
 
     def _place(self, request: QueuedRequest) -> None:

@@ -188,8 +188,8 @@ async def read_outcomes(chat: ApiClient, state: Mapping[str, Any]) -> dict[str, 
         file_id = state.get(key)
         if not file_id:
             continue
-        content = await chat.api("GET", f"/files/{file_id}/content")
-        for text in content.splitlines():
+        lines = await chat.api("GET", f"/files/{file_id}/content", read=bytes.splitlines)
+        for text in lines:
             try:
                 record = json.loads(text)
             except ValueError:
