@@ -179,19 +179,26 @@ class LocalPace:
     clock: Callable[[], float] = time.monotonic
     shared: bool = False
     share: float = 1.0
+    # Each field's name in the Lua scripts' hash is in brackets: the scripts keep the same rules on the same state.
+    # The limits a minute: learned from the server [rpm, tpm, rpm_rank, tpm_rank], set by a user [rpm_user,
+    # rpm_user_until, tpm_user, tpm_user_until].
     learned: dict[Dimension, tuple[float, int]] = field(default_factory=dict)
     user: dict[Dimension, tuple[float, float]] = field(default_factory=dict)  # value, and until when it stands
+    # The pace: GCRA's theoretical arrival time of each dimension [tat_r, tat_t], and a 429's hold [hold].
     tat: dict[Dimension, float] = field(default_factory=lambda: dict.fromkeys(DIMENSIONS, -math.inf))
     hold_until: float = -math.inf
+    # The factor 429s cut the pace by [f, f_at, f_top], and the last cuts [cut_at, eased_at].
     factor_cut: float = 1.0
     factor_at: float = 0.0
     factor_top: float = 1.0  # the factor's regrowth slows past this: just under the factor last refused at the pace
     cut_at: float = -math.inf  # the last cut for a limit
     eased_at: float = -math.inf  # the last cut for noise, which does not stop a limit's cut in the same window
+    # With no limit known, the request rate the 429s allow [free, free_at, free_top, best].
     free: float | None = None
     free_at: float = 0.0
     free_top: float = 0.0
     best: float = 0.0
+    # Starts a second, over a window and over LASTING seconds [sr, lr, sr_at, first].
     start_rate: float = 0.0
     lasting_rate: float = 0.0
     start_rate_at: float = 0.0
