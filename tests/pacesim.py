@@ -67,14 +67,16 @@ def simulate(
     kind: type[Limiter] = Limiter,
     refusal_latency: float = 0.001,
     arrival: float = 0.0,
+    seed: int = 7,
 ) -> Run:
     """`calls` grader calls in each of `processes` processes, `concurrency` at once in each, 300 +/- 100 ms
     latency; a limiter's 429s come back after `refusal_latency` (at once, by default), requests reach it up to
     `arrival` seconds after they start (a loaded client, a network), and a share `noise` of requests is answered
     by a limitless 429 (`Retry-After: noise_retry`) before it. With `shared`, the processes pace through one
-    state, as through a store (starts reserved up to 0.1 s ahead, as `Gate` does then)."""
+    state, as through a store (starts reserved up to 0.1 s ahead, as `Gate` does then). `seed` draws the
+    latencies, arrivals and noise: another seed is another run of the same limiter."""
     limiter = kind(limits, now=0.0) if limits is not None else None
-    rng = random.Random(7)
+    rng = random.Random(seed)
     common = LocalPace(shared=True) if shared else None
     procs = [_Process(Pacer(shared=shared), common or LocalPace(), calls) for _ in range(processes)]
     horizon = 0.1 if shared else 0.0

@@ -225,3 +225,33 @@ def test_a_store_lost_mid_run_is_one_warning_then_local_pacing_then_shared_again
     assert len(warnings) == 1 and "lost" in warnings[0].getMessage() and server.url in warnings[0].getMessage()
     assert any("back" in record.getMessage() for record in caplog.records)
     assert float(state["rpm"]) == 60_000  # the restarted store was told again what had been learned
+
+
+@pytest.mark.parametrize(("rate", "cut_ago", "held"), [(95.0, 10.0, 0.01), (300.0, 10.0, 1.01), (105.0, 0.5, 0.01)])
+def test_a_hint_in_whole_seconds_is_held_as_the_local_pace_holds_it(
+    rate: float, cut_ago: float, held: float, redis: RedisServer, request: pytest.FixtureRequest
+) -> None:
+    # At the pace (99 a second), or not past the pace before a cut in the last second, a hold a second shorter.
+    effects = Effects(hold=1.01, coarse=1.0)
+
+    async def main() -> float:
+        store = PaceStore(redis.url)
+        client = store.client()
+        pace = store.pace(key_slot("https://coarse.test/v1", request.node.name)).remote
+        await pace.apply(Effects((Learned("requests", 6000, 1),)))
+        seconds, micros = await client.time()
+        now = seconds + micros / 1e6
+        fields = {"sr": rate, "sr_at": now, "first": now - 100, "cut_at": now - cut_ago}
+        await client.hset(pace.keys[0], mapping={key: f"{value:.6f}" for key, value in fields.items()})
+        await pace.apply(effects)
+        stored = await client.hgetall(pace.keys[0])
+        await store.aclose()
+        return float(stored["hold"]) - now
+
+    stored = _run(main())
+    local = LocalPace()
+    local.apply_at(0.0, Effects((Learned("requests", 6000, 1),)))
+    local.start_rate, local.start_rate_at, local.first_start, local.cut_at = rate, 0.0, -100.0, -cut_ago
+    local.apply_at(0.0, effects)
+    assert local.hold_until == pytest.approx(held)
+    assert stored == pytest.approx(held, abs=0.05)  # on Redis's clock, a moment after the rate was written

@@ -1,7 +1,7 @@
 """What a pace makes of limits that count refusals: the debt the headers show, a limiter's hint as a limit, hints
 padded once seen short, a slow start while no limit is known, a burst allowance spent once and never the cushion,
-a free rate no faster than the lasting start rate, and a 429 at the pace met by keeping just under the factor it
-refused. Pure models on a simulated clock."""
+a free rate no faster than the lasting start rate, a 429 at the pace met by keeping just under the factor it
+refused, and a hint in whole seconds not held for its rounding at the pace. Pure models on a simulated clock."""
 
 from __future__ import annotations
 
@@ -173,3 +173,41 @@ def test_a_limits_numbers_are_read_from_messages_that_imitate_openais(
     refusal = read_refusal(body, {})
     assert (refusal.limit, refusal.requested, refusal.hinted) == (limit, requested, True)
     assert refusal.retry_after is not None and refusal.retry_after > 0
+
+
+def test_a_hint_in_whole_seconds_holds_a_second_less_while_the_starts_keep_to_the_pace() -> None:
+    pacer = Pacer()
+    pacer.adopt(0.0, Admission(0.0, None, rpm=600, request_rate=10 * HEADROOM))
+    # "1s" with no retry-after-ms may stand for a few milliseconds: the hold may overstate it by a second.
+    coarse, _ = pacer.on_refused(0.0, pacer.start(0.0, COST), COST, read_refusal(_rpm_429("1s"), {}), {})
+    assert coarse.hold == pytest.approx(1.01) and coarse.coarse == 1.0
+    for hint, headers in (("1.5s", {}), ("1s", {"retry-after-ms": "1000"})):
+        exact, _ = Pacer().on_refused(0.0, 1, COST, read_refusal(_rpm_429(hint), headers), headers)
+        assert exact.coarse == 0.0
+    # Refused while the starts kept to the pace: the pace's own margin, not the second.
+    pace = LocalPace()
+    pace.apply_at(0.0, Effects((Learned("requests", 6000, 1),)))
+    now = _paced_run(pace, 10.0)
+    coarse = Effects(hold=1.01, slow=Slowdown(1.0, hard=True), coarse=1.0)
+    pace.apply_at(now, coarse)
+    assert pace.hold_until - now == pytest.approx(0.01)
+    # Refused after a burst past the pace (a slow start's): the whole hint.
+    for i in range(300):
+        pace.admit_at(now + 2 + i / 300, 1)
+    pace.apply_at(now + 3, coarse)
+    assert pace.hold_until - (now + 3) == pytest.approx(1.01)
+
+
+def test_a_start_refused_after_a_hold_left_a_second_short_has_such_hints_taken_whole() -> None:
+    pacer = Pacer()
+    pacer.adopt(0.0, Admission(0.0, None, rpm=600, request_rate=10 * HEADROOM))
+    refusal = read_refusal(_rpm_429("1s"), {})
+    pacer.on_refused(0.0, pacer.start(0.0, COST), COST, refusal, {})
+    # The first start after the shorter hold is refused: the hold was short, not the hint (no padding).
+    again, _ = pacer.on_refused(0.05, pacer.start(0.02, COST), COST, refusal, {})
+    assert again.coarse == 0.0 and again.hold == pytest.approx(1.01) and pacer.pad == 1.0
+    # A start after that whole hold goes through: the next such hint may be left short again.
+    ticket = pacer.start(1.1, COST)
+    pacer.on_answer(1.4, ticket, {})
+    later, _ = pacer.on_refused(5.0, pacer.start(5.0, COST), COST, refusal, {})
+    assert later.coarse == 1.0

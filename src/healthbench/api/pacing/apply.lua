@@ -1,6 +1,7 @@
 -- state.LocalPace.apply_at. ARGV: the hold in seconds ('' for none), the slowdown's share ('' for none), '1' if
--- it is hard, then (dimension, per minute, rank) for each limit learned. Returns nothing.
-for i = 4, #ARGV, 3 do
+-- it is hard, the seconds the hold may overstate (Effects.coarse), then (dimension, per minute, rank) for each
+-- limit learned. Returns nothing.
+for i = 5, #ARGV, 3 do
   local dim, value, rank = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
   if value > 0 and (h[dim] == nil or rank >= n(dim .. '_rank', 0)) then
     set(dim, value)
@@ -10,6 +11,8 @@ end
 
 local seconds = tonumber(ARGV[1])
 if seconds then
+  -- A hint in whole seconds may stand for a few milliseconds: while the starts keep to the pace, not held for it.
+  if at_pace(true) then seconds = seconds - tonumber(ARGV[4]) end
   local hold = math.max(n('hold', 0), now + math.min(math.max(seconds, 0.0), $MAX_HOLD))
   set('hold', hold)
   -- The catch-up allowance is for late wake-ups, not for the time held: after a hold, one at a time.
@@ -23,9 +26,8 @@ if not hard then last = math.max(last, n('eased_at', -1e18)) end
 if share and now - last >= $WINDOW then
   if hard then set('cut_at', now) else set('eased_at', now) end
   if limit('rpm') or limit('tpm') then
-    local f, paced = factor(), rates()
-    local started = paced and start_rate('sr', $WINDOW) / paced
-    if hard and paced and started >= $AT_PACE_MIN and started <= $AT_PACE_MAX then
+    local f = factor()
+    if hard and at_pace(false) then
       -- Refused at the pace: jitter or a window's edge. Just under the factor refused, and slowly past it.
       local top = n('f_top', 1.0)
       local top_cut = $EDGE

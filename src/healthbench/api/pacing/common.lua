@@ -83,3 +83,15 @@ local function start_rate(field, over)
   local seen = 1 - math.exp(-math.max(0.0, now - n('first', now)) / over)
   return decayed / math.max(seen, 0.05)
 end
+
+-- state.LocalPace.at_pace: the starts over the last second near a known limit's request pace, not past it (with
+-- cut, not past the pace before a cut in the last second either).
+local function at_pace(cut)
+  if not (limit('rpm') or limit('tpm')) then return false end
+  local paced = rates()
+  if not paced then return false end
+  local top = $AT_PACE_MAX
+  if cut and now - n('cut_at', -1e18) < $WINDOW then top = $AT_PACE_MAX / $CUT end
+  local started = start_rate('sr', $WINDOW) / paced
+  return started >= $AT_PACE_MIN and started <= top
+end

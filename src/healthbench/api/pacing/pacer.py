@@ -10,16 +10,18 @@ room past a quarter of the bucket (so a run spends the bucket's burst allowance 
 absorb jitter) until the server refuses a request it said would fit; from then on, and always when the pace is
 shared, starts keep to the pace.
 
-Limits come from the user, else from the `x-ratelimit-*` headers, else from the numbers in a 429's message.
-A 429 that names a limit (its message's numbers, the headers, or a limiter's own hint on when its bucket has
-room: `retry-after-ms`, "try again in") holds every start until its retry time and cuts the pace. Retry hints
-run short on some limiters (computed before the refused request itself is counted): a request that waited a
-whole hold and is refused again pads every later hint, up to threefold, and by the refused request's own share
-of the pace. A 429 that names nothing (a bare `Retry-After` at most) is judged by the share of the last
-window's starts refused: a few percent is noise (the refused request alone waits its hint, and a pace in force
-is cut gently); more is a limit. Until the first answer arrives only one request is out, unless a limit is
-known already (or the slow start is skipped: `skip_slow_start`); until a limit is known, two more for each answer
-(a slow start). `insufficient_quota` is no limit to wait for: `QuotaExhausted`, at once.
+Limits come from the user, else from the `x-ratelimit-*` headers, else from the numbers in a 429's message. A 429
+that names a limit (its message's numbers, the headers, or a limiter's own hint on when its bucket has room:
+`retry-after-ms`, "try again in") holds every start until its retry time and cuts the pace. Retry hints run short on
+some limiters (computed before the refused request itself is counted): a request that waited a whole hold and is
+refused again pads every later hint, up to threefold, and by the refused request's own share of the pace. A hint in
+whole seconds may overstate the limiter's wait by up to a second, which the pace may leave out of the hold
+(`state`); a start refused again after a hold left that short has such hints taken whole until a start after a hold
+goes through. A 429 that names nothing (a bare `Retry-After` at most) is judged by the share of the last window's
+starts refused: a few percent is noise (the refused request alone waits its hint, and a pace in force is cut
+gently); more is a limit. Until the first answer arrives only one request is out, unless a limit is known already
+(or the slow start is skipped: `skip_slow_start`); until a limit is known, two more for each answer (a slow start).
+`insufficient_quota` is no limit to wait for: `QuotaExhausted`, at once.
 
 The model is pure: every method takes the time `now` of a monotonic clock. `gate.Gate` runs it.
 """
@@ -147,6 +149,10 @@ class Pacer:
         self._after_hold: int | None = None  # the ticket of that start: did it wait long enough?
         self.pad = 1.0
         self.short = False  # whether a retry hint has been seen to run short
+        # When the last hint in whole seconds would have ended its hold, had the pace not left it shorter, and
+        # whether such hints are taken whole for now: a start after a hold left shorter was refused again.
+        self._hint_until = -math.inf
+        self._whole = False
         self._bound: tuple[str, float] | None = None
         self._view = Admission(0.0, None)
         self._latency: float | None = None
@@ -276,7 +282,7 @@ class Pacer:
             latency = now - started
             self._latency = latency if self._latency is None else self._latency + _EWMA * (latency - self._latency)
         if ticket == self._after_hold:  # the first start after a hold went through: the hints are long enough
-            self.pad, self._after_hold = max(1.0, self.pad * _PAD_DECAY), None
+            self.pad, self._after_hold, self._whole = max(1.0, self.pad * _PAD_DECAY), None, False
         return self._observe(now, ticket, headers)
 
     def on_refused(
@@ -305,12 +311,20 @@ class Pacer:
             self._in_row += 1
             self._round_at = now
         self._trusted = False
-        if named and ticket == self._after_hold:  # it waited out a whole hold and was refused again
+        if named and ticket == self._after_hold and started < self._hint_until:
+            # It waited out a hold left shorter than a hint in whole seconds and was refused: not the hint ran
+            # short, the hold did. Such hints are taken whole until a start after a hold goes through.
+            self._after_hold, self._whole = None, True
+        elif named and ticket == self._after_hold:  # it waited out a whole hold and was refused again
             self.pad, self._after_hold, self.short = min(_PAD_MAX, self.pad * _PAD_UP), None, True
         rate = self._view.token_rate if refusal.dimension == "tokens" else self._view.request_rate
         spent = self.scaled(cost) if refusal.dimension == "tokens" else 1.0
         own = spent / rate if rate else 0.0  # the refused request's own share of the pace, in seconds
         retry = refusal.retry_after
+        # A hint in whole seconds (no retry-after-ms, none finer in the message) is rounded up: the limiter's wait
+        # may be up to a second shorter.
+        coarse = retry is not None and retry >= 1 and retry.is_integer() and headers.get("retry-after-ms") is None
+        coarse = coarse and not self._whole
         if retry is not None:
             # A hint that ran short was worked out before the refused request itself was counted: from then on
             # every hint is padded, by that request's share as well as by a factor.
@@ -318,8 +332,11 @@ class Pacer:
         else:
             # No word on when: long enough for the refused request's share to refill, longer each time in a row.
             retry = max(own, min(8.0, 0.25 * 2.0 ** (self._in_row - 1)))
-        self._held(now + retry)
-        return Effects(tuple(learned), max(retry, seen.hold or 0.0), Slowdown(share, hard=True)), 0.0
+        overstated = 1.0 if coarse else 0.0
+        self._hint_until = now + retry if coarse else -math.inf
+        self._held(now + retry - overstated)  # the shortest hold the pace may make of it: its first start is judged
+        hold = max(retry, seen.hold or 0.0)
+        return Effects(tuple(learned), hold, Slowdown(share, hard=True), overstated if hold == retry else 0.0), 0.0
 
     def _spent(self, cost: int, headers: Mapping[str, str]) -> bool:
         """Whether a 429's headers say a limit had too little left for the request (then it is that limit; a 429

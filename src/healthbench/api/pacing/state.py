@@ -18,13 +18,17 @@ Redis's clock, so several processes (replicas, parallel runs, other machines) pa
 A 429's cut of the pace regrows multiplicatively. A limit's 429 that comes while the starts keep to the pace (the
 start rate over the last second near the pace, not past it) is no rate too high: it is the jitter of arrivals
 crowding a window now and then, or a window's edge. A cut by a tenth regrew to the factor refused in about five
-seconds and met the same 429 again, a hold each time (a sliding one-second window with 429s 300 ms late: 84% of
-the limit); such a 429 sets the factor just under the one refused instead, a top it then creeps past slowly,
-lower again if it is refused at or past it. With no limit known, a cut sets a free rate from the pace in
-force (the start rate, the first time), never from what the server accepted while it was held; it regrows
-fast up to just under the rate that was refused, slowly past it for a while, then fast again, and is dropped
-once it has doubled that. A slowdown that is noise (a few limitless 429s) cuts gently and never starts a pace
-that was not there.
+seconds and met the same 429 again, a hold each time (a sliding one-second window with 429s 300 ms late: 84% of the
+limit); such a 429 sets the factor just under the one refused instead, a top it then creeps past slowly, lower again
+if it is refused at or past it. A retry hint in whole seconds ("1s", no retry-after-ms) may stand for a few
+milliseconds: such a 429 at the pace (or not past the pace before a cut in the last second) holds every start a
+second less than the hint, and the pace, cut, keeps the rest (held for the whole second each time, a sliding
+one-second window with 429s 300 ms late reached 82.7% of the limit). After a burst past the pace the whole hint is
+held: a sliding log keeps a burst's requests for a whole window. With no limit known, a cut sets a free rate from
+the pace in force (the start rate, the first time), never from what the server accepted while it was held; it
+regrows fast up to just under the rate that was refused, slowly past it for a while, then fast again, and is dropped
+once it has doubled that. A slowdown that is noise (a few limitless 429s) cuts gently and never starts a pace that
+was not there.
 """
 
 from __future__ import annotations
@@ -90,16 +94,21 @@ class Effects:
     learned: tuple[Learned, ...] = ()
     hold: float | None = None  # seconds from now during which no start goes
     slow: Slowdown | None = None
+    # Seconds by which the hold may overstate the limiter's own wait: a hint in whole seconds, rounded up, may stand
+    # for a few milliseconds. Left out of the hold when the starts keep to a known limit's pace (see `at_pace`).
+    coarse: float = 0.0
 
     def __bool__(self) -> bool:
         return bool(self.learned) or self.hold is not None or self.slow is not None
 
     def merge(self, other: Effects) -> Effects:
-        """Both at once: the longer hold, the harder slowdown, every limit learned (later ones last)."""
-        holds = [hold for hold in (self.hold, other.hold) if hold is not None]
+        """Both at once: the longer hold (with what it may overstate), the harder slowdown, every limit learned
+        (later ones last)."""
+        holds = [(effects.hold, -effects.coarse) for effects in (self, other) if effects.hold is not None]
         slows = [slow for slow in (self.slow, other.slow) if slow is not None]
         slow = max(slows, key=lambda s: (s.hard, s.share)) if slows else None
-        return Effects(self.learned + other.learned, max(holds) if holds else None, slow)
+        hold, coarse = max(holds) if holds else (None, -0.0)
+        return Effects(self.learned + other.learned, hold, slow, -coarse)
 
 
 @dataclass(frozen=True)
@@ -170,19 +179,26 @@ class LocalPace:
     clock: Callable[[], float] = time.monotonic
     shared: bool = False
     share: float = 1.0
+    # Each field's name in the Lua scripts' hash is in brackets: the scripts keep the same rules on the same state.
+    # The limits a minute: learned from the server [rpm, tpm, rpm_rank, tpm_rank], set by a user [rpm_user,
+    # rpm_user_until, tpm_user, tpm_user_until].
     learned: dict[Dimension, tuple[float, int]] = field(default_factory=dict)
     user: dict[Dimension, tuple[float, float]] = field(default_factory=dict)  # value, and until when it stands
+    # The pace: GCRA's theoretical arrival time of each dimension [tat_r, tat_t], and a 429's hold [hold].
     tat: dict[Dimension, float] = field(default_factory=lambda: dict.fromkeys(DIMENSIONS, -math.inf))
     hold_until: float = -math.inf
+    # The factor 429s cut the pace by [f, f_at, f_top], and the last cuts [cut_at, eased_at].
     factor_cut: float = 1.0
     factor_at: float = 0.0
     factor_top: float = 1.0  # the factor's regrowth slows past this: just under the factor last refused at the pace
     cut_at: float = -math.inf  # the last cut for a limit
     eased_at: float = -math.inf  # the last cut for noise, which does not stop a limit's cut in the same window
+    # With no limit known, the request rate the 429s allow [free, free_at, free_top, best].
     free: float | None = None
     free_at: float = 0.0
     free_top: float = 0.0
     best: float = 0.0
+    # Starts a second, over a window and over LASTING seconds [sr, lr, sr_at, first].
     start_rate: float = 0.0
     lasting_rate: float = 0.0
     start_rate_at: float = 0.0
@@ -281,13 +297,23 @@ class LocalPace:
             if learned.per_minute > 0 and (held is None or learned.rank >= held[1]):
                 self.learned[learned.dimension] = (learned.per_minute, learned.rank)
         if effects.hold is not None:
-            self.hold_until = max(self.hold_until, now + min(max(effects.hold, 0.0), MAX_HOLD))
+            hold = effects.hold - (effects.coarse if self.at_pace(now, cut=True) else 0.0)
+            self.hold_until = max(self.hold_until, now + min(max(hold, 0.0), MAX_HOLD))
             # The catch-up allowance is for late wake-ups, not for the time held: after a hold, one at a time.
             for dimension in DIMENSIONS:
                 self.tat[dimension] = max(self.tat[dimension], self.hold_until + BURST)
         slow = effects.slow
         if slow is not None and now - (self.cut_at if slow.hard else max(self.cut_at, self.eased_at)) >= WINDOW:
             self._slow(now, slow)
+
+    def at_pace(self, now: float, cut: bool = False) -> bool:
+        """Whether the starts keep to a known limit's request pace: over the last second, near it, not past it
+        (with `cut`, not past the pace before a cut in the last second either: a cut lowers it by a tenth at
+        most, and the starts of the second before it kept to the pace then)."""
+        known = self.limit("requests", now) is not None or self.limit("tokens", now) is not None
+        paced = self.rates(now)[0]
+        top = AT_PACE_MAX / CUT if cut and now - self.cut_at < WINDOW else AT_PACE_MAX
+        return known and paced is not None and AT_PACE_MIN <= self.start_rate_now(now) / paced <= top
 
     def _slow(self, now: float, slow: Slowdown) -> None:
         if slow.hard:
@@ -296,8 +322,7 @@ class LocalPace:
             self.eased_at = now
         if self.limit("requests", now) is not None or self.limit("tokens", now) is not None:
             factor = self.factor(now)
-            paced = self.rates(now)[0]
-            if slow.hard and paced and AT_PACE_MIN <= self.start_rate_now(now) / paced <= AT_PACE_MAX:
+            if slow.hard and self.at_pace(now):
                 # Refused at the pace: the limiter's jitter or a window's edge, not a rate too high. A cut by a
                 # tenth, regrown to the factor refused in five seconds, met it again and again (a hold each time);
                 # the factor stays just under it instead.

@@ -240,7 +240,8 @@ class RedisPace:
     async def apply(self, effects: Effects) -> None:
         """`PaceState.apply`, on Redis's clock."""
         slow = effects.slow
-        args: list[Any] = [_text(effects.hold), _text(slow.share if slow else None), "1" if slow and slow.hard else "0"]
+        hard = "1" if slow and slow.hard else "0"
+        args: list[Any] = [_text(effects.hold), _text(slow.share if slow else None), hard, _text(effects.coarse)]
         for learned in effects.learned:
             args += [_DIM[learned.dimension], learned.per_minute, learned.rank]
         await self.store.run("apply", self.keys, args)
