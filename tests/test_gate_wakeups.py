@@ -8,6 +8,7 @@ from typing import Any
 
 from healthbench.api.client import ApiClient
 from healthbench.api.pacing import Gate
+from healthbench.api.pacing.pacer import FIRST_WINDOW
 from healthbench.testing import FakeOpenAI
 from healthbench.testing.limits import RateLimits
 
@@ -56,8 +57,8 @@ def test_answers_that_change_nothing_in_the_pace_do_not_wake_a_start_it_holds() 
 
 def test_an_answer_wakes_a_start_the_slow_start_holds_at_once() -> None:
     async def main() -> None:
-        gate = Gate()  # nothing known of the key: one request out until the first answer
-        first = await gate.start(10)
+        gate = Gate()  # nothing known of the key: the first window out until the first answer
+        first, *_ = [await gate.start(10) for _ in range(FIRST_WINDOW)]
         second = asyncio.create_task(gate.start(10))
         await _napping(gate, second)
         await gate.answered(first, {})
@@ -86,19 +87,21 @@ def test_a_key_an_earlier_client_of_this_process_learned_starts_at_its_limits() 
     with FakeOpenAI(limits=RateLimits(rpm=60_000)) as server:  # x-ratelimit headers on every answer
         assert server.base_url
         earlier = ApiClient(server.base_url, "sk-known", concurrency=8)
-        asyncio.run(_complete(earlier, 3))
+        # More than the first window, so that starts after the first answers take up what they said.
+        asyncio.run(_complete(earlier, FIRST_WINDOW + 2))
         assert earlier.gate.limits == (60_000, None)
         del earlier  # its gate goes with it: what it learned stays with the process
 
         later = ApiClient(server.base_url, "sk-known", concurrency=8)
         stranger = ApiClient(server.base_url, "sk-unknown", concurrency=8)
 
-        async def held_after_one_start(client: ApiClient) -> bool:
-            # Before any answer: the slow start holds a second start back until the first is answered.
-            await client.gate.start(10)
+        async def held_after_the_first_window(client: ApiClient) -> bool:
+            # Before any answer: the slow start holds a start past its first window until an answer comes.
+            for _ in range(FIRST_WINDOW):
+                await client.gate.start(10)
             return client.gate.pacer.delay(client.gate._clock(), 10)[0] > 0
 
-        assert asyncio.run(held_after_one_start(later)) is False
-        assert asyncio.run(held_after_one_start(stranger)) is True
+        assert asyncio.run(held_after_the_first_window(later)) is False
+        assert asyncio.run(held_after_the_first_window(stranger)) is True
         assert later.gate.limits == (60_000, None)
         assert stranger.gate.limits == (None, None)

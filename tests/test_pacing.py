@@ -14,6 +14,7 @@ from aiohttp import web
 from healthbench.api.client import ApiClient, describe_pace
 from healthbench.api.failures import read_refusal
 from healthbench.api.pacing import BURST, Gate, LocalPace, Pacer
+from healthbench.api.pacing.pacer import FIRST_WINDOW
 from healthbench.api.pacing.state import HEADROOM, Admission, Effects, Slowdown
 from healthbench.api.ratesignals import request_cost
 from healthbench.errors import QuotaExhausted
@@ -207,12 +208,14 @@ def test_the_lowest_user_setting_stands_until_it_lapses() -> None:
     assert pace.limit("requests", 70.0) == 6000
 
 
-def test_until_the_first_answer_only_one_request_is_out() -> None:
+def test_until_the_first_answer_only_the_first_window_is_out() -> None:
     pacer = Pacer()
-    assert pacer.delay(0.0, COST)[0] <= 0
-    ticket = pacer.start(0.0, COST)
+    tickets = []
+    for _ in range(FIRST_WINDOW):
+        assert pacer.delay(0.0, COST)[0] <= 0
+        tickets.append(pacer.start(0.0, COST))
     assert pacer.delay(0.01, COST)[0] > 0
-    pacer.on_answer(0.3, ticket, {})
+    pacer.on_answer(0.3, tickets[0], {})
     assert pacer.delay(0.3, COST)[0] <= 0 and pacer.status(0.3).binding is None
 
 

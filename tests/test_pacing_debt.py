@@ -11,6 +11,7 @@ import pytest
 
 from healthbench.api.failures import read_refusal
 from healthbench.api.pacing import BURST, LocalPace, Pacer
+from healthbench.api.pacing.pacer import FIRST_WINDOW
 from healthbench.api.pacing.state import EDGE, HEADROOM, LASTING, Admission, Effects, Learned, Slowdown
 from tests.pacesim import COST
 
@@ -73,12 +74,12 @@ def test_once_a_hint_runs_short_it_is_padded_by_the_refused_requests_share_too()
 
 def test_until_a_limit_is_known_requests_in_flight_grow_by_two_with_each_answer() -> None:
     pacer = Pacer()
-    first = pacer.start(0.0, COST)
-    assert pacer.delay(0.01, COST)[0] > 0  # the probe, alone
-    pacer.on_answer(0.3, first, {})  # no word of a limit: three may be out
+    first = [pacer.start(0.0, COST) for _ in range(FIRST_WINDOW)]
+    assert pacer.delay(0.01, COST)[0] > 0  # the first window, and no more
+    pacer.on_answer(0.3, first[0], {})  # no word of a limit: the window and two more may be out
     tickets = [pacer.start(0.3, COST) for _ in range(3)]
     assert pacer.delay(0.3, COST)[0] > 0
-    pacer.on_answer(0.6, tickets[0], {})  # five
+    pacer.on_answer(0.6, tickets[0], {})  # four more than the window
     for _ in range(3):
         assert pacer.delay(0.6, COST)[0] <= 0
         pacer.start(0.6, COST)

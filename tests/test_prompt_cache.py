@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from healthbench.api.client import ApiClient
+from healthbench.api.pacing.pacer import FIRST_WINDOW
 from healthbench.api.wire import request_key, with_cache_key
 from healthbench.cli import main
 from healthbench.data.schema import Row
@@ -49,6 +50,28 @@ def keys_by_reply(bodies: list[dict[str, Any]]) -> dict[str, set[Any]]:
     return found
 
 
+# One grader request out at a time, so that every request carries its key: at the default concurrency the slow
+# start's first window is out before a new host has answered, and all of it but the first request goes without the
+# key (`test_a_new_host_s_first_window_goes_without_the_key_but_its_first_request`).
+ONE_AT_A_TIME = ("--concurrency", "1")
+
+
+def test_a_new_host_s_first_window_goes_without_the_key_but_its_first_request(tmp_path: Path, fake: FakeOpenAI) -> None:
+    rows = [make_row(f"t{i}", rubrics=[(1, f"Criterion {j}", ("axis:accuracy",)) for j in range(4)]) for i in range(6)]
+    replies = {r["prompt_id"]: f"Reply to {r['prompt_id']}." for r in rows}
+    assert fake.base_url
+    result = grade_replies(tmp_path, rows, replies, "out", fake.base_url)
+    assert result.exit_code == 0, result.output
+    assert len(fake.bodies) == 24 > FIRST_WINDOW
+    # Sent before the host's first answer said whether it takes the key (`api.hosts`): at most the window's others.
+    assert sum("prompt_cache_key" not in body for body in fake.bodies) < FIRST_WINDOW
+    by_reply = keys_by_reply(fake.bodies)
+    assert len(by_reply) == len(rows)
+    named = [keys - {None} for keys in by_reply.values()]
+    assert all(len(keys) <= 1 for keys in named)  # never two keys for one reply's items
+    assert len(set().union(*named)) == sum(len(keys) for keys in named)  # nor one key for two replies
+
+
 def test_the_key_is_the_last_field_and_every_other_byte_stays() -> None:
     for body in (
         {"model": "m", "messages": [{"role": "user", "content": 'a "quoted" \u00e9'}], "temperature": 0.5},
@@ -66,7 +89,7 @@ def test_default_grading_sends_one_key_per_reply_and_the_reference_prompts(tmp_p
     rows = made_up_rows()
     replies = {r["prompt_id"]: f"Reply to {r['prompt_id']}: stay hydrated." for r in rows}
     assert fake.base_url
-    result = grade_replies(tmp_path, rows, replies, "out", fake.base_url)
+    result = grade_replies(tmp_path, rows, replies, "out", fake.base_url, *ONE_AT_A_TIME)
     assert result.exit_code == 0, result.output
     assert sent_prompts(fake) == check_against_reference(tmp_path / "out", rows, replies)  # the prompts, unchanged
     by_reply = keys_by_reply(fake.bodies)
@@ -98,7 +121,8 @@ def test_no_prompt_cache_key_sends_none(tmp_path: Path, fake: FakeOpenAI) -> Non
 
 def test_the_responses_api_carries_the_key_too(tmp_path: Path, fake: FakeOpenAI) -> None:
     rows = [make_row("a"), make_row("b")]
-    flags = ("--grader-api", "responses", "--grader-model", "gpt-5.4-2026-03-05", "--grader-reasoning-effort", "low")
+    model = ("--grader-model", "gpt-5.4-2026-03-05", "--grader-reasoning-effort", "low")
+    flags = ("--grader-api", "responses", *model, *ONE_AT_A_TIME)
     assert fake.base_url
     result = grade_replies(tmp_path, rows, {"a": "Rest.", "b": "Sleep."}, "out", fake.base_url, *flags)
     assert result.exit_code == 0, result.output
@@ -148,7 +172,7 @@ def test_cached_tokens_are_counted_and_cost_less(tmp_path: Path, fake: FakeOpenA
     rows.append(make_row("multi", rubrics=[(i + 1, f"Criterion {i}", ("axis:accuracy",)) for i in range(5)]))
     replies = {r["prompt_id"]: LONG_REPLY for r in rows}
     assert fake.base_url
-    assert grade_replies(tmp_path, rows, replies, "on", fake.base_url).exit_code == 0
+    assert grade_replies(tmp_path, rows, replies, "on", fake.base_url, *ONE_AT_A_TIME).exit_code == 0
     fake.reset()
     assert grade_replies(tmp_path, rows, replies, "off", fake.base_url, "--no-prompt-cache-key").exit_code == 0
     on, off = (
@@ -194,7 +218,7 @@ def test_meta_eval_keys_a_completion_s_rows_alike(tmp_path: Path, fake: FakeOpen
     data = write_jsonl(tmp_path / "meta.jsonl", rows)
     assert fake.base_url
     args = ["meta-eval", "--data", str(data), "--out", str(tmp_path / "m"), "--grader-base-url", fake.base_url]
-    result = CliRunner().invoke(main, [*args, "--no-progress"], env={"HEALTHBENCH_GRADER_API_KEY": KEY})
+    result = CliRunner().invoke(main, [*args, *ONE_AT_A_TIME, "--no-progress"], env={"HEALTHBENCH_GRADER_API_KEY": KEY})
     assert result.exit_code == 0, result.output
     by_reply = keys_by_reply(fake.bodies)
     assert len(by_reply) == len({r["completion_id"] for r in rows})
