@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner, Result
 from openreward import AsyncOpenReward
 
+from healthbench.api.pacing.pacer import FIRST_WINDOW
 from healthbench.cli import main
 from healthbench.data.professional import PROFESSIONAL_FILENAME
 from healthbench.grading.prompt import TEMPLATE
@@ -97,8 +98,10 @@ def check_run(out: Path, rows: list[dict[str, Any]], replies: dict[str, str], fa
     """The official requests, the adjusted headline, unadjusted slices; returns run.json."""
     assert set(fake.paths) == {"/v1/responses"}
     assert len(fake.bodies) == 3 * len(rows)
+    # All but a new host's first window carry the cache key (`test_prompt_cache`), none anything else of ours.
+    assert sum("prompt_cache_key" not in body for body in fake.bodies) < FIRST_WINDOW
     for body in fake.bodies:
-        assert set(body) == {"model", "input", "reasoning", "prompt_cache_key"}
+        assert set(body) | {"prompt_cache_key"} == {"model", "input", "reasoning", "prompt_cache_key"}
         assert body["model"] == OFFICIAL and body["reasoning"] == {"effort": "low"}
         assert [turn["role"] for turn in body["input"]] == ["user"]
     metrics = json.loads((out / "metrics.json").read_text())
@@ -156,7 +159,9 @@ def test_grade_with_no_grader_flags_is_the_official_configuration(
         {"setting": "grader reasoning effort", "value": "none", "official": "low"},
     ]
     # gpt-4.1 takes no reasoning effort, so the official default effort is dropped rather than refused.
-    assert {"model", "input", "temperature", "max_output_tokens", "prompt_cache_key"} == set(fake.bodies[0])
+    assert {"model", "input", "temperature", "max_output_tokens", "prompt_cache_key"} == set(fake.bodies[0]) | {
+        "prompt_cache_key"
+    }
 
 
 def test_baseline_grades_the_physician_responses(
