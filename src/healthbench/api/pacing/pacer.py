@@ -21,8 +21,7 @@ goes through. A 429 that names nothing (a bare `Retry-After` at most) is judged 
 starts refused: a few percent is noise (the refused request alone waits its hint, and a pace in force is cut
 gently); more is a limit. Until the first answer arrives at most `FIRST_WINDOW` requests are out, unless a limit is
 known already (or the slow start is skipped: `skip_slow_start`); until a limit is known, two more for each answer (a
-slow start).
-`insufficient_quota` is no limit to wait for: `QuotaExhausted`, at once.
+slow start). `insufficient_quota` is no limit to wait for: `QuotaExhausted`, at once.
 
 The model is pure: every method takes the time `now` of a monotonic clock. `gate.Gate` runs it.
 """
