@@ -199,6 +199,25 @@ def test_the_user_limits_come_first_and_pace_from_the_first_request() -> None:
     assert starts[29] == pytest.approx(29 / (10 * HEADROOM) - 2 * BURST, abs=1e-9)
 
 
+@pytest.mark.parametrize("up", [0.0, 11 * 86_400.0])
+def test_a_machine_up_for_days_paces_as_one_just_booted(up: float) -> None:
+    # The pace's clock is monotonic, seconds since boot: past ten hours 1.02 ** (now - 0) passed the largest float,
+    # and every start raised OverflowError (CI's first run on a long-lived machine).
+    pace, pacer = LocalPace(), Pacer()
+    starts = []
+    now = up
+    for _ in range(30):
+        admission = pace.admit_at(now, COST, user=(600, None))
+        pacer.adopt(now, admission)
+        now += max(0.0, admission.wait)
+        if admission.wait > 0:
+            admission = pace.admit_at(now, COST, user=(600, None))
+        starts.append(now - up)
+        pace.apply_at(now, pacer.on_answer(now, pacer.start(now, COST), {}))
+    assert starts[29] == pytest.approx(29 / (10 * HEADROOM) - 2 * BURST, abs=1e-6)
+    assert pace.factor(up) == 1.0 and pace.rates(up)[0] == pytest.approx(10 * HEADROOM)
+
+
 def test_the_lowest_user_setting_stands_until_it_lapses() -> None:
     pace = LocalPace()
     pace.admit_at(0.0, 1, user=(600, None))

@@ -336,7 +336,7 @@ class Pacer:
             retry = retry * self.pad + max(_PAD_MARGIN, own if self.short else 0.0)
         else:
             # No word on when: long enough for the refused request's share to refill, longer each time in a row.
-            retry = max(own, min(8.0, 0.25 * 2.0 ** (self._in_row - 1)))
+            retry = max(own, 0.25 * 2.0 ** min(self._in_row - 1, 5))  # 8 s at most
         overstated = 1.0 if coarse else 0.0
         self._hint_until = now + retry if coarse else -math.inf
         self._held(now + retry - overstated)  # the shortest hold the pace may make of it: its first start is judged

@@ -361,11 +361,20 @@ def grown(
     if rate < top:
         to_top = math.log(top / rate) / math.log(fast)
         if elapsed <= to_top:
-            return rate * math.pow(fast, elapsed)
+            return rate * _power(fast, elapsed)
         rate, elapsed = top, elapsed - to_top
     if elapsed <= plateau:
-        return rate * math.pow(slow, elapsed)
-    return rate * math.pow(slow, plateau) * math.pow(fast, elapsed - plateau)
+        return rate * _power(slow, elapsed)
+    return rate * _power(slow, plateau) * _power(fast, elapsed - plateau)
+
+
+def _power(base: float, exponent: float) -> float:
+    # The clock is the machine's (monotonic: seconds since boot), and a state never cut measures from 0: on a machine
+    # up ten hours 1.02 ** elapsed passes the largest float. Growth that far is unbounded, which every caller caps.
+    try:
+        return math.pow(base, exponent)
+    except OverflowError:
+        return math.inf
 
 
 def _with(view: Admission, wait: float, reason: str | None, reserved: bool = False) -> Admission:
