@@ -293,7 +293,7 @@ def test_a_reasoning_models_added_parameters_are_renamed_or_dropped_once_each() 
 
 
 def test_a_host_that_refuses_a_parameter_the_reference_sends_stops_the_run_naming_it() -> None:
-    bodies = [grader_body(i, temperature=0.5, max_tokens=2048) for i in range(20)]
+    bodies = [grader_body(i, temperature=0.5, max_tokens=2048) for i in range(3 * FIRST_WINDOW)]
     with FakeOpenAI(judge_host=Host(refuses=("temperature",))) as fake:
         found = verdicts(ApiClient(fake.base_url or "", KEY, retry=FAST), bodies, True)
         assert all(isinstance(answer, EndpointUnusable) for answer in found), found

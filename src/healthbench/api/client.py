@@ -110,7 +110,7 @@ class ApiClient(Completer):
         against `tpm`. A budget made here has `concurrency` places, and grows with the limit up to
         `max_concurrency` when that is larger. With `pace_store`, the key's pace is shared with every process that
         uses the same store. Without `slow_start`, a key whose limits are not known yet is sent the whole budget at
-        once instead of ten requests, then more with each answer (a trainer's step is such a burst anyway: the slow
+        once instead of twenty requests, then more with each answer (a trainer's step is such a burst anyway: the slow
         start would only put it off by a few rounds); its 429s teach the pace as they do any other."""
         self.base_url = base_url.rstrip("/")
         self.wire = api
