@@ -6,8 +6,8 @@ when each request reaches its handler and when the handler returns. Printed for 
 share of the bound (calls x latency / concurrency), the start-up (process launch to the first request), the slow
 start (the first request to the first moment `--concurrency` calls are in the handler at once), the steady part's
 mean number of calls in the handler (what it falls short of the concurrency is each call's time outside the
-handler: its answer's way back, the client's work, the next request's way out), the handler's own median time,
-and the end (the last answer to the process's exit).
+handler: its answer's way back, the client's work, the next request's way out), the handler's median time (entries
+and exits paired in order), and the end (the last answer to the process's exit).
 
     .venv/bin/python benchmarks/bench_timeline.py [--runs 3] [--src <checkout>/src ...]
 
@@ -64,6 +64,17 @@ class Timeline:
     steady_in_flight: float
     handler_median: float
 
+    def summary(self, name: str, latency: float, concurrency: int) -> str:
+        """The run's figures on one line."""
+        bound = self.calls * latency / concurrency
+        full = "never full" if self.full_at is None else f"full at {self.full_at - self.first_request:.2f} s"
+        return (
+            f"{name}: {self.calls} calls, wall {self.wall:.2f} s, {bound / self.wall:.1%} of the bound "
+            f"({bound:.2f} s); first request at {self.first_request:.2f} s, {full} after it; "
+            f"steady {self.steady_in_flight:.1f} of {concurrency} in the handler, handler median "
+            f"{self.handler_median * 1000:.1f} ms; last answer to exit {self.wall - self.last_answer:.2f} s"
+        )
+
 
 def _timeline(fake: TimedFake, launched: float, ended: float, concurrency: int) -> Timeline:
     events = sorted([(at, 1) for at in fake.entered] + [(at, -1) for at in fake.left])
@@ -118,18 +129,6 @@ def run_once(args: argparse.Namespace, responses: Path, src: str | None) -> Time
     return _timeline(fake, launched, ended, args.concurrency)
 
 
-def line(name: str, timeline: Timeline, latency: float, concurrency: int) -> str:
-    """A run's figures on one line."""
-    bound = timeline.calls * latency / concurrency
-    full = "never full" if timeline.full_at is None else f"full at {timeline.full_at - timeline.first_request:.2f} s"
-    return (
-        f"{name}: {timeline.calls} calls, wall {timeline.wall:.2f} s, {bound / timeline.wall:.1%} of the bound "
-        f"({bound:.2f} s); first request at {timeline.first_request:.2f} s, {full} after it; "
-        f"steady {timeline.steady_in_flight:.1f} of {concurrency} in the handler, handler median "
-        f"{timeline.handler_median * 1000:.1f} ms; last answer to exit {timeline.wall - timeline.last_answer:.2f} s"
-    )
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "healthbench_sample.jsonl")
@@ -146,7 +145,7 @@ def main() -> None:
         for _ in range(args.runs):
             for src in args.src:
                 timeline = run_once(args, responses, src)
-                print(line(src or "this checkout", timeline, args.latency, args.concurrency), flush=True)
+                print(timeline.summary(src or "this checkout", args.latency, args.concurrency), flush=True)
 
 
 if __name__ == "__main__":
