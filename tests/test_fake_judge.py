@@ -7,7 +7,6 @@ States such as "N running, k waiting" are reached with the service paused and wa
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import os
 import re
@@ -99,40 +98,57 @@ async def until(check: Callable[[], Awaitable[bool]]) -> None:
             await asyncio.sleep(0.01)
 
 
-def gauges(fake: FakeOpenAI) -> Callable[[aiohttp.ClientSession, float, float], Awaitable[bool]]:
-    """Whether the server's /metrics reads so many running and waiting."""
+class Paused:
+    """A client of a fake whose service is paused (`FakeOpenAI.pause`): it sends requests and reads the gauges."""
 
-    async def read(session: aiohttp.ClientSession, running: float, waiting: float) -> bool:
-        samples = await metrics(session, fake)
-        return (value(samples, "vllm:num_requests_running"), value(samples, "vllm:num_requests_waiting")) == (
-            running,
-            waiting,
-        )
+    def __init__(self, fake: FakeOpenAI, session: aiohttp.ClientSession) -> None:
+        self.fake = fake
+        self.session = session
 
-    return read
+    def send(self, body: dict[str, Any]) -> asyncio.Future[tuple[int, Any]]:
+        """Send `body` and go on: its status and answer, once it is answered."""
+        assert self.fake.base_url
+        return asyncio.ensure_future(post(self.session, self.fake.base_url, body))
+
+    async def reach(self, running: int, waiting: int) -> None:
+        """Wait until the server's /metrics reads so many running and waiting."""
+
+        async def reads() -> bool:
+            samples = await metrics(self.session, self.fake)
+            return (value(samples, "vllm:num_requests_running"), value(samples, "vllm:num_requests_waiting")) == (
+                running,
+                waiting,
+            )
+
+        await until(reads)
+
+
+def paused(fake: FakeOpenAI, scenario: Callable[[Paused], Awaitable[None]]) -> None:
+    """Pause `fake`'s service and run `scenario` (which resumes it) with a client of its own."""
+    fake.pause()
+
+    async def run() -> None:
+        async with aiohttp.ClientSession() as session:
+            await scenario(Paused(fake, session))
+
+    asyncio.run(run())
 
 
 def test_capacity_serves_so_many_at_once_and_queues_the_rest() -> None:
     capacity, more = 3, 4
+    answers: list[tuple[int, Any]] = []
+
+    async def scenario(client: Paused) -> None:
+        bodies = [judge_body(f"user: question {i}", f"[5] item {i}") for i in range(capacity + more)]
+        sent = [client.send(body) for body in bodies]
+        await client.reach(capacity, more)
+        assert value(await metrics(client.session, client.fake), "vllm:kv_cache_usage_perc") == 1.0
+        client.fake.resume()
+        answers.extend(await asyncio.gather(*sent))
+        await client.reach(0, 0)
+
     with FakeOpenAI(max_running=capacity) as fake:
-        assert fake.base_url
-        url = fake.base_url
-        fake.pause()
-        reads = gauges(fake)
-
-        async def run() -> list[tuple[int, Any]]:
-            async with aiohttp.ClientSession() as session:
-                bodies = [judge_body(f"user: question {i}", f"[5] item {i}") for i in range(capacity + more)]
-                sent = asyncio.gather(*(post(session, url, body) for body in bodies))
-                await until(lambda: reads(session, capacity, more))
-                samples = await metrics(session, fake)
-                assert value(samples, "vllm:kv_cache_usage_perc") == 1.0
-                fake.resume()
-                answers = await sent
-                assert await reads(session, 0, 0)
-                return answers
-
-        answers = asyncio.run(run())
+        paused(fake, scenario)
         assert [status for status, _ in answers] == [200] * (capacity + more)
         assert all(a["choices"][0]["message"]["content"].startswith("```json") for _, a in answers)
         assert (fake.capacity.peak_running, fake.capacity.peak_waiting) == (capacity, more)
@@ -146,43 +162,30 @@ def test_the_queue_is_first_in_first_out() -> None:
     def note(body: dict[str, Any]) -> None:
         served.append(body["messages"][-1]["content"])
 
+    async def scenario(client: Paused) -> None:
+        sent = []
+        for i in range(3):
+            sent.append(client.send({"model": "m", "messages": [{"role": "user", "content": str(i)}]}))
+            # Each in the server before the next is sent: the first in service, the others waiting.
+            await client.reach(1, i)
+        client.fake.resume()
+        assert [status for status, _ in await asyncio.gather(*sent)] == [200] * 3
+
     with FakeOpenAI(max_running=1, respond=note) as fake:
-        assert fake.base_url
-        url = fake.base_url
-        fake.pause()
-        reads = gauges(fake)
-
-        async def run() -> None:
-            async with aiohttp.ClientSession() as session:
-                sent = []
-                for i in range(3):
-                    body = {"model": "m", "messages": [{"role": "user", "content": str(i)}]}
-                    sent.append(asyncio.ensure_future(post(session, url, body)))
-                    # Each in the server before the next is sent: the first in service, the others waiting.
-                    await until(functools.partial(reads, session, 1, i))
-                fake.resume()
-                assert [status for status, _ in await asyncio.gather(*sent)] == [200] * 3
-
-        asyncio.run(run())
+        paused(fake, scenario)
     assert served == ["0", "1", "2"]
 
 
 def test_without_a_capacity_nothing_waits() -> None:
+    async def scenario(client: Paused) -> None:
+        sent = [client.send(judge_body(f"user: q{i}", "[1] x")) for i in range(20)]
+        await client.reach(20, 0)
+        assert value(await metrics(client.session, client.fake), "vllm:kv_cache_usage_perc") == 0.0
+        client.fake.resume()
+        await asyncio.gather(*sent)
+
     with FakeOpenAI() as fake:
-        assert fake.base_url
-        url = fake.base_url
-        fake.pause()
-        reads = gauges(fake)
-
-        async def run() -> None:
-            async with aiohttp.ClientSession() as session:
-                sent = asyncio.gather(*(post(session, url, judge_body(f"user: q{i}", "[1] x")) for i in range(20)))
-                await until(lambda: reads(session, 20, 0))
-                assert value(await metrics(session, fake), "vllm:kv_cache_usage_perc") == 0.0
-                fake.resume()
-                await sent
-
-        asyncio.run(run())
+        paused(fake, scenario)
         assert (fake.capacity.peak_running, fake.capacity.peak_waiting) == (20, 0)
 
 

@@ -44,90 +44,82 @@ def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def _family(name: str, kind: str, help_text: str, samples: list[tuple[str, str, float]]) -> list[str]:
-    """One metric family's lines: its HELP and TYPE, then each sample as (suffix, labels, value)."""
-    lines = [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
-    lines += [f"{name}{suffix}{{{labels}}} {float(value)!r}" for suffix, labels, value in samples]
-    return lines
-
-
 def metrics_text(server: JudgeServer) -> str:
     """The server's metrics in Prometheus' text format (version 0.0.4), read at this moment."""
     model = f'model_name="{_label(server.served_model_name)}"'
     engine = f'{model},engine="{_ENGINE}"'
     capacity, cache = server.capacity, server.prefix_cache
     usage = 0.0 if capacity.max_running is None else capacity.running / capacity.max_running
-    lines = [
-        *_family(
+    # Each family: its name, type, help, and samples as (labels, value); a counter's samples are named NAME_total.
+    families: list[tuple[str, str, str, list[tuple[str, float]]]] = [
+        (
             "vllm:num_requests_running",
             "gauge",
             "Number of requests in model execution batches.",
-            [("", engine, capacity.running)],
+            [(engine, capacity.running)],
         ),
-        *_family(
+        (
             "vllm:num_requests_waiting",
             "gauge",
             "Number of requests waiting to be processed.",
-            [("", engine, capacity.waiting)],
+            [(engine, capacity.waiting)],
         ),
-        *_family(
-            "vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", [("", engine, usage)]
-        ),
-        *_family(
+        ("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", [(engine, usage)]),
+        (
             "vllm:prefix_cache_queries",
             "counter",
             "Prefix cache queries, in terms of number of queried tokens.",
-            [("_total", engine, cache.query_tokens)],
+            [(engine, cache.query_tokens)],
         ),
-        *_family(
+        (
             "vllm:prefix_cache_hits",
             "counter",
             "Prefix cache hits, in terms of number of cached tokens.",
-            [("_total", engine, cache.hit_tokens)],
+            [(engine, cache.hit_tokens)],
         ),
-        *_family(
+        (
             "healthbench_fake_requests",
             "counter",
             "Model requests received, refused ones included.",
-            [("_total", model, server.requests_total)],
+            [(model, server.requests_total)],
         ),
-        *_family(
+        (
             "healthbench_fake_responses",
             "counter",
-            "Model requests answered, by kind (ok, an injected fault, refused...).",
-            [("_total", f'{model},kind="{_label(kind)}"', n) for kind, n in sorted(server.responses_by_kind.items())],
+            "Model requests by the answer they were given (ok, an injected fault, refused...).",
+            [(f'{model},kind="{_label(kind)}"', n) for kind, n in sorted(server.responses_by_kind.items())],
         ),
-        *_family(
+        (
             "healthbench_fake_prefix_cache_queries",
             "counter",
             "Requests that came into service.",
-            [("_total", model, cache.queries)],
+            [(model, cache.queries)],
         ),
-        *_family(
+        (
             "healthbench_fake_prefix_cache_hits",
             "counter",
             "Requests whose shared prefix this server had served before.",
-            [("_total", model, cache.hits)],
+            [(model, cache.hits)],
         ),
-        *_family(
+        (
             "healthbench_fake_peak_in_flight",
             "gauge",
             "Most model requests in the server at once (running, waiting, or being read).",
-            [("", model, server.max_in_flight)],
+            [(model, server.max_in_flight)],
         ),
-        *_family(
+        (
             "healthbench_fake_peak_running",
             "gauge",
             "Most requests in service at once.",
-            [("", model, capacity.peak_running)],
+            [(model, capacity.peak_running)],
         ),
-        *_family(
-            "healthbench_fake_peak_waiting",
-            "gauge",
-            "Most requests waiting at once.",
-            [("", model, capacity.peak_waiting)],
-        ),
+        ("healthbench_fake_peak_waiting", "gauge", "Most requests waiting at once.", [(model, capacity.peak_waiting)]),
     ]
+    lines = []
+    for name, kind, help_text, samples in families:
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+        sample = name + ("_total" if kind == "counter" else "")
+        lines += [f"{sample}{{{labels}}} {float(value)!r}" for labels, value in samples]
     return "\n".join(lines) + "\n"
 
 
