@@ -230,8 +230,8 @@ def compare(run_a: Path, run_b: Path, seed: int, n_bootstrap: int, as_json: bool
     "--grader-slow-start",
     is_flag=True,
     envvar="HEALTHBENCH_GRADER_SLOW_START",
-    help="Send a key whose limits are not known yet one grader call, then more with each answer, as the grading "
-    "commands do, instead of the grader budget's worth at once (a trainer's step is such a burst anyway) "
+    help="Send a key whose limits are not known yet twenty grader calls, then two more with each answer, as the "
+    "grading commands do, instead of the grader budget's worth at once (a trainer's step is such a burst anyway) "
     "[env: HEALTHBENCH_GRADER_SLOW_START=1].",
 )
 @access_options
