@@ -8,16 +8,18 @@ rest, stratified the same way; `train` the rest.
 
 The choice is the same on any machine and in any process: rows are ordered within their theme by the sha256 of
 the seed and their prompt_id (never Python's `hash()`, which is salted per process, nor a set's order), and each
-theme gives its share by largest remainder, so the splits' sizes are exact. Pure: rows in, rows out.
+theme gives its share by largest remainder, so the splits' sizes are exact. Pure: rows in, rows out, as `Row`s or
+as rows read from JSON (the caller's own objects come back).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from fractions import Fraction
-from typing import Literal, get_args
+from typing import Any, Literal, TypeVar, get_args
 
+from healthbench.data.loading import given_row
 from healthbench.data.schema import Row
 from healthbench.errors import DataError, SettingsError
 
@@ -30,6 +32,10 @@ HELDOUT_SHARE = Fraction(1, 5)
 VALIDATION_SHARE = Fraction(1, 20)
 # The stratum of a row without a `theme:` tag (HealthBench Professional's rows, say).
 NO_THEME = ""
+
+# A row as a caller gives it: a `Row`, or a row read from JSON (a mapping in either schema).
+RowLike = Row | Mapping[str, Any]
+GivenT = TypeVar("GivenT", bound=RowLike)
 
 
 def theme_of(row: Row) -> str:
@@ -84,24 +90,34 @@ def _unique_ids(rows: Iterable[Row]) -> list[str]:
     return ids
 
 
-def assign_splits(rows: Sequence[Row], *, heldout: Sequence[Row] | None = None, seed: int = 0) -> dict[str, SplitName]:
+def _given(values: Sequence[RowLike], name: str) -> list[Row]:
+    return [given_row(value, f"{name}[{index}]") for index, value in enumerate(values)]
+
+
+def assign_splits(
+    rows: Sequence[RowLike], *, heldout: Sequence[RowLike] | None = None, seed: int = 0
+) -> dict[str, SplitName]:
     """Each row's split, by prompt_id, in the rows' order: disjoint and covering the rows.
 
-    `heldout`: the rows that form `heldout` (the official hard file's, or any of these rows), matched by prompt_id;
-    one that is not among `rows` is a `DataError` naming it. None: a seeded, theme-stratified 20% of the rows.
-    `validation` is 5% of the rest, stratified and seeded alike; `train` the remainder.
+    `rows` are `Row`s (`load_rows`) or rows read from JSON (`json.loads` of a file's lines, in either schema: a
+    Professional row's id is its prompt_id), validated as `load_rows` validates a line; a bad one is a `DataError`
+    naming its index and field. `heldout`: the rows that form `heldout` (the official hard file's, or any of these
+    rows), given alike and matched by prompt_id; one that is not among `rows` is a `DataError` naming it. None: a
+    seeded, theme-stratified 20% of the rows. `validation` is 5% of the rest, stratified and seeded alike; `train`
+    the remainder.
     """
-    ids = _unique_ids(rows)
+    given = _given(rows, "rows")
+    ids = _unique_ids(given)
     if heldout is None:
-        held = _stratified(rows, HELDOUT_SHARE, seed)
+        held = _stratified(given, HELDOUT_SHARE, seed)
     else:
         present = set(ids)
         held = set()
-        for row in heldout:
+        for row in _given(heldout, "heldout"):
             if row.prompt_id not in present:
                 raise DataError(f"heldout prompt_id {row.prompt_id!r} is not in the data being split")
             held.add(row.prompt_id)
-    rest = [row for row in rows if row.prompt_id not in held]
+    rest = [row for row in given if row.prompt_id not in held]
     validation = _stratified(rest, VALIDATION_SHARE, seed)
     return {
         prompt_id: "heldout" if prompt_id in held else "validation" if prompt_id in validation else "train"
@@ -118,9 +134,11 @@ def check_split(split: str) -> SplitName:
 
 
 def split_rows(
-    rows: Sequence[Row], split: SplitName, *, heldout: Sequence[Row] | None = None, seed: int = 0
-) -> list[Row]:
-    """The rows of one split, in the rows' order (see `assign_splits` for how they are chosen)."""
+    rows: Sequence[GivenT], split: SplitName, *, heldout: Sequence[RowLike] | None = None, seed: int = 0
+) -> list[GivenT]:
+    """The rows of one split, in the rows' order, as they were given (`Row`s, or rows read from JSON: see
+    `assign_splits` for what it takes and how the rows are chosen)."""
     name = check_split(split)
-    assigned = assign_splits(rows, heldout=heldout, seed=seed)
-    return [row for row in rows if assigned[row.prompt_id] == name]
+    given = _given(rows, "rows")
+    assigned = assign_splits(given, heldout=heldout, seed=seed)
+    return [value for value, row in zip(rows, given, strict=True) if assigned[row.prompt_id] == name]
