@@ -140,7 +140,9 @@ def test_bad_input_is_one_line(tmp_path: Path, data: Path, monkeypatch: pytest.M
     assert "not the hard subset" in said("--format", "trl", "--subset", "hard", "--split", "train")
     assert "--heldout goes with --data" in said("--format", "trl", "--split", "train", "--heldout", str(data))
     few = write_jsonl(tmp_path / "few.jsonl", [make_row("a"), make_row("b")])
-    assert "the heldout split of" in said("--format", "trl", "--data", str(few), "--split", "heldout")
+    assert f"{few}: its heldout split is empty: 20% of 2 rows rounds to none" in said(
+        "--format", "trl", "--data", str(few), "--split", "heldout"
+    )
     # Without pyarrow, verl's parquet names the extra that installs it.
     monkeypatch.setitem(sys.modules, "pyarrow", None)
     line = said("--format", "verl", "--data", str(data), "--split", "train")

@@ -11,7 +11,7 @@ from healthbench.cli.failures import user_errors
 from healthbench.cli.render import download_bar
 from healthbench.cli.tasks import HELDOUT_HELP, data_flag_offered
 from healthbench.data.source import TaskSource
-from healthbench.data.splits import SPLITS, SplitName
+from healthbench.data.splits import SPLITS, SplitName, nonempty_split
 from healthbench.data.subsets import TASK_SUBSETS
 from healthbench.grading.bootstrap import Seed
 from healthbench.integrations.export import FORMATS, export_split
@@ -66,11 +66,7 @@ def export(
     with data_flag_offered():
         rows = tasks.all_rows(download_bar)
         parts = tasks.splits(rows, download_bar)
-    name = str(data.resolve()) if data is not None else tasks.subset or "full"
-    chosen = list(dict.fromkeys(splits))
-    for split in chosen:
-        if not parts[split]:
-            raise click.ClickException(f"the {split} split of {name} is empty (too few rows: {len(rows)})")
+    chosen = {split: nonempty_split(parts, split, tasks.name) for split in dict.fromkeys(splits)}
     for split in chosen:
         path = export_split(parts[split], split, form, out, tasks)
         click.echo(f"{split}: {len(parts[split])} tasks -> {path}")

@@ -15,6 +15,7 @@ as rows read from JSON (the caller's own objects come back).
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any, Literal, TypeVar, get_args
@@ -36,6 +37,7 @@ NO_THEME = ""
 # A row as a caller gives it: a `Row`, or a row read from JSON (a mapping in either schema).
 RowLike = Row | Mapping[str, Any]
 GivenT = TypeVar("GivenT", bound=RowLike)
+PartT = TypeVar("PartT")
 
 
 def theme_of(row: Row) -> str:
@@ -142,3 +144,41 @@ def split_rows(
     given = _given(rows, "rows")
     assigned = assign_splits(given, heldout=heldout, seed=seed)
     return [value for value, row in zip(rows, given, strict=True) if assigned[row.prompt_id] == name]
+
+
+def _fewest(share: Fraction) -> int:
+    """The fewest rows whose `share`, rounded half up, is one row or more."""
+    return math.ceil(Fraction(1, 2) / share)
+
+
+def why_empty(split: SplitName, sizes: Mapping[SplitName, int]) -> str:
+    """Why `split` is empty, for data whose three splits have `sizes`: the share that rounds to none, or a heldout
+    that holds every row."""
+    total = sum(sizes.values())
+    held = sizes.get("heldout", 0)
+    if split == "heldout":
+        # A heldout file of no rows is refused as it is read: an empty heldout is the seeded share's.
+        return (
+            f"{float(HELDOUT_SHARE):.0%} of {total} rows rounds to none: a seeded "
+            f"heldout needs {_fewest(HELDOUT_SHARE)} rows or more (or a `heldout` file naming the rows)"
+        )
+    if held == total:
+        # Validation takes a twentieth of what heldout leaves, rounded half up, so train is empty only here.
+        return (
+            f"the heldout rows are all {total} rows of the data, leaving none to train on or validate with (a "
+            "`heldout` file names the part of the data kept out of training, not all of it)"
+        )
+    return (
+        f"{float(VALIDATION_SHARE):.0%} of the {total - held} rows outside heldout rounds to none: validation needs "
+        f"{_fewest(VALIDATION_SHARE)} or more of them"
+    )
+
+
+def nonempty_split(parts: Mapping[SplitName, Sequence[PartT]], split: SplitName, name: str) -> list[PartT]:
+    """The rows of `split` among `parts` (the data named `name`, by split), or a `DataError` naming the data and why
+    that split is empty."""
+    chosen = list(parts[split])
+    if not chosen:
+        sizes = {part: len(rows) for part, rows in parts.items()}
+        raise DataError(f"{name}: its {split} split is empty: {why_empty(split, sizes)}")
+    return chosen
