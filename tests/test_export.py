@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
+import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -22,7 +25,10 @@ from healthbench.data.subsets import SUBSETS
 from healthbench.errors import ExportMismatch, OutputError
 from healthbench.integrations.export import export_splits
 from healthbench.runs.exports import MANIFEST, ExportOrigin, read_manifest
+from healthbench.testing import FakeOpenAI
 from tests.conftest import make_row, write_jsonl
+from tests.reference import KEY
+from tests.serving import graded_by_cli
 
 THEMES = ("hedging", "communication", "global_health")
 
@@ -322,3 +328,39 @@ def test_a_verl_folder_exported_before_manifests_is_read_for_its_tasks(tmp_path:
     (out / MANIFEST).unlink()
     mixed = export("--format", "verl", "--data", str(data), "--split", "validation", "--seed", "2", "--out", str(out))
     assert mixed.exit_code == 1 and "(train.parquet holds " in mixed.output, mixed.output
+
+
+# A machine with the train extra and nothing more: pandas cannot be imported, whatever this venv holds.
+NO_PANDAS = """import sys
+
+
+class NoPandas:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] == "pandas":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+
+sys.meta_path.insert(0, NoPandas())
+"""
+
+
+def test_the_documented_verl_check_runs_with_the_train_extra_alone(tmp_path: Path, data: Path) -> None:
+    # docs/training.md's check of the reward file, before any GPU is spent, as written: it read the parquet with
+    # pandas, which the train extra does not bring (ModuleNotFoundError where only the extra is installed).
+    pq = pytest.importorskip("pyarrow.parquet")
+    doc = (Path(__file__).parents[1] / "docs" / "training.md").read_text(encoding="utf-8")
+    [check] = re.findall(r"python - <<'PY'\n(.*?\n)PY\n", doc, flags=re.DOTALL)
+    assert "healthbench export --format verl --split train --split validation --out data/verl" in doc
+    out = tmp_path / "data" / "verl"
+    assert export("--format", "verl", "--data", str(data), "--split", "train", "--out", str(out)).exit_code == 0
+    with FakeOpenAI() as fake:
+        assert fake.base_url
+        env = {**os.environ, "HEALTHBENCH_GRADER_API_KEY": KEY, "HEALTHBENCH_GRADER_BASE_URL": fake.base_url}
+        code = NO_PANDAS + check
+        done = subprocess.run(
+            [sys.executable, "-"], input=code, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, done.stderr
+        prompt_id = pq.read_table(out / "train.parquet").to_pylist()[0]["reward_model"]["ground_truth"]
+        graded = graded_by_cli(tmp_path, data, {prompt_id: "Rest and fluids."}, fake.base_url)
+    assert float(done.stdout) == pytest.approx(graded[prompt_id]["score"], abs=1e-9)
