@@ -244,6 +244,9 @@ def test_the_manifest_names_the_data_the_heldout_the_seed_and_each_file(tmp_path
     assert (
         said.exit_code == 1 and f"{out / MANIFEST}: field version: .healthbench-export.json of version 2" in said.output
     )
+    (out / MANIFEST).write_text("{", "utf-8")
+    said = export("--format", "trl", "--split", "validation", *common)
+    assert said.exit_code == 1 and f"Error: {out / MANIFEST}: not valid JSON (" in said.output
     assert not (out / "validation.jsonl").exists()
 
 

@@ -9,16 +9,14 @@ files, where a visible JSON file beside `heldout.jsonl` would be read as rows of
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import ClassVar, Literal, get_args
 
 from pydantic import Field, ValidationError
 
 from healthbench.data.splits import SplitName
-from healthbench.errors import DataError
 from healthbench.files import write_json
-from healthbench.runs.folder import invalid
+from healthbench.runs.folder import invalid, json_object
 from healthbench.runs.records import Record, Versioned
 
 MANIFEST = ".healthbench-export.json"
@@ -93,12 +91,9 @@ def read_manifest(folder: Path) -> ExportManifest | None:
     """The manifest of the export folder `folder`, or None when it has none (a new folder, or one exported before
     manifests existed); a broken one is a `DataError` naming the file and the field."""
     path = folder / MANIFEST
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    value = json_object(path)
+    if value is None:
         return None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path}: not valid JSON ({exc})") from None
     try:
         return ExportManifest.model_validate(value)
     except ValidationError as exc:
