@@ -187,6 +187,21 @@ def test_an_export_of_another_seed_into_the_folder_is_refused_naming_it(tmp_path
     assert added.exit_code == 0, added.output
     assert not set(ids_in(out / "train.jsonl")) & set(ids_in(out / "heldout.jsonl"))
     assert f"manifest (data, heldout, seed, files) -> {out / MANIFEST}" in added.output
+    # The same command again is the same export.
+    again = export("--format", "trl", "--data", str(data), "--split", "heldout", "--out", str(out))
+    assert again.exit_code == 0 and again.output == added.output
+
+
+def test_data_changed_since_the_export_is_named(tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "rows.jsonl", rows_of(40))
+    out = tmp_path / "out"
+    assert export("--format", "trl", "--data", str(data), "--split", "train", "--out", str(out)).exit_code == 0
+    there = hashlib.sha256(data.read_bytes()).hexdigest()[:12]
+    write_jsonl(data, rows_of(40)[:35])
+    here = hashlib.sha256(data.read_bytes()).hexdigest()[:12]
+    said = export("--format", "trl", "--data", str(data), "--split", "heldout", "--out", str(out))
+    assert said.exit_code == 1
+    assert f"(--data {data.resolve()} changed since (sha256 {there} there, {here} here))" in said.output
 
 
 def test_other_data_or_heldout_rows_are_named(tmp_path: Path, data: Path) -> None:

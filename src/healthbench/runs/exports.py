@@ -41,17 +41,19 @@ class ExportOrigin(Record):
         its sha256 and is no difference. Settings are named as the library takes them, in backticks."""
         said: list[str] = []
         if other.data_sha256 != self.data_sha256:
-            said.append(
-                f"`data` {_file(self.data, self.data_sha256)} there, {_file(other.data, other.data_sha256)} here"
-            )
+            said.append(_changed("data", (self.data, self.data_sha256), (other.data, other.data_sha256)))
         if other.heldout_sha256 != self.heldout_sha256:
-            said.append(
-                f"`heldout` {_file(self.heldout, self.heldout_sha256)} there, "
-                f"{_file(other.heldout, other.heldout_sha256)} here"
-            )
+            said.append(_changed("heldout", (self.heldout, self.heldout_sha256), (other.heldout, other.heldout_sha256)))
         if other.seed != self.seed:
             said.append(f"`split_seed` {self.seed} there, {other.seed} here")
         return said
+
+
+def _changed(setting: str, there: tuple[str | None, str | None], here: tuple[str | None, str | None]) -> str:
+    """A file setting whose sha256 differs: the same file changed since, or another file."""
+    if there[0] == here[0] and there[1] is not None and here[1] is not None:
+        return f"`{setting}` {here[0]} changed since (sha256 {there[1][:12]} there, {here[1][:12]} here)"
+    return f"`{setting}` {_file(*there)} there, {_file(*here)} here"
 
 
 def _file(name: str | None, sha256: str | None) -> str:
