@@ -346,6 +346,11 @@ def test_a_verl_folder_exported_before_manifests_is_read_for_its_tasks(tmp_path:
     (out / MANIFEST).unlink()
     mixed = export("--format", "verl", "--data", str(data), "--split", "validation", "--seed", "2", "--out", str(out))
     assert mixed.exit_code == 1 and "(train.parquet holds " in mixed.output, mixed.output
+    (out / "train.parquet").write_bytes(b"not parquet")
+    broken = export("--format", "verl", "--data", str(data), "--split", "validation", "--out", str(out))
+    assert broken.exit_code == 1 and "Traceback" not in broken.output
+    assert broken.output.startswith(f"Error: {out / 'train.parquet'}: Could not open Parquet input source")
+    assert "(not a file `export` writes: move it out of the folder, or export into a new --out folder)" in broken.output
 
 
 # A machine with the train extra and nothing more: pandas cannot be imported, whatever this venv holds.
