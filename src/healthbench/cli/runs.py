@@ -206,7 +206,12 @@ def compare(run_a: Path, run_b: Path, seed: int, n_bootstrap: int, as_json: bool
     help="The seed of the training splits' seeded choices (docs/training.md).",
 )
 @click.option(
-    "--port", type=click.IntRange(0, 65535), default=8080, show_default=True, envvar="PORT", help="[env: PORT]"
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8080,
+    show_default=True,
+    envvar="PORT",
+    help="The port to listen on [env: PORT].",
 )
 @click.option(
     "--default-environment",
