@@ -1,10 +1,12 @@
 """`GraderPool`: one live grader per distinct settings and key, shared by its callers and kept warm between them.
 
 A grader owns a client: its HTTP connections and its key's pace (what it has learned of the key's limits, from
-headers and 429s). A grader built afresh for each caller starts cold: a new pace sends one request alone until the
-first answer arrives, so a lone reply's rubric items cost two grader rounds instead of one. So a grader outlives
-its callers: it stays open for `idle` seconds after the last of them leaves (5 minutes by default), and the next
-caller of the same settings and key in that time takes it over as it is, connections, pace and all.
+headers and 429s). A grader built afresh for each caller starts cold: new connections, a host not yet known to
+take `prompt_cache_key` (until it has answered, one request carries it and the others go without), and a pace that
+knows nothing of the key's limits (with the slow start, twenty requests until the first answer, so a reply of more
+rubric items waits a second round). So a grader outlives its callers: it stays open for `idle` seconds after the
+last of them leaves (5 minutes by default), and the next caller of the same settings and key in that time takes it
+over as it is, connections, pace and all.
 
 Graders belong to the event loop that opened them, since an HTTP session is bound to its loop: each loop has
 graders of its own, never shared with another. Each loop's graders are kept by one task in that loop, which closes
