@@ -98,6 +98,9 @@ class FakeOpenAI:
     With ``canned``, every request on every path gets that one answer instead, counted in ``requests_total`` and
     ``responses_by_kind["canned"]``. ``gathering`` can hold requests until so many are in flight at once
     (``healthbench.testing.gather``).
+
+    ``GET /v1/models`` lists ``models``, as a vLLM or SGLang server lists the model it serves (any model name is
+    answered all the same), counted in ``models_listed``.
     """
 
     def __init__(
@@ -131,6 +134,7 @@ class FakeOpenAI:
         canned: Canned | None = None,
         clock: Callable[[], float] = time.monotonic,
         judge_host: Host | None = None,
+        models: Sequence[str] = ("fake-model",),
     ) -> None:
         unknown = sorted(set(faults) - set(FAULT_KINDS))
         if unknown:
@@ -184,6 +188,7 @@ class FakeOpenAI:
         self.prompt_cache = PromptCache() if prompt_cache else None
         self.canned = canned
         self.judge_host = judge_host
+        self.models = tuple(models)
         self.gathering = Gathering()
         # Files and batches live as long as the server, across reset(), like the real service's.
         self.batch_api: FakeBatchAPI = FakeBatchAPI(self)
@@ -213,6 +218,7 @@ class FakeOpenAI:
         self.batch_lines_submitted = 0
         self.batch_bodies: list[str] = []
         self.files_uploaded = 0
+        self.models_listed = 0
         self.batch_api.reset()
         # How often each per-reply body was answered (for ``list_fault``), and the prompts cached so far.
         self._lists_answered: Counter[str] = Counter()
@@ -355,12 +361,20 @@ class FakeOpenAI:
         """The prompt tokens of this request read from the fake's prompt cache (none without one)."""
         return 0 if self.prompt_cache is None else self.prompt_cache.cached_tokens(body, prompt.input_text)
 
+    async def _models(self, request: web.Request) -> web.Response:
+        """The models this server lists, as OpenAI's and vLLM's ``GET /v1/models`` answer."""
+        self.models_listed += 1
+        data = [{"id": name, "object": "model", "created": 0, "owned_by": "fake"} for name in self.models]
+        return web.json_response({"object": "list", "data": data})
+
     async def _start_site(self) -> str:
         app = web.Application(client_max_size=_CLIENT_MAX_SIZE, middlewares=[self._canned.middleware])
         for path in ENDPOINTS:
             app.router.add_post(path, self._handle)
             app.router.add_post(path.removeprefix("/v1"), self._handle)
         self.batch_api.add_routes(app)
+        for root in ("/v1", ""):
+            app.router.add_get(f"{root}/models", self._models)
         # Access logging costs more than the handler itself at thousands of requests per second.
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=_SHUTDOWN_TIMEOUT)
         await runner.setup()
