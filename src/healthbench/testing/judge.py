@@ -32,6 +32,8 @@ class JudgeServer(Protocol):
     """What the routes read of their server (``FakeOpenAI``)."""
 
     served_model_name: str
+    models: tuple[str, ...]
+    models_listed: int
     capacity: Capacity
     prefix_cache: PrefixCache
     requests_total: int
@@ -130,16 +132,19 @@ def add_judge_routes(app: web.Application, server: JudgeServer) -> None:
         return web.Response(status=200)
 
     async def models(_: web.Request) -> web.Response:
-        name = server.served_model_name
-        card = {
-            "id": name,
-            "object": "model",
-            "created": int(time.time()),
-            "owned_by": "vllm",
-            "root": name,
-            "parent": None,
-        }
-        return web.json_response({"object": "list", "data": [card]})
+        server.models_listed += 1
+        cards = [
+            {
+                "id": name,
+                "object": "model",
+                "created": int(time.time()),
+                "owned_by": "vllm",
+                "root": name,
+                "parent": None,
+            }
+            for name in server.models
+        ]
+        return web.json_response({"object": "list", "data": cards})
 
     async def metrics(_: web.Request) -> web.Response:
         # Prometheus' text format's own content type, as prometheus_client serves it.
@@ -148,5 +153,6 @@ def add_judge_routes(app: web.Application, server: JudgeServer) -> None:
         )
 
     app.router.add_get("/health", health)
-    app.router.add_get("/v1/models", models)
+    for root in ("/v1", ""):
+        app.router.add_get(f"{root}/models", models)
     app.router.add_get("/metrics", metrics)

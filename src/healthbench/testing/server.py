@@ -108,8 +108,9 @@ class FakeOpenAI:
     (``peak_running``, ``peak_waiting``), and ``pause()`` holds the requests in service unanswered until
     ``resume()``. ``prefix_cache`` counts, per server, the requests that came into service (``queries``,
     ``query_tokens``) and those whose shared prefix (a grader prompt's text before its rubric item) this server had
-    served before (``hits``, ``hit_tokens``). ``GET /health``, ``GET /v1/models`` (``served_model_name``) and
-    ``GET /metrics`` (vLLM's gauge and counter names, and the fake's own under ``healthbench_fake_``) answer as
+    served before (``hits``, ``hit_tokens``). ``GET /health``, ``GET /v1/models`` (``models``: by default
+    ``served_model_name`` alone, as a vLLM or SGLang server lists the model it serves; counted in ``models_listed``)
+    and ``GET /metrics`` (vLLM's gauge and counter names, and the fake's own under ``healthbench_fake_``) answer as
     vLLM's do. Requests refused before any work (a 400, a 429) take no slot and query no prefix.
     """
 
@@ -146,6 +147,7 @@ class FakeOpenAI:
         judge_host: Host | None = None,
         max_running: int | None = None,
         served_model_name: str = "fake-judge",
+        models: Sequence[str] | None = None,
     ) -> None:
         unknown = sorted(set(faults) - set(FAULT_KINDS))
         if unknown:
@@ -201,6 +203,7 @@ class FakeOpenAI:
         self.prompt_cache = PromptCache() if prompt_cache else None
         self.canned = canned
         self.judge_host = judge_host
+        self.models = (served_model_name,) if models is None else tuple(models)
         self.gathering = Gathering()
         self.capacity = Capacity(max_running)
         self.served_model_name = served_model_name
@@ -233,6 +236,7 @@ class FakeOpenAI:
         self.batch_lines_submitted = 0
         self.batch_bodies: list[str] = []
         self.files_uploaded = 0
+        self.models_listed = 0
         self.batch_api.reset()
         # How often each per-reply body was answered (for ``list_fault``), and the prompts cached so far.
         self._lists_answered: Counter[str] = Counter()
