@@ -289,7 +289,7 @@ def test_a_reasoning_models_added_parameters_are_renamed_or_dropped_once_each() 
         assert all(not isinstance(answer, BaseException) for answer in found), found
         assert fake.responses_by_kind["refused_parameter"] == 2 and fake.requests_total == len(bodies) + 2
         assert all(body.get("max_tokens") == 4000 and "reasoning_effort" not in body for body in fake.bodies[2:])
-        assert client.hosts.changes == {"max_completion_tokens": "max_tokens", "reasoning_effort": None}
+        assert client.server.hosts.changes == {"max_completion_tokens": "max_tokens", "reasoning_effort": None}
 
 
 def test_a_host_that_refuses_a_parameter_the_reference_sends_stops_the_run_naming_it() -> None:

@@ -137,12 +137,14 @@ class Failure:
 
 class AttemptFailed(Exception):
     """An attempt that failed as `failure` says (the client's own: never raised out of it); `sent`, the bytes of a
-    request the server answered with a refusal (for what it says of the parameters this project adds)."""
+    request the server answered with a refusal (for what it says of the parameters this project adds); `failover`,
+    a failure of one server of a pool that another may take at once (`routing`)."""
 
-    def __init__(self, failure: Failure, sent: bytes = b"") -> None:
+    def __init__(self, failure: Failure, sent: bytes = b"", *, failover: bool = False) -> None:
         super().__init__(failure.cause)
         self.failure = failure
         self.sent = sent
+        self.failover = failover
 
 
 def is_retryable(status: int) -> bool:
@@ -169,11 +171,26 @@ class Retries:
         return delay * (1 - self.jitter * self.rng.random())
 
 
-def log_retry(target: str, failure: Failure, wait: float, attempt: int, of: int, redact: Callable[[str], str]) -> None:
-    """The one line a retry logs (at INFO): what is asked again, when, which attempt, after what, and the provider's
-    request id; never the key (`redact` takes it out of what the server echoed)."""
+def log_retry(
+    target: str,
+    failure: Failure,
+    wait: float,
+    attempt: int,
+    of: int,
+    redact: Callable[[str], str],
+    *,
+    elsewhere: bool = False,
+) -> None:
+    """The one line a retry logs (at INFO): what is asked again, when (`elsewhere`: at once, at another server of a
+    pool), which attempt, after what, and the provider's request id; never the key (`redact` takes it out of what the
+    server echoed)."""
     if log.isEnabledFor(logging.INFO):
-        when = "through the key's pace" if wait <= 0 and failure.kind is Kind.RATE_LIMITED else f"in {wait:.2f} s"
+        if elsewhere:
+            when = "at another server of the pool"
+        elif wait <= 0 and failure.kind is Kind.RATE_LIMITED:
+            when = "through the key's pace"
+        else:
+            when = f"in {wait:.2f} s"
         said = f" (x-request-id {failure.request_id})" if failure.request_id else ""
         log.info("retrying %s %s, attempt %d of %d, after %s%s", target, when, attempt, of, redact(failure.cause), said)
 
