@@ -47,7 +47,7 @@ from healthbench.api.keygates import gate_for
 from healthbench.api.pacing import Gate
 from healthbench.api.pacing.gate import Budget as Budget  # re-exported: made with clients
 from healthbench.api.pacing.gate import Budgets as Budgets  # re-exported: made with clients
-from healthbench.api.ratesignals import DEFAULT_OUTPUT_CAP, request_cost
+from healthbench.api.ratesignals import DEFAULT_OUTPUT_CAP, output_cap, request_cost
 from healthbench.api.retrying import (
     RETRY_STATUSES as RETRY_STATUSES,  # re-exported: what is worth asking again
 )
@@ -285,15 +285,25 @@ class ApiClient(Completer):
         usage = Usage()
 
         async def attempt() -> T:
-            reading, _ = await self._routed(payload, cost, request.affinity)
-            self._health.answered()
-            usage.add(reading.usage)
             try:
-                return parse(reading.content)
-            except InvalidResponse as exc:
-                if reading.cut:
-                    raise AttemptFailed(Failure(Kind.CUT_SHORT, cut_short(reading, exc))) from None
-                raise AttemptFailed(Failure(Kind.UNUSABLE_CONTENT, str(exc))) from None
+                reading, _ = await self._routed(payload, cost, request.affinity)
+                self._health.answered()
+                usage.add(reading.usage)
+                try:
+                    parsed = parse(reading.content)
+                except InvalidResponse as exc:
+                    if reading.cut:
+                        raise AttemptFailed(Failure(Kind.CUT_SHORT, cut_short(reading, exc))) from None
+                    raise AttemptFailed(Failure(Kind.UNUSABLE_CONTENT, str(exc))) from None
+            except AttemptFailed as exc:
+                failure = exc.failure
+                if failure.kind in (Kind.UNUSABLE_CONTENT, Kind.CUT_SHORT) and self._health.content(usable=False):
+                    health, cap = self._health, output_cap(request.parsed())
+                    said = _unusable_answers(failure, health.unusable_answers, health.answers, cap)
+                    raise self.unusable(said, refused=True) from None
+                raise
+            self._health.content(usable=True)
+            return parsed
 
         try:
             with self._in_flight.call():
@@ -367,6 +377,9 @@ class ApiClient(Completer):
                 continue
             if self._health.unproven_failure(failure, number, bound):
                 raise self._unusable(failure, asked, first=self._health.failures) from None
+            if failure.kind is Kind.RATE_LIMITED and (waited := self._health.limited()) is not None:
+                cause = f"answered nothing but 429 (rate limited) for {waited:.0f} s, naming no limit it would lift at"
+                raise self.unusable(f"{cause}: the last, {failure.cause}; {_LIMITLESS}", refused=False) from None
             if not failure.retried or number >= min(bound, failure.rule.attempts or bound):
                 if failure.rule.unusable:
                     raise self._unusable(failure, asked) from None
@@ -424,6 +437,29 @@ class ApiClient(Completer):
             await self._session.close()
         self._session = None
         self._loop = None
+
+
+_LIMITLESS = (
+    "a key whose limit is zero or whose quota is spent, or a gateway that refuses every request; check the key's "
+    "limits and the endpoint, then run the same command again"
+)
+
+
+def _unusable_answers(failure: Failure, unusable: int, seen: int, cap: int | None) -> str:
+    """Why an endpoint whose first answers cannot be used is unusable, in words, with what cures it (`cap`: the
+    requests' output cap)."""
+    said = f"answers, but {unusable} of its first {seen} answers could not be used (the last: {failure.cause})"
+    if failure.kind is Kind.CUT_SHORT:
+        now = f", {cap:,} tokens now" if cap is not None else ""
+        return (
+            f"{said}: asking again does not cure an output cap that ends the answers; give the grader a larger one "
+            f"(`grader_max_output_tokens`{now}) or less reasoning effort"
+        )
+    return (
+        f"{said}: a model that thinks before it answers needs its server's reasoning parser (vLLM and SGLang: "
+        "--reasoning-parser) or an output cap its thinking fits (`grader_max_output_tokens`); otherwise check the "
+        "chat template the server applies, or choose a model that follows the prompt's JSON format"
+    )
 
 
 def describe_pace(clients: Mapping[str, Completer | None]) -> str:
