@@ -29,7 +29,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-from healthbench.api.client import Budget
+from healthbench.api.client import Budgets
 from healthbench.errors import SettingsError
 from healthbench.grading.grader import Grader
 from healthbench.grading.settings import GraderConfig
@@ -58,8 +58,9 @@ class GraderPool:
     """Graders shared by every caller of one settings-and-key in an event loop, kept `idle` seconds after the last
     leaves (see the module docstring).
 
-    With `concurrency`, every grader draws on one budget of that size (growing with the limits up to `ceiling`,
-    if that is larger); without, each on its own settings' budget. Without `slow_start`, a key its graders know no
+    With `concurrency`, every grader draws on one budget of that size at each server (growing with the limits up
+    to `ceiling`, if that is larger): graders of one endpoint share its budget, and a pool's servers have one each;
+    without, each grader on its own settings' budget. Without `slow_start`, a key its graders know no
     limits of yet is sent the budget's worth at once (`ApiClient`'s `slow_start`): a server's or a trainer's.
     """
 
@@ -74,7 +75,7 @@ class GraderPool:
     ) -> None:
         if idle < 0 or most_idle < 0:
             raise SettingsError("idle and most_idle must not be negative")
-        self._budget = Budget(concurrency, ceiling) if concurrency is not None else None
+        self._budget = Budgets(concurrency, ceiling) if concurrency is not None else None
         self.idle = idle
         self.most_idle = most_idle
         self.slow_start = slow_start

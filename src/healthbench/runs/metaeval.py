@@ -96,7 +96,8 @@ async def grade_meta_rows(
                 )
             else:
                 prompt, cache_key = grader_prompt(conversation, first.rubric), grader.cache_key(conversation)
-                results = [await grader.verdict(prompt, ident=f"meta#{group[0]}", cache_key=cache_key)]
+                ident, affinity = f"meta#{group[0]}", grader.affinity(conversation)
+                results = [await grader.verdict(prompt, ident=ident, cache_key=cache_key, affinity=affinity)]
         except RequestFailed as exc:
             for index in group:
                 row = rows[index]
