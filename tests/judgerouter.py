@@ -1,6 +1,8 @@
 """A real `sglang-router` (SGLang Model Gateway: a Rust binary in its PyPI wheel, pinned in scripts/dev) started in
-front of fake judges on loopback, for tests/test_router.py and benchmarks/bench_router.py: the fake judges it can
-register, the router's process on free ports, a bounded wait until it has registered them, and its kill at the end."""
+front of fake judges on loopback, for tests/test_router.py and benchmarks/bench_judge_pool.py: the router's process on
+free ports, a bounded wait until it has registered the judges, and its kill at the end. It registers a judge only once
+the judge's `GET /health` answers 2xx, as the fake's does (its first probe's path is fixed: `--health-check-endpoint`
+moves only the periodic check)."""
 
 from __future__ import annotations
 
@@ -12,48 +14,16 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-
-from aiohttp import web
-
-from healthbench.testing import FakeOpenAI
-from healthbench.testing.canned import CannedAnswers
 
 # How long the router may take to register its judges: generous for a loaded 2-core machine (it takes well under a
 # second on a quiet one); a bound, not a timing.
 READY_S = 60.0
 # The router colours its log.
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-class _Healthy(CannedAnswers):
-    """The fake's middleware, answering `GET /health` with 200 where the fake itself has no such route.
-
-    sglang-router registers a worker only once `GET /health` answers 2xx (its first probe's path is fixed;
-    `--health-check-endpoint` moves only the periodic check), as vLLM's and SGLang's servers do. A stopgap until the
-    fake answers /health itself (issue 43, item 7): a route of its own answers first, and this stands aside."""
-
-    @web.middleware
-    async def middleware(
-        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-    ) -> web.StreamResponse:
-        """The fake's answer, or 200 to a `GET /health` it would answer 404."""
-        try:
-            return await super().middleware(request, handler)
-        except web.HTTPNotFound:
-            if request.method == "GET" and request.path == "/health":
-                return web.Response(text="OK")
-            raise
-
-
-def judge(latency: float = 0.0) -> FakeOpenAI:
-    """A fake judge answering in `latency` seconds, not yet started, that the router can register."""
-    server = FakeOpenAI(latency=latency)
-    server._canned = _Healthy(server)
-    return server
 
 
 def free_port() -> int:
@@ -77,12 +47,12 @@ class Router:
 
 
 @contextmanager
-def sglang_router(judges: Sequence[FakeOpenAI], log: Path, *flags: str, key: str | None = None) -> Iterator[Router]:
-    """sglang-router in front of the started `judges` on a free loopback port, with `flags` after its own (a policy,
-    thresholds) and `key` as its `--api-key` (which it then wants of every caller), its output in `log`; yielded
-    once it has registered every judge as healthy, killed on exit whatever happens. Raises RuntimeError, with the
-    log's end, if it has not within READY_S."""
-    workers = [server.base_url.removesuffix("/v1") for server in judges if server.base_url]
+def sglang_router(judges: Sequence[str], log: Path, *flags: str, key: str | None = None) -> Iterator[Router]:
+    """sglang-router in front of the judges whose base URLs (ending in /v1) are `judges`, on a free loopback port,
+    with `flags` after its own (a policy, thresholds) and `key` as its `--api-key` (which it then wants of every
+    caller), its output in `log`; yielded once it has registered every judge as healthy, killed on exit whatever
+    happens. Raises RuntimeError, with the log's end, if it has not within READY_S."""
+    workers = [url.removesuffix("/v1") for url in judges]
     port = free_port()
     command = [
         sys.executable, "-m", "sglang_router.launch_router", "--worker-urls", *workers,
@@ -97,10 +67,8 @@ def sglang_router(judges: Sequence[FakeOpenAI], log: Path, *flags: str, key: str
     router = Router(f"{base}/v1", log)
     try:
         if not registered(base, set(workers), process, key):
-            raise RuntimeError(
-                f"sglang-router did not register its {len(workers)} judges as healthy within {READY_S:.0f} s"
-                + router.tail()
-            )
+            failed = "exited" if process.poll() is not None else f"did not register them within {READY_S:.0f} s"
+            raise RuntimeError(f"sglang-router in front of {len(workers)} judges {failed}" + router.tail())
         yield router
     finally:
         process.kill()

@@ -17,7 +17,7 @@ import pytest
 
 from healthbench.testing import FakeOpenAI
 from tests.conftest import write_jsonl
-from tests.judgerouter import Router, judge, sglang_router
+from tests.judgerouter import Router, sglang_router
 from tests.reference import KEY
 from tests.test_probe import made_up_rows
 
@@ -47,7 +47,7 @@ def judges() -> Iterator[list[FakeOpenAI]]:
     started: list[FakeOpenAI] = []
     try:
         for _ in range(2):
-            server = judge()
+            server = FakeOpenAI()
             server.start()
             started.append(server)
         yield started
@@ -56,10 +56,15 @@ def judges() -> Iterator[list[FakeOpenAI]]:
             server.stop()
 
 
+def urls(judges: list[FakeOpenAI]) -> list[str]:
+    """The started `judges`' base URLs."""
+    return [server.base_url for server in judges if server.base_url]
+
+
 @pytest.fixture
 def router(judges: list[FakeOpenAI], tmp_path: Path) -> Iterator[Router]:
     """sglang-router in front of `judges`, once it has registered both; killed at the end whatever happens."""
-    with sglang_router(judges, tmp_path / "router.log", *FLAGS) as running:
+    with sglang_router(urls(judges), tmp_path / "router.log", *FLAGS) as running:
         yield running
 
 
@@ -146,7 +151,7 @@ def test_grade_through_sglang_router_grades_as_one_judge_does(
 def test_a_router_with_a_key_wants_it_and_passes_it_on(
     files: tuple[Path, Path], judges: list[FakeOpenAI], reference: Path, tmp_path: Path
 ) -> None:
-    with sglang_router(judges, tmp_path / "router.log", *FLAGS, key=KEY) as router:
+    with sglang_router(urls(judges), tmp_path / "router.log", *FLAGS, key=KEY) as router:
         refused = grade(files, tmp_path / "refused", router.base_url)
         keyed = grade(files, tmp_path / "keyed", router.base_url, KEY)
     # Without the key the router refuses every call (HTTP 401), none reaching a judge, and grade stops at once with
