@@ -19,6 +19,13 @@ that name the killed judge.
 
 More than one judge needs `grade` to take `--grader-base-url` more than once (issue 43's pool); `--concurrency` is
 then each judge's budget, as the pool takes it.
+
+With `--router POLICY` (`cache_aware:0.1`: a policy, and for cache_aware its --cache-threshold), `grade` names one
+URL instead, a real sglang-router's (`tests/judgerouter.py`; scripts/dev installs it in .venv) in front of the same
+judges, with docs/deploy.md's health and circuit-breaker settings; `--concurrency` is then the router's one budget,
+the pool's total by default (judges x capacity):
+
+    .venv/bin/python benchmarks/bench_judge_pool.py --judges 4 --capacity 64 --latency 0.5 --router cache_aware:0.1
 """
 
 from __future__ import annotations
@@ -39,6 +46,11 @@ from pathlib import Path
 
 from bench_grade import ROOT, start_fake
 
+# tests.judgerouter starts the router for --router: the repository's root on the path, as for bench_pacesim.
+sys.path.insert(0, str(ROOT))
+
+from tests.judgerouter import Router, sglang_router
+
 REPLY = "Please see a doctor if it gets worse."
 # The fake's /metrics names (healthbench.testing.judge).
 REQUESTS = "healthbench_fake_requests_total"
@@ -48,6 +60,9 @@ RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
 QUERY_TOKENS = "vllm:prefix_cache_queries_total"
 HIT_TOKENS = "vllm:prefix_cache_hits_total"
+# The router's settings docs/deploy.md gives: a dead judge out after two failed health checks five seconds apart,
+# or three failed calls.
+ROUTER_HEALTH = ("--health-check-interval-secs", "5", "--health-failure-threshold", "2", "--cb-failure-threshold", "3")
 
 
 @dataclass
@@ -207,8 +222,16 @@ def main() -> None:
     parser.add_argument("--replies", type=int, help="a step of this many replies [default: every row, one reply]")
     parser.add_argument("--kill-after", type=int, help="SIGKILL the first judge once the pool has answered so many")
     parser.add_argument("--poll", type=float, default=0.1, help="seconds between readings of the judges' /metrics")
+    parser.add_argument(
+        "--router",
+        metavar="POLICY",
+        help="grade through sglang-router in front of the judges with this policy (cache_aware:THRESHOLD for "
+        "cache_aware at that --cache-threshold)",
+    )
     args = parser.parse_args()
-    concurrency = args.capacity if args.concurrency is None else args.concurrency
+    # Through the router the pool has one budget, its total; named one by one, each judge has its own.
+    budgets = args.judges if args.router else 1
+    concurrency = args.capacity * budgets if args.concurrency is None else args.concurrency
     with tempfile.TemporaryDirectory(prefix="bench-judge-pool-") as name:
         folder = Path(name)
         graded = step(args.data, args.replies, folder)
@@ -218,14 +241,19 @@ def main() -> None:
         print(
             f"{calls} grader calls ({'every row' if args.replies is None else f'a step of {args.replies} replies'} of "
             f"{args.data.name}); {args.judges} judges x {args.capacity} running at {args.latency * 1000:.0f} ms, "
-            f"--concurrency {concurrency}; each grade bounded at {timeout:.0f} s",
+            f"--concurrency {concurrency}"
+            + (f" through sglang-router ({args.router})" if args.router else "")
+            + f"; each grade bounded at {timeout:.0f} s",
             flush=True,
         )
         reference = reference_metrics(graded, folder, timeout)
         judges = [Judge(*start_fake(args.latency, "--max-running", str(args.capacity))) for _ in range(args.judges)]
         try:
-            with Watch(judges, args.poll, args.kill_after) as watch:
+            with contextlib.ExitStack() as stack:
                 urls = [judge.url for judge in judges]
+                if args.router:
+                    urls = [stack.enter_context(routed(urls, args.router, folder)).base_url]
+                watch = stack.enter_context(Watch(judges, args.poll, args.kill_after))
                 wall, status, stderr = grade(graded, folder / "pool", urls, concurrency, timeout)
         finally:
             for judge in judges:
@@ -237,6 +265,13 @@ def main() -> None:
         elif status != 0:
             print("grade's stderr, its last lines:\n" + "\n".join(stderr.splitlines()[-10:]))
         print(f"metrics against one server's: {compared(folder / 'pool' / 'metrics.json', reference)}", flush=True)
+
+
+def routed(urls: list[str], setting: str, folder: Path) -> contextlib.AbstractContextManager[Router]:
+    """sglang-router in front of the judges at `urls` with `setting`'s policy (and cache_aware's threshold)."""
+    policy, _, threshold = setting.partition(":")
+    flags = ["--policy", policy, *(["--cache-threshold", threshold] if threshold else []), *ROUTER_HEALTH]
+    return sglang_router(urls, folder / "router.log", *flags, "--log-level", "warn")
 
 
 def report(
