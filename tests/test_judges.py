@@ -16,6 +16,7 @@ from healthbench.cli import main
 from healthbench.cli.judges import folder_name, parse_grader, shown_url
 from healthbench.errors import DataError
 from healthbench.reporting.judges_page import verdict
+from healthbench.runs.folder import RunFolder
 from healthbench.runs.judges import ITEMS_PER_REWARD, Difference, JudgeEntry, JudgesRecord
 from healthbench.testing import FakeOpenAI
 from tests.conftest import write_jsonl
@@ -45,7 +46,9 @@ def judges(data: Path, out: Path, a: FakeOpenAI, b: FakeOpenAI, *extra: str, pri
 
 
 def record(out: Path) -> JudgesRecord:
-    return JudgesRecord.read(json.loads((out / "judges.json").read_text()), str(out))
+    found = RunFolder(out).read(JudgesRecord)
+    assert found is not None
+    return found
 
 
 def metrics(out: Path) -> dict[str, Any]:
@@ -201,10 +204,14 @@ def test_graders_that_fail_are_named_and_the_others_finish(tmp_path: Path, fake:
 
 
 def test_judges_json_of_another_version_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(DataError, match="version 2 is not one this release reads"):
-        JudgesRecord.read({"version": 2}, "runs/judges.json")
-    with pytest.raises(DataError, match=r"not a judges\.json"):
-        JudgesRecord.read({"version": 1, "data": "x"}, "runs/judges.json")
+    folder = RunFolder(tmp_path)
+    for version in (3, "1"):
+        (tmp_path / "judges.json").write_text(json.dumps({"version": version}))
+        with pytest.raises(DataError, match=rf"judges\.json of version {version!r}, which this release does not read"):
+            folder.read(JudgesRecord)
+    (tmp_path / "judges.json").write_text(json.dumps({"version": 1, "data": "x"}))
+    with pytest.raises(DataError, match=r"judges\.json: field data_sha256: Field required"):
+        folder.read(JudgesRecord)
 
 
 def test_bad_input_is_one_line(tmp_path: Path) -> None:

@@ -27,16 +27,13 @@ from healthbench.cli.options import BOTH_CALLS, RunFlags, grading_options, judge
 from healthbench.cli.physicians import meta_data_options, meta_headline, meta_rows, meta_session, meta_units
 from healthbench.cli.render import finish, in_flags
 from healthbench.errors import EndpointUnusable, QuotaExhausted
-from healthbench.files import write_atomic
 from healthbench.grading.grader import GRADER_CALLS
 from healthbench.grading.settings import GradingPlan
 from healthbench.reporting.judges import Judge, judges_record
 from healthbench.reporting.judges_page import judges_lines, write_page
-from healthbench.runs.folder import RunFolder
+from healthbench.runs.folder import JUDGES_PAGE, RunFolder
 from healthbench.runs.spec import DataSpec, Limit
 
-JUDGES_JSON = "judges.json"
-JUDGES_HTML = "judges.html"
 _URL_AT = re.compile(r"@(?=https?://)")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -240,11 +237,10 @@ def judges(
     record = judges_record(
         judged, data=data_spec.source, data_sha256=data_sha, rows=len(rows), limit=limit, seed=run.seed
     )
-    run.out.mkdir(parents=True, exist_ok=True)
-    write_atomic(run.out / JUDGES_JSON, record.model_dump_json(indent=2) + "\n")
-    page = write_page(record, run.out / JUDGES_HTML)
+    written = RunFolder(run.out).write(record)
+    page = write_page(record, run.out / JUDGES_PAGE)
     click.echo("\n".join(judges_lines(record)))
-    click.echo(f"judges.json and the page in {run.out / JUDGES_JSON}, {page}")
+    click.echo(f"judges.json and the page in {written}, {page}")
     if not all(entry.finished for entry in record.judges):
         unfinished = [entry.name for entry in record.judges if not entry.finished]
         click.echo(

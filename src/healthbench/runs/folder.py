@@ -17,7 +17,9 @@ missing or broken file means are decided once:
 - `progress.sqlite`: the store of replies and verdicts (and `progress.sqlite.reserve`, the room it keeps for its
   last commit on a disk that fills up); `report.html`, and a meta-eval's `agreement.json` (`AgreementRecord`);
 - `writer.lock`: the lock a live run holds on the folder (`runs.lock`), with its pid;
-- a probe's `probe.json` (`ProbeRecord`: what each transform gains) and `probe.html`.
+- a probe's `probe.json` (`ProbeRecord`: what each transform gains) and `probe.html`;
+- in the folder `healthbench judges` writes (its --out, which holds a meta-eval run folder per grader),
+  `judges.json` (`runs.judges.JudgesRecord`: the graders side by side) and `judges.html`.
 
 JSON files are written atomically (`files.write_json`).
 """
@@ -35,6 +37,7 @@ from pydantic import BaseModel, ValidationError
 
 from healthbench.errors import DataError
 from healthbench.files import unusable, write_atomic, write_json
+from healthbench.runs.judges import JudgesRecord
 from healthbench.runs.records import (
     AgreementRecord,
     FailureRecord,
@@ -57,13 +60,21 @@ AGREEMENT = "agreement.json"
 FAILURES = "failures.jsonl"
 PROBE = "probe.json"
 PROBE_PAGE = "probe.html"
+JUDGES = "judges.json"
+JUDGES_PAGE = "judges.html"
 
 RecordT = TypeVar("RecordT", bound=BaseModel)
 FileT = TypeVar("FileT", bound=Record)
 ValueT = TypeVar("ValueT")
 
 # The JSON files that hold one record each, by the record's type: `RunFolder.read` and `RunFolder.write`.
-_FILES: dict[type[Record], str] = {RunRecord: RUN, UsageRecord: USAGE, ProbeRecord: PROBE, AgreementRecord: AGREEMENT}
+_FILES: dict[type[Record], str] = {
+    RunRecord: RUN,
+    UsageRecord: USAGE,
+    ProbeRecord: PROBE,
+    AgreementRecord: AGREEMENT,
+    JudgesRecord: JUDGES,
+}
 
 
 def invalid(where: str, exc: ValidationError, hint: str = "", *, flat: bool = False) -> DataError:
@@ -178,12 +189,13 @@ class RunFolder:
             self.path / FAILURES, "".join(record.model_dump_json(exclude_none=True) + "\n" for record in records)
         )
 
-    # run.json, usage.json, probe.json, agreement.json: one record each
+    # run.json, usage.json, probe.json, agreement.json, judges.json: one record each
 
     def read(self, model: type[FileT]) -> FileT | None:
         """The file of the record type `model` (`RunRecord`: run.json, `UsageRecord`: usage.json, `ProbeRecord`: a
-        probe's probe.json, `AgreementRecord`: a meta-eval's agreement.json), or None when there is none (a first
-        session that never ended, a probe or meta-eval not finished); a broken one is a `DataError` naming the field.
+        probe's probe.json, `AgreementRecord`: a meta-eval's agreement.json, `JudgesRecord`: `judges`' judges.json),
+        or None when there is none (a first session that never ended, a probe or meta-eval not finished, `judges`
+        not run there yet); a broken one is a `DataError` naming the field.
         A run.json without a `version` key is flat (version 1 of any release), and an error names its fields as that
         file does."""
         name = _FILES[model]

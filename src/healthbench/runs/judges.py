@@ -9,14 +9,12 @@ from the others. No key is ever part of it.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
-from healthbench.errors import DataError
-from healthbench.runs.records import Record
+from healthbench.runs.records import Record, Versioned
 
-JUDGES_SCHEMA_VERSION: Literal[1] = 1
 # HealthBench's full set: 57,237 rubric items over 5,000 rows (docs/SPEC.md section 1), the verdicts one reward of
 # it takes on average, graded per item.
 ITEMS_PER_REWARD = 57_237 / 5_000
@@ -98,12 +96,15 @@ class Difference(Record):
     decided: bool
 
 
-class JudgesRecord(Record):
+class JudgesRecord(Versioned):
     """judges.json: the data graded, the bootstrap's seed and size, and every grader's entry in the order given;
     `leader` the finished grader of highest macro F1 and `differences` each other finished grader against it
-    (empty when fewer than two finished or they graded different rows)."""
+    (empty when fewer than two finished or they graded different rows). Read and written by `runs.folder`, in
+    the folder `healthbench judges` was given (--out)."""
 
-    version: Literal[1] = JUDGES_SCHEMA_VERSION
+    FILE: ClassVar[str] = "judges.json"
+
+    version: Literal[1] = 1
     data: str
     data_sha256: str
     rows: int
@@ -120,14 +121,3 @@ class JudgesRecord(Record):
     def undecided(self) -> list[str]:
         """The graders the rows cannot tell apart from the leader."""
         return [difference.name for difference in self.differences if not difference.decided]
-
-    @classmethod
-    def read(cls, value: object, where: str) -> JudgesRecord:
-        """judges.json as read from `where`: `DataError` for another version or a broken record."""
-        version = value.get("version") if isinstance(value, dict) else None
-        if version != JUDGES_SCHEMA_VERSION:
-            raise DataError(f"{where}: judges.json version {version!r} is not one this release reads (1)")
-        try:
-            return cls.model_validate(value)
-        except ValidationError as exc:
-            raise DataError(f"{where}: not a judges.json ({exc.errors()[0]['msg']})") from None
