@@ -31,10 +31,14 @@ from healthbench.grading.grader import GRADER_CALLS
 from healthbench.grading.settings import GradingPlan
 from healthbench.reporting.judges import Judge, judges_record
 from healthbench.reporting.judges_page import judges_lines, write_page
-from healthbench.runs.folder import JUDGES_PAGE, RunFolder
+from healthbench.runs.folder import JUDGES, JUDGES_PAGE, RunFolder
+from healthbench.runs.judges import JudgesRecord
 from healthbench.runs.spec import DataSpec, Limit
 
-_URL_AT = re.compile(r"@(?=https?://)")
+_URL_AT = re.compile(r"@(?=https?://)", re.IGNORECASE)
+# What may follow the @ of a model's own name rather than an endpoint: a version's digits (Vertex's
+# claude-sonnet-4@20250514).
+_VERSION = re.compile(r"^[0-9]+$")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -49,7 +53,9 @@ class GraderChoice:
 
 
 def parse_grader(text: str) -> GraderChoice:
-    """`MODEL` or `MODEL@BASE_URL` (the URL with http:// or https://); `click.BadParameter` naming what is wrong."""
+    """`MODEL` or `MODEL@BASE_URL` (the URL with http:// or https://, in any case); `click.BadParameter` naming
+    what is wrong. A model's name may hold an @ followed by a version's digits (claude-sonnet-4@20250514); any
+    other @ must be followed by a URL."""
     parts = _URL_AT.split(text.strip(), maxsplit=1)
     model = parts[0].strip()
     if not model:
@@ -57,18 +63,19 @@ def parse_grader(text: str) -> GraderChoice:
             f"{text!r}: no model before the endpoint (MODEL or MODEL@BASE_URL)", param_hint="--grader"
         )
     if len(parts) == 1:
-        tail = model.rpartition("@")[2] if "@" in model else ""
-        if "@" in model and (not tail or ":" in tail or "/" in tail):
+        if "@" in model and not _VERSION.match(model.rpartition("@")[2]):
             raise click.BadParameter(
                 f"{text!r}: the endpoint after @ must be a URL starting with http:// or https:// "
-                "(MODEL@http://HOST:PORT/v1)",
+                "(MODEL@http://HOST:PORT/v1); a model's own @ is followed by its version's digits only",
                 param_hint="--grader",
             )
         return GraderChoice(text, model, None)
     url = parts[1].strip()
     if not urlsplit(url).hostname:
         raise click.BadParameter(f"{text!r}: {url!r} names no host (MODEL@http://HOST:PORT/v1)", param_hint="--grader")
-    return GraderChoice(text, model, url)
+    # A scheme's case means nothing (RFC 3986): HTTP://host and http://host are one endpoint, one grader.
+    scheme, rest = url.split(":", 1)
+    return GraderChoice(text, model, f"{scheme.lower()}:{rest}")
 
 
 def shown_url(url: str) -> str:
@@ -131,6 +138,50 @@ def _plans(choices: Sequence[GraderChoice], variables: dict[str, str], flags: di
     return plans
 
 
+def earlier_judges(
+    out: Path, data_sha256: str, limit: int | None, places: set[str], dropped: Sequence[str]
+) -> tuple[list[str], list[Judge]]:
+    """The folders of the graders judges.json in `out` holds, in its order, and those of them this run does not
+    measure (not at `places`), to be kept in it and on the page as their folders hold them, less those `dropped`
+    (--drop: a grader's name there, or its model). An earlier judges.json of other rows is refused: its graders'
+    figures cannot be set beside these."""
+    record = RunFolder(out).read(JudgesRecord)
+    earlier = [] if record is None else [entry for entry in record.judges if entry.folder not in places]
+    for name in dropped:
+        named = [entry for entry in earlier if name in (entry.name, entry.model)]
+        if not named:
+            known = ", ".join(entry.name for entry in earlier) or "none"
+            raise click.BadParameter(
+                f"{name!r} names no grader of {out / JUDGES} that this run does not measure (those: {known})",
+                param_hint="--drop",
+            )
+        earlier = [entry for entry in earlier if entry not in named]
+    if record is not None and earlier and (record.data_sha256, record.limit) != (data_sha256, limit):
+        raise click.UsageError(
+            f"{out / JUDGES} holds graders measured on other rows (data sha256 {record.data_sha256[:12]}, --limit "
+            f"{record.limit}; this run: {data_sha256[:12]}, --limit {limit}), which cannot be set beside these: use a "
+            "new --out, or --drop them"
+        )
+    if earlier:
+        click.echo(
+            f"healthbench: kept from {out / JUDGES}, not measured again: {', '.join(e.name for e in earlier)} "
+            "(--drop NAME leaves one out)",
+            err=True,
+        )
+    return [entry.folder for entry in record.judges] if record is not None else [], [
+        Judge(
+            name=entry.name,
+            model=entry.model,
+            base_url=entry.base_url,
+            calls=entry.calls,
+            folder=RunFolder(out / entry.folder),
+            place=entry.folder,
+            failure=entry.failure,
+        )
+        for entry in earlier
+    ]
+
+
 def _headline(label: str, metrics: dict[str, float | int]) -> str:
     return f"{label}: {meta_headline(metrics)}"
 
@@ -153,6 +204,14 @@ def _headline(label: str, metrics: dict[str, float | int]) -> str:
     help="Read this grader's key from the environment variable VARIABLE (MODEL as given to --grader, or its model); "
     "MODEL= sends it no key [default: $HEALTHBENCH_GRADER_API_KEY, else $OPENAI_API_KEY, for every grader].",
 )
+@click.option(
+    "--drop",
+    "dropped",
+    multiple=True,
+    metavar="GRADER",
+    help="Leave out of judges.json and the page a grader that an earlier run into --out measured and this one "
+    "does not (its name there, or its model); its folder stays [default: every grader measured in --out is kept].",
+)
 @meta_data_options
 @click.option("--limit", type=bounded(Limit), help="Grade N rows, chosen as the reference does: a cheap first look.")
 @run_options
@@ -161,6 +220,7 @@ def _headline(label: str, metrics: dict[str, float | int]) -> str:
 def judges(
     graders: tuple[str, ...],
     key_env: tuple[str, ...],
+    dropped: tuple[str, ...],
     data: Path | None,
     subset: str | None,
     limit: int | None,
@@ -195,6 +255,7 @@ def judges(
         for calls in GRADER_CALLS:
             moded = dataclasses.replace(plan, grader=plan.grader.model_copy(update={"calls": calls}))
             runs.append((choice, moded, f"{name}/{calls}"))
+    order, earlier = earlier_judges(run.out, data_sha, limit, {place for _, _, place in runs}, dropped)
     if run.dry_run:
         for choice, plan, place in runs:
             click.echo(f"{choice.given} ({plan.grader.calls}), into {run.out / place}:")
@@ -234,15 +295,23 @@ def judges(
                 failure=failure,
             )
         )
+    # judges.json's graders in the order it had them, those it did not have after them as given.
+    places = {place: number for number, place in enumerate(order)}
     record = judges_record(
-        judged, data=data_spec.source, data_sha256=data_sha, rows=len(rows), limit=limit, seed=run.seed
+        sorted([*earlier, *judged], key=lambda judge: places.get(judge.place, len(places))),
+        data=data_spec.source,
+        data_sha256=data_sha,
+        rows=len(rows),
+        limit=limit,
+        seed=run.seed,
     )
     written = RunFolder(run.out).write(record)
     page = write_page(record, run.out / JUDGES_PAGE)
     click.echo("\n".join(judges_lines(record)))
     click.echo(f"judges.json and the page in {written}, {page}")
-    if not all(entry.finished for entry in record.judges):
-        unfinished = [entry.name for entry in record.judges if not entry.finished]
+    measured = {judge.name for judge in judged}
+    unfinished = [entry.name for entry in record.judges if entry.name in measured and not entry.finished]
+    if unfinished:
         click.echo(
             f"healthbench: not finished: {', '.join(unfinished)}; everything answered is kept: run the same command "
             "again to finish.",

@@ -25,6 +25,14 @@ def _f1(value: float | None, span: Interval | None = None) -> str:
     return f"{value:.3f}" if span is None else f"{value:.3f} [{span[0]:.3f}, {span[1]:.3f}]"
 
 
+def _figure(entry: JudgeEntry) -> str:
+    """The grader's macro F1 with its interval; where a grader has none, why: it failed (stopped, or rows it could
+    not grade) or it is not finished (interrupted)."""
+    if not entry.finished:
+        return "failed" if entry.failure is not None or entry.failed_rows else "not finished"
+    return _f1(entry.macro_f1, entry.interval)
+
+
 def _signed(value: float, span: Interval | None) -> str:
     shown = f"{value:+.3f}"
     return shown if span is None else f"{shown} [{span[0]:+.3f}, {span[1]:+.3f}]"
@@ -113,7 +121,7 @@ def judges_lines(record: JudgesRecord) -> list[str]:
     rows = [header] + [
         (
             entry.name,
-            _f1(entry.macro_f1, entry.interval),
+            _figure(entry),
             against(entry),
             _cost(entry),
             _latency(entry),
@@ -194,8 +202,7 @@ def render_page(record: JudgesRecord) -> str:
             {
                 "entry": entry,
                 "short": short,
-                "f1": _f1(entry.macro_f1, entry.interval),
-                "physicians": _f1(entry.physicians_f1),
+                "f1": _figure(entry),
                 "against": "leader"
                 if entry.name == record.leader
                 else ("—" if found is None else _signed(found.difference, found.interval)),

@@ -25,7 +25,7 @@ from healthbench.runs.pricing import CostMeter
 from healthbench.runs.progress import Progress, Quiet
 from healthbench.runs.records import BatchCounts, BatchTotals, RunRecord, RunStats, UsageRecord
 from healthbench.runs.runner import Job, RunOutcome, run_jobs
-from healthbench.runs.spec import RunSpec
+from healthbench.runs.spec import LEFT_OUT, RunSpec
 from healthbench.runs.stopping import Stopping, signals_stop
 from healthbench.runs.store import Store
 
@@ -142,7 +142,7 @@ def _session(
     costs = CostMeter(prices, grader_config.model, policy.model if policy else None)
     store = Store(folder / STORE)
     try:
-        store.bind_config(spec.identity())
+        store.bind_config(spec.identity(), LEFT_OUT)
         built = _build(grader_config, policy, batch, store, progress)
         started, paid_before = time.time(), store.spent()
         outcome = _run(start, built, store, costs, progress, folder, samples)

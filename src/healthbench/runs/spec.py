@@ -10,6 +10,7 @@ always kept, so folders of earlier releases resume).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
@@ -30,6 +31,18 @@ Command = Literal["grade", "eval", "baseline", "meta-eval", "probe"]
 MAX_REPEATS = 100
 Limit = Annotated[int, Field(ge=1)]
 Repeats = Annotated[int, Field(ge=1, le=MAX_REPEATS)]
+
+
+# What a key that an identity leaves out stands for (see `GraderSpec.identity`, `DataSpec.split_identity`): the
+# default, which a run that differs from it records. A resume refused for another setting says these.
+LEFT_OUT: dict[str, str] = {
+    "grader_request": f"the default, the reference's {json.dumps(REFERENCE_REQUEST, sort_keys=True)}",
+    "grader_calls": f'the default, "{PER_ITEM}"',
+    "per_reply_template_sha256": f"none (the default: graded {PER_ITEM})",
+    "split": "none (the default: every task)",
+    "split_seed": "none (the default: every task)",
+    "heldout_sha256": "none (the default: every task)",
+}
 
 
 class Spec(BaseModel):
