@@ -198,8 +198,8 @@ def test_graders_that_fail_are_named_and_the_others_finish(tmp_path: Path, fake:
     assert set(flaky.auth_headers) == {f"Bearer {KEY}"}
     assert "gone@http://127.0.0.1:9/v1: stopped" in result.output
     # where a figure would be, a grader that failed reads "failed", never "undefined"
-    rows = [line.split() for line in result.output.splitlines() if line.startswith(("gone@", "flaky@"))]
-    assert [row[1] for row in rows] == ["failed", "failed"]
+    shown = [line.split() for line in result.output.splitlines() if line.startswith(("gone@", "flaky@"))]
+    assert [cells[1] for cells in shown] == ["failed", "failed"]
     assert "undefined" not in result.output
     assert f"not finished: {failing} rows failed" in result.output
     assert "run the same command again to finish" in result.output
