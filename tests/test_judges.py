@@ -13,7 +13,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from healthbench.cli import main
-from healthbench.cli.judges import folder_name, parse_grader, shown_url
+from healthbench.cli.judges import folder_name, parse_grader
+from healthbench.cli.models import shown_url
 from healthbench.errors import DataError
 from healthbench.reporting.judges_page import verdict
 from healthbench.runs.folder import RunFolder

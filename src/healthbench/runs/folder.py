@@ -5,11 +5,13 @@ Every command that grades writes here, and every command that reads a run (`repo
 `leaderboard`, `batches`, a resumed run) reads through the same readers, so a file's name, its format and what a
 missing or broken file means are decided once:
 
-- `results.jsonl`: one graded sample a line (`SampleRecord`; `MetaRecord` for a meta-eval), appended the moment
-  it is graded. A line that cannot be read stops the reader with the file, the line and the field, and so does
-  a line whose sample (task, repeat and a probe's transform; a meta-eval's row index) an earlier line holds:
-  every reader reads the file alike. Only a last line cut short by a crash mid-write (no newline at its end) is
-  passed over, as the next session rewrites the file anyway (from its store: a resumed run never reads it);
+- `results.jsonl`: one graded sample a line (`SampleRecord`; `MetaRecord` for a meta-eval, `TrialRecord` for a
+  judge's hackability run, `RewriteRecord` for an attacker's rewrites), appended the moment it is done. A line
+  that cannot be read stops the reader with the file, the line and the field, and so does a line whose sample
+  (task, repeat and a probe's transform; a meta-eval's row index; a trial's row and trick; a rewrite's reply and
+  strategy) an earlier line holds: every reader reads the file alike. Only a last line cut short by a crash
+  mid-write (no newline at its end) is passed over, as the next session rewrites the file anyway (from its store:
+  a resumed run never reads it);
 - `metrics.json`: the aggregate, written only once every sample is graded: the reference's keys, plain numbers;
 - `run.json` (`RunRecord`: the spec and the last session's counts), `usage.json` (`UsageRecord`);
 - `failures.jsonl` (`FailureRecord`): each sample the last session could not grade, written with run.json and
@@ -45,8 +47,10 @@ from healthbench.runs.records import (
     Metrics,
     ProbeRecord,
     Record,
+    RewriteRecord,
     RunRecord,
     SampleRecord,
+    TrialRecord,
     UsageRecord,
 )
 
@@ -113,6 +117,18 @@ class RunFolder:
         two lines is a `DataError` naming the second."""
         records = self._records(RESULTS, MetaRecord, "; is it a meta-eval run's results.jsonl?")
         return self._once(records, lambda r: r.index, lambda r: f"row {r.index}")
+
+    def read_trials(self) -> list[TrialRecord]:
+        """The trials of a judge's hackability run's results.jsonl, in file order; [] when there is no such file. A
+        trial (row and trick) on two lines is a `DataError` naming the second."""
+        records = self._records(RESULTS, TrialRecord, "; is it a judge's hackability run's results.jsonl?")
+        return self._once(records, lambda r: (r.index, r.trick), lambda r: f"row {r.index} rewritten by {r.trick}")
+
+    def read_rewrites(self) -> list[RewriteRecord]:
+        """The rewrites of an attack run's results.jsonl, in file order; [] when there is no such file. A rewrite
+        (reply and strategy) on two lines is a `DataError` naming the second."""
+        records = self._records(RESULTS, RewriteRecord, "; is it an attack run's results.jsonl?")
+        return self._once(records, lambda r: r.key, lambda r: f"the {r.strategy} rewrite of {r.prompt_id!r}")
 
     def _once(
         self,
@@ -297,7 +313,7 @@ class ResultsWriter:
         self._handle = handle
         self._store = store
 
-    def write(self, record: SampleRecord | MetaRecord) -> None:
+    def write(self, record: Record) -> None:
         """Append one record."""
         try:
             self._handle.write(record.model_dump_json(exclude_none=True) + "\n")
