@@ -22,9 +22,10 @@ from typing import Any
 from pydantic import SecretStr
 
 from healthbench.api.client import OPENAI_BASE_URL
-from healthbench.data.schema import Message
+from healthbench.data.schema import Message, Row
 from healthbench.errors import EndpointUnusable, RequestFailed, RewriteError
 from healthbench.grading.strategies import STRATEGIES, rewritten
+from healthbench.grading.transforms import Transform
 from healthbench.runs.folder import RunFolder
 from healthbench.runs.policy import PolicyConfig
 from healthbench.runs.records import RewriteRecord, UsageNumbers
@@ -152,3 +153,14 @@ def attack_start(jobs: Sequence[Rewrite], folder: RunFolder) -> Start:
 def rewritten_texts(folder: RunFolder) -> Mapping[str, str]:
     """The rewrites an attack run's results.jsonl holds, by their key (`Rewrite.key`)."""
     return {record.key: record.text for record in folder.read_rewrites()}
+
+
+def strategy_transform(strategy: str, texts: Mapping[str, str]) -> Transform:
+    """A probe's transform of a strategy: a task's reply becomes the attacker's rewrite of it, found in `texts` (an
+    attack run's, by `Rewrite.key`), which holds one for every reply the probe rewrites."""
+
+    def attacked(reply: str, row: Row) -> str:
+        """The reply as the attacker rewrote it by the strategy."""
+        return texts[Rewrite(row.prompt_id, "", tuple(row.prompt), reply, strategy).key]
+
+    return Transform(strategy, attacked)
