@@ -84,7 +84,7 @@ def _attacked(
     if failure is not None or missing:
         raise click.ClickException(
             f"the attacker's rewrites are not all made ({missing} of {len(jobs)} missing), so no reply is graded yet; "
-            f"everything made is kept in {folder}: run the same command again to finish them"
+            f"everything made is kept in {folder.path}: run the same command again to finish them"
         )
     return {name: strategy_transform(name, texts) for name in strategies}
 

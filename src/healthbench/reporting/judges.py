@@ -249,12 +249,14 @@ def attacker_entry(folder: RunFolder, place: str, *, base_url: str, failure: str
 
 def front(entries: Sequence[JudgeEntry]) -> list[str]:
     """The graders with figures on both axes (macro F1; the difference of the trick that fools it most) that no
-    other beats on both."""
+    other beats on both; a grader whose trials are too few for a verdict has no place among them (its figures
+    are noise)."""
     points = {}
     for entry in entries:
         hack = entry.hackability
         worst_trick = None if hack is None or hack.worst is None else hack.trick(hack.worst)
-        if entry.finished and entry.macro_f1 is not None and worst_trick is not None:
+        judged = hack is not None and hack.verdict not in (None, "too few rows")
+        if entry.finished and entry.macro_f1 is not None and worst_trick is not None and judged:
             points[entry.name] = (entry.macro_f1, worst_trick.difference)
     return pareto_front(points)
 

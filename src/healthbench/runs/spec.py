@@ -26,6 +26,11 @@ from healthbench.runs.policy import PolicyConfig
 # `attack` is an attacker model's rewrites of replies (`runs.attack`), `hackability` a judge's trials of tricks
 # (`runs.hackability`): the runs `probe --attacker` and `judges` make beside their own.
 Command = Literal["grade", "eval", "baseline", "meta-eval", "probe", "attack", "hackability"]
+# What those two runs are, as a command that reads runs says why it takes neither.
+SIDE_RUNS: dict[str, str] = {
+    "attack": "an attacker model's rewrites of replies, made for the probe or judges run around it",
+    "hackability": "a judge's trials of tricks, made for judges (their figures are in its judges.json)",
+}
 
 # How many tasks a run takes (a limit past the data runs all of it) and how often each is sampled, as the
 # commands, the Inspect task and the verifiers taskset take them: the paper's worst-at-k goes to 16 repeats, and
