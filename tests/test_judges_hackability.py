@@ -245,3 +245,21 @@ def test_bad_tricks_and_attackers_are_one_line(tmp_path: Path) -> None:
     refused(run("--attacker", "gpt-4.1@notaurl"), "--attacker", "must be a URL")
     refused(run("--hack-limit", "-1"), "--hack-limit")
     assert not (tmp_path / "out").exists()
+
+
+def test_an_attacker_that_cannot_be_reached_leaves_the_fixed_tricks_tried_and_says_so(
+    tmp_path: Path, judges_pair: tuple[FakeOpenAI, FakeOpenAI]
+) -> None:
+    gullible, strict = judges_pair
+    data = write_jsonl(tmp_path / "meta.jsonl", made_up_meta_rows(ROWS))
+    flags = ("--attacker", "attacker@http://127.0.0.1:9/v1", "--tricks", "grader_injection,claim_coverage")
+    result = run_judges(data, tmp_path / "out", gullible, strict, *flags)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert "the attacker attacker: stopped, the attacker's endpoint http://127.0.0.1:9/v1" in result.output
+    assert "not finished: the attacker's rewrites" in result.output
+    got = record(tmp_path / "out")
+    assert got.attacker is not None and got.attacker.rewrites == 0
+    assert got.attacker.failure is not None and "127.0.0.1:9" in got.attacker.failure
+    for entry in got.judges:
+        assert entry.finished and entry.hackability is not None
+        assert [figures.trick for figures in entry.hackability.tricks] == ["grader_injection"]

@@ -144,8 +144,15 @@ def measure(
     if hack.attacker is not None and hack.jobs:
         folder, failure = run_attack(hack.jobs, hack.attacker, run.out, data, run)
         rewrites = rewritten_texts(folder) if folder.path.is_dir() else {}
-        attacker = attacker_entry(folder, ATTACK_FOLDER, base_url=shown_url(hack.attacker.base_url), failure=failure)
-        if failure is not None or attacker is None or attacker.failed:
+        attacker = attacker_entry(
+            folder,
+            ATTACK_FOLDER,
+            model=hack.attacker.model,
+            base_url=shown_url(hack.attacker.base_url),
+            strategies=[trick for trick in hack.tricks if trick in STRATEGIES],
+            failure=failure,
+        )
+        if failure is not None or attacker.failed:
             unfinished.append("the attacker's rewrites")
     chosen = hack.trials(rows, rewrites)
     for number, (judge, plan) in enumerate(judged):

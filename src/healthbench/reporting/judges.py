@@ -228,20 +228,20 @@ def _differences(
     return best.name, out
 
 
-def attacker_entry(folder: RunFolder, place: str, *, base_url: str, failure: str | None = None) -> AttackerEntry | None:
-    """The attacker as its run folder (at `place` under judges.json's folder) holds it, with its endpoint as judges.json
-    names it; None when it never ran (no run.json and nothing that stopped it)."""
+def attacker_entry(
+    folder: RunFolder, place: str, *, model: str, base_url: str, strategies: Sequence[str], failure: str | None = None
+) -> AttackerEntry:
+    """The attacker `model` at `base_url` (as judges.json names it) and its rewrites by `strategies`, as its run
+    folder (at `place` under judges.json's folder) holds them, with what stopped it."""
     run = folder.read_run() if folder.path.is_dir() else None
-    if run is None or run.spec.policy is None or run.spec.probe is None:
-        return None
-    usage = folder.read(UsageRecord)
+    usage = folder.read(UsageRecord) if run is not None else None
     return AttackerEntry(
-        model=run.spec.policy.model,
+        model=model,
         base_url=base_url,
         folder=place,
-        strategies=run.spec.probe.transforms,
-        rewrites=len(folder.read_rewrites()),
-        failed=run.stats.failed,
+        strategies=list(strategies),
+        rewrites=len(folder.read_rewrites()) if folder.path.is_dir() else 0,
+        failed=run.stats.failed if run is not None else 0,
         usage=usage.whole_run.policy if usage is not None else None,
         failure=failure,
     )

@@ -206,6 +206,7 @@ def hackability_lines(record: JudgesRecord) -> list[str]:
         lines.append(
             f"  the attacker {attacker.model} wrote {attacker.rewrites} rewrites by {', '.join(attacker.strategies)}"
             + (f" ({attacker.failed} could not be made)" if attacker.failed else "")
+            + (f"; stopped: {attacker.failure.split(';', 1)[0]}" if attacker.failure else "")
         )
     if record.front:
         lines.append(
