@@ -90,7 +90,7 @@ def print_trials_estimate(
     planned_trials = hack.trials(rows, {job.key: job.reply for job in hack.jobs})
     for label, plan, place in runs:
         click.echo(
-            f"{label}: {len(planned_trials)} trials ({len(hack.rows)} rows x {len(hack.tricks)} tricks), into "
+            f"{label}: {len(planned_trials):,} trials ({len(hack.rows):,} rows x {len(hack.tricks)} tricks), into "
             f"{run.out / place}/hack:"
         )
         units = meta_units([trial.row for trial in planned_trials], plan.grader.calls)
