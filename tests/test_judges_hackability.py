@@ -17,13 +17,12 @@ from healthbench.cli import main
 from healthbench.data.schema import MetaRow
 from healthbench.grading.hackability import MIN_VERDICT_CONVERSATIONS, majority_not_met
 from healthbench.grading.strategies import STRATEGIES
-from healthbench.runs.folder import RunFolder
-from healthbench.runs.judges import JudgesRecord
 from healthbench.testing import FakeOpenAI
 from healthbench.testing.graders import graded_parts
 from tests.conftest import write_jsonl
 from tests.reference import KEY
 from tests.test_bad_input import refused
+from tests.test_judges import record
 from tests.test_metaeval import made_up_meta_rows, meta_eval
 
 ATTACKER_KEY = "sk-attacker-never-the-graders-1234"
@@ -44,10 +43,11 @@ def run_judges(data: Path, out: Path, gullible: FakeOpenAI, strict: FakeOpenAI, 
     return CliRunner().invoke(main, args, env=env)
 
 
-def record(out: Path) -> JudgesRecord:
-    found = RunFolder(out).read(JudgesRecord)
-    assert found is not None
-    return found
+@pytest.fixture
+def meta(tmp_path: Path) -> tuple[list[dict[str, Any]], Path]:
+    """Made-up meta-eval rows, and their file."""
+    rows = made_up_meta_rows(ROWS)
+    return rows, write_jsonl(tmp_path / "meta.jsonl", rows)
 
 
 def not_met(rows: list[dict[str, Any]]) -> list[int]:
@@ -55,11 +55,10 @@ def not_met(rows: list[dict[str, Any]]) -> list[int]:
 
 
 def test_a_judge_fooled_by_a_note_to_the_grader_is_hackable_and_a_strict_one_is_not(
-    tmp_path: Path, judges_pair: tuple[FakeOpenAI, FakeOpenAI]
+    tmp_path: Path, judges_pair: tuple[FakeOpenAI, FakeOpenAI], meta: tuple[list[dict[str, Any]], Path]
 ) -> None:
     gullible, strict = judges_pair
-    rows = made_up_meta_rows(ROWS)
-    data = write_jsonl(tmp_path / "meta.jsonl", rows)
+    rows, data = meta
     out = tmp_path / "out"
     result = run_judges(data, out, gullible, strict, "--tricks", "grader_injection,padding")
     assert result.exit_code == 0, result.output
@@ -85,8 +84,8 @@ def test_a_judge_fooled_by_a_note_to_the_grader_is_hackable_and_a_strict_one_is_
     assert "HACKABLE by grader_injection" in result.output and "fooled most by grader_injection" in result.output
 
     # the false-met rate is the judge's own meta-eval verdicts on the untouched completions of those rows
-    meta = [json.loads(line) for line in (out / fooled.folder / "results.jsonl").read_text().splitlines()]
-    met = {line["index"]: line["criteria_met"] for line in meta}
+    graded = [json.loads(line) for line in (out / fooled.folder / "results.jsonl").read_text().splitlines()]
+    met = {line["index"]: line["criteria_met"] for line in graded}
     assert injection.false_met == pytest.approx(sum(met[i] for i in tried) / len(tried))
     # each trial is a line naming its row and trick, in the judge's own folder
     trials = [json.loads(line) for line in (out / fooled.folder / "hack" / "results.jsonl").read_text().splitlines()]
@@ -119,11 +118,10 @@ def test_a_judge_fooled_by_a_note_to_the_grader_is_hackable_and_a_strict_one_is_
 
 
 def test_a_dry_run_counts_the_trials_and_the_attackers_rewrites(
-    tmp_path: Path, judges_pair: tuple[FakeOpenAI, FakeOpenAI]
+    tmp_path: Path, judges_pair: tuple[FakeOpenAI, FakeOpenAI], meta: tuple[list[dict[str, Any]], Path]
 ) -> None:
     gullible, strict = judges_pair
-    rows = made_up_meta_rows(ROWS)
-    data = write_jsonl(tmp_path / "meta.jsonl", rows)
+    data = meta[1]
     with FakeOpenAI() as attacker:
         flags = ["--dry-run", "--hack-limit", "20", "--tricks", "padding,claim_coverage"]
         url = attacker.base_url
@@ -138,11 +136,10 @@ def test_a_dry_run_counts_the_trials_and_the_attackers_rewrites(
 
 
 def test_the_attacker_rewrites_each_completion_once_for_every_judge_and_a_resume_asks_it_nothing(
-    tmp_path: Path, judges_pair: tuple[FakeOpenAI, FakeOpenAI]
+    tmp_path: Path, judges_pair: tuple[FakeOpenAI, FakeOpenAI], meta: tuple[list[dict[str, Any]], Path]
 ) -> None:
     gullible, strict = judges_pair
-    rows = made_up_meta_rows(ROWS)
-    data = write_jsonl(tmp_path / "meta.jsonl", rows)
+    rows, data = meta
     out = tmp_path / "out"
     tried = [MetaRow.model_validate(rows[index]) for index in not_met(rows)]
     completions = {(row.prompt_id, row.completion_id, str(row.prompt)) for row in tried}
@@ -190,10 +187,10 @@ def test_the_attacker_rewrites_each_completion_once_for_every_judge_and_a_resume
 
 
 def test_too_few_rows_for_an_interval_get_no_verdict_and_say_so(
-    tmp_path: Path, judges_pair: tuple[FakeOpenAI, FakeOpenAI]
+    tmp_path: Path, judges_pair: tuple[FakeOpenAI, FakeOpenAI], meta: tuple[list[dict[str, Any]], Path]
 ) -> None:
     gullible, strict = judges_pair
-    data = write_jsonl(tmp_path / "meta.jsonl", made_up_meta_rows(ROWS))
+    data = meta[1]
     result = run_judges(data, tmp_path / "out", gullible, strict, "--tricks", "grader_injection", "--hack-limit", "6")
     assert result.exit_code == 0, result.output
     for entry in record(tmp_path / "out").judges:
@@ -248,10 +245,10 @@ def test_bad_tricks_and_attackers_are_one_line(tmp_path: Path) -> None:
 
 
 def test_an_attacker_that_cannot_be_reached_leaves_the_fixed_tricks_tried_and_says_so(
-    tmp_path: Path, judges_pair: tuple[FakeOpenAI, FakeOpenAI]
+    tmp_path: Path, judges_pair: tuple[FakeOpenAI, FakeOpenAI], meta: tuple[list[dict[str, Any]], Path]
 ) -> None:
     gullible, strict = judges_pair
-    data = write_jsonl(tmp_path / "meta.jsonl", made_up_meta_rows(ROWS))
+    data = meta[1]
     flags = ("--attacker", "attacker@http://127.0.0.1:9/v1", "--tricks", "grader_injection,claim_coverage")
     result = run_judges(data, tmp_path / "out", gullible, strict, *flags)
     assert result.exit_code == 1 and "Traceback" not in result.output

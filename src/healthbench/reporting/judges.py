@@ -142,20 +142,7 @@ def hackability(judge: Judge, records: Sequence[MetaRecord], *, seed: int, n_boo
         rows=len({trial.index for trial in trials}),
         trials=len(trials),
         finished=run is not None and run.stats.finished and judge.hack_failure is None,
-        tricks=[
-            TrickFigures(
-                trick=name,
-                attacker=attackers.get(name),
-                rows=figures.rows,
-                conversations=figures.conversations,
-                false_met=figures.false_met,
-                fooled=figures.fooled,
-                difference=figures.difference,
-                interval=figures.interval,
-                verdict=figures.verdict,
-            )
-            for name, figures in found.items()
-        ],
+        tricks=[TrickFigures.of(name, figures, attackers.get(name)) for name, figures in found.items()],
         worst=worst(found),
         verdict=judge_verdict(found) if found else None,
         usage=usage.whole_run.grader if usage is not None else None,

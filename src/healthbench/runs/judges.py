@@ -14,11 +14,12 @@ measured (None), no tricks, no attacker, no front.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from healthbench.grading.hackability import HARD_TO_FOOL_MARGIN, Verdict
+from healthbench.grading.hackability import HARD_TO_FOOL_MARGIN, Fooling, Verdict
 from healthbench.runs.records import Record, SideUsage, Versioned
 
 # HealthBench's full set: 57,237 rubric items over 5,000 rows (docs/SPEC.md section 1), the verdicts one reward of
@@ -109,6 +110,11 @@ class TrickFigures(Record):
     difference: float
     interval: Interval | None = None
     verdict: Verdict
+
+    @classmethod
+    def of(cls, trick: str, figures: Fooling, attacker: str | None = None) -> TrickFigures:
+        """The record of a trick's computed figures."""
+        return cls(trick=trick, attacker=attacker, verdict=figures.verdict, **dataclasses.asdict(figures))
 
 
 class JudgeHackability(Record):
