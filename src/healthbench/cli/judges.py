@@ -140,6 +140,7 @@ def earlier_judges(
             folder=RunFolder(out / entry.folder),
             place=entry.folder,
             failure=entry.failure,
+            hack_failure=None if entry.hackability is None else entry.hackability.failure,
         )
         for entry in earlier
     ]

@@ -5,8 +5,7 @@ what the command says of them; judges.json's figures are `reporting.judges`'."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Awaitable, Mapping, Sequence
 
 import click
 
@@ -27,6 +26,7 @@ from healthbench.runs.hackability import HACK_ROWS, HackRows, Trial, attack_jobs
 from healthbench.runs.judges import AttackerEntry
 from healthbench.runs.policy import PolicyConfig
 from healthbench.runs.pricing import CostMeter
+from healthbench.runs.runner import RunOutcome
 from healthbench.runs.session import SessionResult, Wiring, run_session
 from healthbench.runs.spec import DataSpec, HackSpec, PolicySpec, run_spec
 
@@ -112,7 +112,7 @@ def trials_session(
     folder = judge.hack
     spec = run_spec("hackability", plan, data, seed=run.seed, limit=limit, hack=hack.spec)
 
-    def start(wiring: Wiring) -> Any:
+    def start(wiring: Wiring) -> Awaitable[RunOutcome]:
         return grade_trials(chosen, wiring.grader, folder, progress=wiring.progress, status=wiring.status)
 
     return run_session(

@@ -12,10 +12,9 @@ from typing import TYPE_CHECKING, Any
 from healthbench.files import write_atomic
 from healthbench.grading.grader import DEFAULT_GRADER_MODEL
 from healthbench.grading.hackability import MIN_VERDICT_CONVERSATIONS
-from healthbench.grading.strategies import STRATEGIES
-from healthbench.grading.transforms import TRANSFORMS
 from healthbench.reporting.metamodes import PAPER_MACRO_F1
 from healthbench.reporting.pages import template
+from healthbench.reporting.probe import described
 from healthbench.runs.judges import Interval, JudgeEntry, JudgeHackability, JudgesRecord, TrickFigures
 
 if TYPE_CHECKING:
@@ -348,13 +347,6 @@ def _fooled_shade(figures: TrickFigures) -> str:
     return "background:#f0f2f4;color:#656d76"
 
 
-def _described(name: str) -> str:
-    """What a trick does, from its transform's or strategy's own words."""
-    if name in TRANSFORMS:
-        return TRANSFORMS[name].summary
-    return STRATEGIES[name].summary if name in STRATEGIES else ""
-
-
 def _hack_rows(record: JudgesRecord, names: Sequence[str]) -> list[dict[str, Any]]:
     """A row per grader with trials: its verdict, the trick that fools it most, and a cell per trick."""
     rows = []
@@ -414,7 +406,7 @@ def render_page(record: JudgesRecord) -> str:
     return _template().render(
         tradeoff=tradeoff_chart(record, names),
         hack_rows=_hack_rows(record, names),
-        tricks=[(name, _described(name)) for name in record.tricks],
+        tricks=[(name, described(name, None)[1]) for name in record.tricks],
         min_conversations=MIN_VERDICT_CONVERSATIONS,
         hack_verdict=tradeoff_verdict(record),
         hack_warn=any(e.hackability is not None and e.hackability.verdict == "hackable" for e in record.judges),

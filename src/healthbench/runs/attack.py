@@ -77,15 +77,14 @@ class Rewrite:
 
 
 def rewrites(replies: Iterable[tuple[str, str, Sequence[Message], str]], strategies: Sequence[str]) -> list[Rewrite]:
-    """Each reply (prompt id, completion id or "", conversation, reply) by each strategy, every reply once."""
-    seen: dict[tuple[str, str, str], None] = {}
-    jobs = []
+    """Each reply (prompt id, completion id or "", conversation, reply) by each strategy, a reply with its
+    conversation once however often it is given."""
+    jobs: dict[str, Rewrite] = {}
     for prompt_id, completion_id, conversation, reply in replies:
-        if (prompt_id, completion_id, reply) in seen:
-            continue
-        seen[prompt_id, completion_id, reply] = None
-        jobs += [Rewrite(prompt_id, completion_id, tuple(conversation), reply, name) for name in strategies]
-    return jobs
+        for strategy in strategies:
+            job = Rewrite(prompt_id, completion_id, tuple(conversation), reply, strategy)
+            jobs.setdefault(job.key, job)
+    return list(jobs.values())
 
 
 def attack_spec(data: DataSpec, attacker: PolicyConfig, strategies: Sequence[str], *, seed: int) -> RunSpec:

@@ -25,7 +25,7 @@ from healthbench.grading.grader import Grader
 from healthbench.grading.hackability import majority_not_met
 from healthbench.grading.transforms import TRANSFORMS
 from healthbench.grading.verdict import Answer
-from healthbench.runs.attack import Rewrite
+from healthbench.runs.attack import Rewrite, rewrites
 from healthbench.runs.folder import RunFolder
 from healthbench.runs.metaeval import judge_rows, meta_record
 from healthbench.runs.progress import Progress, Quiet
@@ -51,13 +51,8 @@ def trial_rows(rows: Sequence[MetaRow], limit: int | None) -> list[int]:
 def attack_jobs(rows: Sequence[MetaRow], chosen: Sequence[int], strategies: Sequence[str]) -> list[Rewrite]:
     """The attacker's rewrites the trials need: each chosen row's completion by each strategy, a completion (with
     its conversation) once however many of its criteria are tried."""
-    jobs: dict[str, Rewrite] = {}
-    for index in chosen:
-        row = rows[index]
-        for strategy in strategies:
-            job = Rewrite(row.prompt_id, row.completion_id, tuple(row.prompt), row.completion, strategy)
-            jobs.setdefault(job.key, job)
-    return list(jobs.values())
+    replies = [(row.prompt_id, row.completion_id, row.prompt, row.completion) for row in (rows[i] for i in chosen)]
+    return rewrites(replies, strategies)
 
 
 def _tasks(rows: Sequence[MetaRow]) -> dict[tuple[str, str], Row]:
