@@ -20,6 +20,7 @@ from aiohttp.client_reqrep import ConnectionKey
 from healthbench.api.client import ApiClient, Retries
 from healthbench.api.failures import ProviderError, transport_failure, unreachable
 from healthbench.api.retrying import FIRST_FAILURES, Health, Kind
+from healthbench.api.routing import Server
 from healthbench.errors import EndpointUnusable, RequestFailed
 from healthbench.grading.verdict import parse_verdict
 from healthbench.testing import Canned, FakeOpenAI
@@ -45,9 +46,9 @@ def attempts_of(client: ApiClient) -> list[int]:
     made = [0]
     attempt = client._attempt
 
-    async def counted(payload: bytes, cost: int, alone: bool) -> Any:
+    async def counted(server: Server, payload: bytes, cost: int, alone: bool) -> Any:
         made[0] += 1
-        return await attempt(payload, cost, alone)
+        return await attempt(server, payload, cost, alone)
 
     client._attempt = counted  # type: ignore[method-assign]
     return made

@@ -408,6 +408,20 @@ class ConfigMismatch(OutputError):
         self.details = details
 
 
+class ExportMismatch(OutputError):
+    """An export folder holding files of other splits (other data, heldout or seed, named in its manifest, or files
+    whose tasks another split holds): adding to it would mix them, so nothing is written. `details` names the
+    difference."""
+
+    def __init__(self, path: object, details: str) -> None:
+        super().__init__(
+            f"{path} holds an export of other splits ({details}); adding to it would put tasks of one split beside "
+            "another's. Export into a new `out` folder, or with the settings it was made with."
+        )
+        self.path = path
+        self.details = details
+
+
 # --- a served environment --------------------------------------------------------------------------------------
 
 

@@ -16,11 +16,11 @@ from healthbench.cli.bounds import bounded
 from healthbench.cli.failures import user_errors
 from healthbench.cli.options import grader_options, grading_options, rescoring_length_options
 from healthbench.cli.physicians import meta_headline
-from healthbench.cli.render import download_bar
+from healthbench.cli.render import download_bar, in_flags
 from healthbench.cli.serving import access_from_flags, access_options
 from healthbench.cli.tasks import data_flag_offered, professional_note
 from healthbench.data.source import TaskSource
-from healthbench.data.splits import SPLITS
+from healthbench.data.splits import SPLITS, why_empty
 from healthbench.data.subsets import DOWNLOADABLE, TASK_SUBSETS
 from healthbench.errors import MissingExtra, RequestFailed, SettingsError
 from healthbench.grading.bootstrap import Bootstraps, Seed
@@ -211,7 +211,12 @@ def compare(run_a: Path, run_b: Path, seed: int, n_bootstrap: int, as_json: bool
     help="The seed of the training splits' seeded choices (docs/training.md).",
 )
 @click.option(
-    "--port", type=click.IntRange(0, 65535), default=8080, show_default=True, envvar="PORT", help="[env: PORT]"
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8080,
+    show_default=True,
+    envvar="PORT",
+    help="The port to listen on [env: PORT].",
 )
 @click.option(
     "--default-environment",
@@ -235,8 +240,8 @@ def compare(run_a: Path, run_b: Path, seed: int, n_bootstrap: int, as_json: bool
     "--grader-slow-start",
     is_flag=True,
     envvar="HEALTHBENCH_GRADER_SLOW_START",
-    help="Send a key whose limits are not known yet one grader call, then more with each answer, as the grading "
-    "commands do, instead of the grader budget's worth at once (a trainer's step is such a burst anyway) "
+    help="Send a key whose limits are not known yet twenty grader calls, then two more with each answer, as the "
+    "grading commands do, instead of the grader budget's worth at once (a trainer's step is such a burst anyway) "
     "[env: HEALTHBENCH_GRADER_SLOW_START=1].",
 )
 @access_options
@@ -301,9 +306,11 @@ def serve(
         config.check_pace_store()  # a shared pace out of reach: no server, rather than one that overruns the key
     with data_flag_offered():
         splits = load_splits(data, subsets, download_bar, heldout=heldout, split_seed=split_seed)
-    for name in names:
-        if name not in splits:
-            click.echo(f"healthbench: the {name} split is empty (too few rows), so it is not served", err=True)
+    sizes = {split: len(splits.get(split, ())) for split in SPLITS}
+    for split in SPLITS:
+        if split in names and split not in splits:
+            why = in_flags(why_empty(split, sizes))
+            click.echo(f"healthbench: the {split} split is empty ({why}), so it is not served", err=True)
     adjustments = {split: plans[split].length_adjustment for split in splits}
     serve_environment(
         splits,

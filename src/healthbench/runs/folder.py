@@ -91,6 +91,20 @@ def invalid(where: str, exc: ValidationError, hint: str = "", *, flat: bool = Fa
     return DataError(f"{where}: field {field}: {error['msg']}{missing}")
 
 
+def json_object(path: Path) -> dict[str, Any] | None:
+    """The JSON object the file `path` holds, or None when there is no such file; a file that holds no JSON object
+    is a `DataError` naming it."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise DataError(f"{path}: expected a JSON object")
+    return value
+
+
 @dataclass(frozen=True)
 class RunFolder:
     """One run's output folder."""
@@ -275,16 +289,7 @@ class RunFolder:
         return value
 
     def _json(self, name: str) -> dict[str, Any] | None:
-        path = self.path / name
-        try:
-            value = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return None
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise DataError(f"{path}: not valid JSON ({exc})") from None
-        if not isinstance(value, dict):
-            raise DataError(f"{path}: expected a JSON object")
-        return value
+        return json_object(self.path / name)
 
     def _write(self, name: str, value: Any) -> Path:
         self.path.mkdir(parents=True, exist_ok=True)

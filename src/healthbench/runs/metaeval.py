@@ -122,7 +122,8 @@ async def judge_rows(
                 results = await reply_verdicts(grader, prompt, len(group), ident=ident(group[0]), cache_key=cache_key)
             else:
                 prompt, cache_key = grader_prompt(conversation, first.rubric), grader.cache_key(conversation)
-                results = [await grader.verdict(prompt, ident=ident(group[0]), cache_key=cache_key)]
+                affinity = grader.affinity(conversation)
+                results = [await grader.verdict(prompt, ident=ident(group[0]), cache_key=cache_key, affinity=affinity)]
         except RequestFailed as exc:
             for index in group:
                 row = rows[index]

@@ -343,7 +343,7 @@ def _in_hand(grader: Grader, policy: Policy | None) -> int | None:
     run's at its start, which kept the first request waiting about a second of CPU at 5,000 calls. None (all at
     once) where a client sends through the Batch API, which wants every request together."""
     clients = [grader.client, *([policy.client] if policy is not None else [])]
-    ceilings = [client.budget.ceiling for client in clients if isinstance(client, ApiClient)]
+    ceilings = [client.ceiling for client in clients if isinstance(client, ApiClient)]
     return max(ceilings) if len(ceilings) == len(clients) else None
 
 

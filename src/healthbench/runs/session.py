@@ -152,6 +152,8 @@ def _session(
     store = Store(folder / STORE)
     try:
         store.bind_config(spec.identity(), LEFT_OUT)
+        if (moved := _servers_moved(folder, spec)) is not None:
+            progress.note(moved)
         built = _build(grader_config, policy, batch, store, progress)
         started, paid_before = time.time(), store.spent()
         outcome = _run(start, built, store, costs, progress, folder, samples)
@@ -172,6 +174,18 @@ def _session(
     if report is not None:
         result.report = report(folder.path)
     return result
+
+
+def _servers_moved(folder: RunFolder, spec: RunSpec) -> str | None:
+    """What a resumed run says when its grader's servers are not its last session's (another pool of the same model,
+    which the identity allows: the servers decide no verdict); None when they are, or for a first session."""
+    last = folder.read_run()
+    if last is None or last.spec.grader.base_url in (None, spec.grader.base_url):
+        return None
+    return (
+        f"the grader {spec.grader.model} is now at {spec.grader.base_url}, not {last.spec.grader.base_url} as in the "
+        "last session: the same model, so the verdicts so far stand and the rest are asked there"
+    )
 
 
 def _build(
