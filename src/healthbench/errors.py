@@ -306,16 +306,37 @@ class CandidateError(NotGraded):
 
 
 class MetaGradingError(NotGraded):
-    """A meta-eval row the grader could not judge within the retry bound."""
+    """A meta-eval row the grader could not judge within the retry bound (with `trick`, the row's completion as a
+    judge's trial rewrote it)."""
 
     def __init__(
-        self, index: int, prompt_id: str, completion_id: str, rubric: str, cause: str, *, lasting: bool = False
+        self,
+        index: int,
+        prompt_id: str,
+        completion_id: str,
+        rubric: str,
+        cause: str,
+        *,
+        lasting: bool = False,
+        trick: str | None = None,
     ) -> None:
+        rewritten = "" if trick is None else f" rewritten by {trick}"
         super().__init__(
-            f"meta-eval row {index} (prompt {prompt_id}, completion {completion_id}, criterion "
+            f"meta-eval row {index} (prompt {prompt_id}, completion {completion_id}{rewritten}, criterion "
             f"{_clipped(rubric, 80)!r}) could not be graded: {cause}"
         )
         self.lasting = lasting  # as `GradingError.lasting`
+
+
+class RewriteError(NotGraded):
+    """A reply the attacker model gave no rewrite of, by one strategy, within the retry bound: the trick is tried
+    without that reply."""
+
+    def __init__(self, strategy: str, prompt_id: str, completion_id: str, cause: str) -> None:
+        which = f"task {prompt_id}" + (f", completion {completion_id}" if completion_id else "")
+        super().__init__(f"{which}: the attacker gave no {strategy} rewrite of the reply: {cause}")
+        self.prompt_id = prompt_id
+        self.cause = cause
 
 
 # --- the output folder -----------------------------------------------------------------------------------------

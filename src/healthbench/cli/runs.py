@@ -32,6 +32,7 @@ from healthbench.runs.lock import refuse_if_written
 from healthbench.runs.metaeval import write_meta_metrics
 from healthbench.runs.policy import PolicyConfig
 from healthbench.runs.records import MetaRecord, SampleRecord
+from healthbench.runs.spec import SIDE_RUNS
 from healthbench.runs.store import Store
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -73,6 +74,10 @@ def report(
         raise click.ClickException(
             f"{out}: a probe's folder: its gains are in {folder / PROBE} and its page is {folder / PROBE_PAGE}, "
             "which the same probe command rewrites; report takes runs of grade, eval, baseline and meta-eval"
+        )
+    if run is not None and run.spec.command in SIDE_RUNS:
+        raise click.ClickException(
+            f"{out}: {SIDE_RUNS[run.spec.command]}; report takes runs of grade, eval, baseline and meta-eval"
         )
     meta = run is not None and run.spec.command == "meta-eval"
     results: Sequence[SampleRecord | MetaRecord] = folder.read_meta_results() if meta else folder.read_results()

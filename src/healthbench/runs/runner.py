@@ -34,7 +34,7 @@ from healthbench.grading.transforms import Transform
 from healthbench.runs.folder import METRICS, RunFolder
 from healthbench.runs.policy import REFUSED_REPLY, Policy, PromptRefusal, RefusalGuard, misuse, prompt_refusal
 from healthbench.runs.progress import Progress, Quiet
-from healthbench.runs.records import FailureRecord, MetaRecord, PolicyErrorRecord, SampleRecord
+from healthbench.runs.records import FailureRecord, PolicyErrorRecord, Record, SampleRecord
 from healthbench.runs.store import Store
 
 
@@ -74,7 +74,7 @@ class RunOutcome:
     suspect: int = 0
 
 
-RecordT = TypeVar("RecordT", SampleRecord, MetaRecord)
+RecordT = TypeVar("RecordT", bound=Record)
 
 
 class ResultSink(Generic[RecordT]):

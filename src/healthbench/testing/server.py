@@ -2,7 +2,8 @@
 
 It is a real HTTP server on loopback (no mocks), so clients exercise their actual networking,
 retry and parsing code. Replies are deterministic (see ``replies``): grader prompts get a verdict
-that is a pure function of the prompt text, everything else gets a reply derived from the messages
+that is a pure function of the prompt text, an attacker's request its rewrite (``attacker``), everything else gets
+a reply derived from the messages
 (offered a tool named ``answer``, it calls it: see ``agent``). Faults and rate limiting can be injected
 deterministically from a seed.
 """
@@ -23,6 +24,7 @@ from aiohttp import web
 
 from healthbench.errors import NotServing, SettingsError
 from healthbench.testing.agent import answer_call, chat_stream, wants_stream, with_tool_call
+from healthbench.testing.attacker import attack_reply
 from healthbench.testing.batch import FakeBatchAPI
 from healthbench.testing.caching import PromptCache
 from healthbench.testing.canned import Canned, CannedAnswers
@@ -355,7 +357,7 @@ class FakeOpenAI:
             if (grader_prompt := prompt.grader_prompt) is not None:
                 content = self._grader_reply(body, grader_prompt)
             else:
-                content = policy_reply(prompt.items)
+                content = attack_reply(prompt.items) or policy_reply(prompt.items)
         return content
 
     def _grader_reply(self, body: Body, text: str) -> str:
