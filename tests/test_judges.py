@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 from click.testing import CliRunner, Result
 
@@ -254,6 +255,13 @@ def test_grader_names_and_folders() -> None:
     assert (shouted.model, shouted.base_url) == ("Qwen/Qwen3-32B", "http://127.0.0.1:8000/v1")
     assert folder_name(shouted) == folder_name(choice)
     assert shown_url("https://user:secret@example.com:8443/v1") == "https://example.com:8443/v1"
+    # a pool of servers of one judge model (issue 43): comma-separated after the @, each a URL
+    pool = parse_grader("Qwen/Qwen3-32B@http://127.0.0.1:8000/v1, HTTP://127.0.0.1:8001/v1")
+    assert pool.base_url == "http://127.0.0.1:8000/v1,http://127.0.0.1:8001/v1"
+    assert folder_name(pool) == "Qwen_Qwen3-32B_127.0.0.1-8000_v1-pool2"
+    assert shown_url("http://u:p@a:1/v1,http://b:2/v1") == "http://a:1/v1,http://b:2/v1"
+    with pytest.raises(click.BadParameter, match="'notaurl' names no host"):
+        parse_grader("Qwen/Qwen3-32B@http://127.0.0.1:8000/v1,notaurl")
 
 
 def test_the_verdict_says_what_the_rows_can_tell() -> None:

@@ -50,11 +50,14 @@ def parse_grader(text: str) -> GraderChoice:
 
 
 def folder_name(choice: GraderChoice) -> str:
-    """The grader's folder under --out: its model, and its endpoint's host, port and path when it names one."""
+    """The grader's folder under --out: its model, and its endpoint's host, port and path when it names one (a pool's
+    first server's, and how many servers it has)."""
     name = choice.model
     if choice.base_url is not None:
-        parts = urlsplit(choice.base_url)
+        first, *more = choice.base_url.split(",")
+        parts = urlsplit(first)
         name += "@" + f"{parts.hostname}{'' if parts.port is None else f'-{parts.port}'}{parts.path}"
+        name += f"-pool{len(more) + 1}" if more else ""  # a pool: its first server, and how many in all
     return _UNSAFE.sub("_", name).strip("._") or "grader"
 
 
@@ -157,8 +160,9 @@ def _headline(label: str, metrics: dict[str, float | int]) -> str:
     multiple=True,
     metavar="MODEL[@BASE_URL]",
     help="A grader to measure, repeated for each: its model, and its OpenAI-compatible endpoint after @ "
-    "(gpt-4.1-mini, Qwen/Qwen3-32B@http://localhost:8000/v1) [endpoint default: $HEALTHBENCH_GRADER_BASE_URL or "
-    "OpenAI]. Every other grader flag applies to all.",
+    "(gpt-4.1-mini, Qwen/Qwen3-32B@http://localhost:8000/v1), or a pool of its servers comma-separated "
+    "(Qwen/Qwen3-32B@http://judge-0:8000/v1,http://judge-1:8000/v1) [endpoint default: $HEALTHBENCH_GRADER_BASE_URL "
+    "or OpenAI]. Every other grader flag applies to all (--concurrency at each server).",
 )
 @click.option(
     "--grader-key-env",
