@@ -219,3 +219,48 @@ def test_serve_grades_on_a_pool_named_by_its_variable(tmp_path: Path) -> None:
         graded = graded_by_cli(tmp_path, data, replies, one.base_url)
     for result in answer["results"]:
         assert result["reward"] == pytest.approx(graded[result["prompt_id"]]["score"], abs=1e-9)
+
+
+def test_a_server_that_comes_back_is_tried_and_taken_back_in(tmp_path: Path) -> None:
+    """The first server is down as the run starts and comes up while the other holds every request it took: its
+    trial is answered, a line says it is back, and the run ends as one server's would."""
+    rows = pool_rows(20)
+    data, answers, replies = files(tmp_path, rows)
+    out = tmp_path / "out"
+    down = dead_url()
+    port = int(down.rsplit(":", 1)[1].split("/")[0])
+    living, revived = FakeOpenAI(), FakeOpenAI(port=port)
+    try:
+        living.start()
+        living.pause()  # it holds what it takes: the run cannot end before the first server is back
+        assert living.base_url
+        command = [sys.executable, "-m", "healthbench", *grade_args(data, answers, out, [down, living.base_url])]
+        process = subprocess.Popen(
+            [*command, "--concurrency", "4", "--no-progress"],
+            env={**os.environ, **ENV},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(process.stdout or ()), daemon=True)
+        reader.start()
+        deadline = time.monotonic() + _PATIENCE
+        while not any("is out of the pool" in line for line in lines) and process.poll() is None:
+            assert time.monotonic() < deadline, "the first server was never taken out"
+            time.sleep(0.05)
+        revived.start()
+        while revived.requests_total == 0 and process.poll() is None:
+            assert time.monotonic() < deadline, "the first server was never tried again"
+            time.sleep(0.05)
+        living.resume()
+        process.wait(timeout=_PATIENCE * 2)
+        reader.join(timeout=_PATIENCE)
+    finally:
+        living.stop()
+        revived.stop()
+    output = "".join(lines)
+    assert process.returncode == 0, output
+    assert f"judge server {down} is back in the pool" in output
+    check_against_reference(out, rows, replies)
+    assert revived.requests_total + living.requests_total == len(rows) * len(ITEMS)  # none asked twice

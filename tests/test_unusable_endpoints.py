@@ -184,6 +184,13 @@ def test_the_key_the_url_and_the_model_are_refused_at_once_and_an_echoed_key_is_
     assert KEY not in str(caught)
 
 
+def test_a_refusal_with_an_empty_body_says_so_once() -> None:
+    caught, made = refused_with(401, lambda _: "")
+    assert isinstance(caught, EndpointUnusable) and made == 1
+    assert "refused a request (HTTP 401 with an empty body)" in str(caught)
+    assert "HTTP 401: HTTP 401" not in str(caught)
+
+
 def test_a_400_about_a_parameter_is_unusable_and_one_about_the_prompt_is_not() -> None:
     parameter = openai_error("unsupported_value", "temperature", "Unsupported value: 'temperature'\ndoes not.")
     caught, made = refused_with(400, parameter)
