@@ -61,27 +61,22 @@ class DownloadFailed(DataError):
 
 
 class UnknownTask(DataError):
-    """A task asked for by a split and prompt id that the rows at hand do not have: the message names both, and
-    the splits there are when the split itself is not one."""
+    """A task asked for by a prompt_id that a split of the rows at hand does not have (a reward asked for a task of
+    another split or of other data, a task spec a client made up): the message names both, and the splits there
+    are when the split itself is not one (`splits`: those there are, given when `split` may be none of them).
+    `UnknownPromptId` is the same error, by the name the trainers' rewards first raised it under."""
 
-    def __init__(self, split: object, prompt_id: object = None, *, splits: tuple[str, ...] = ()) -> None:
-        if splits:
+    def __init__(self, prompt_id: object, split: object, *, splits: tuple[str, ...] = ()) -> None:
+        said = f"prompt_id {prompt_id!r} is not in split {split!r}"
+        if splits and split not in splits:
             shown = ", ".join(repr(name) for name in splits)
-            super().__init__(f"no task with split {split!r}: the splits are {shown}")
-        else:
-            super().__init__(f"no task with split {split!r} and prompt_id {prompt_id!r}")
-        self.split = split
-        self.prompt_id = prompt_id
-
-
-class UnknownPromptId(DataError):
-    """A prompt_id that is not among a split's tasks (a reward asked for a task of another split, or of no data
-    at all): the message names the prompt_id and the split."""
-
-    def __init__(self, prompt_id: str, split: str) -> None:
-        super().__init__(f"prompt_id {prompt_id!r} is not in split {split!r}")
+            said += f": there is no such split here (the splits are {shown})"
+        super().__init__(said)
         self.prompt_id = prompt_id
         self.split = split
+
+
+UnknownPromptId = UnknownTask
 
 
 class RunBeingWritten(DataError):
@@ -270,6 +265,16 @@ class GradingError(NotGraded):
         self.cause = cause
         self.lasting = lasting
 
+    def redacted(self, secret: str | None) -> GradingError:
+        """The same error (its class, its `lasting`) with `secret` taken out of its cause: a grader key an endpoint
+        echoed in an error body, which must not reach a log or a client. Itself when the cause does not hold it."""
+        if not secret or secret not in self.cause:
+            return self
+        return self._with_cause(self.cause.replace(secret, "[redacted]"))
+
+    def _with_cause(self, cause: str) -> GradingError:
+        return GradingError(self.prompt_id, self.criterion, cause, lasting=self.lasting)
+
 
 class ReplyGradingError(GradingError):
     """A reply whose rubric, asked in one grader call (`per-reply`), got no valid list of verdicts: which task, how
@@ -286,6 +291,9 @@ class ReplyGradingError(GradingError):
         self.cause = cause
         self.items = items
         self.lasting = lasting
+
+    def _with_cause(self, cause: str) -> GradingError:
+        return ReplyGradingError(self.prompt_id, self.items, cause, lasting=self.lasting)
 
 
 class SampleError(NotGraded):

@@ -4,7 +4,7 @@
 A step's replies name their task by `prompt_id`. The rows come from a `data` argument, else `HEALTHBENCH_DATA` (a
 path, or a subset name: full, hard, consensus, professional), else the full set; they are loaded once per process
 and, when a split is named, restricted to it (`healthbench.data.splits`; the official full set's `heldout` is
-HealthBench Hard, as `export` makes it). A prompt_id not among them is `UnknownPromptId`, naming it and the split,
+HealthBench Hard, as `export` makes it). A prompt_id not among them is `UnknownTask`, naming it and the split,
 before any grader call.
 
 The grader is `serve`'s: its settings from the arguments, else the environment variables `serve` reads
@@ -42,7 +42,7 @@ from pydantic import SecretStr, TypeAdapter, ValidationError
 from healthbench.api.endpoint import Concurrency
 from healthbench.data.schema import Row
 from healthbench.data.subsets import TASK_SUBSETS
-from healthbench.errors import GradingError, SettingsError, UnknownPromptId
+from healthbench.errors import GradingError, SettingsError, UnknownTask
 from healthbench.grading.sample import grade_sample
 from healthbench.grading.settings import GraderConfig, GradingOptions
 from healthbench.integrations.common import load_tasks
@@ -81,10 +81,10 @@ class TaskRows:
     split: str
 
     def row(self, prompt_id: str) -> Row:
-        """The row of `prompt_id`; `UnknownPromptId` naming it and the split when there is none."""
+        """The row of `prompt_id`; `UnknownTask` naming it and the split when there is none."""
         row = self.by_id.get(prompt_id) if isinstance(prompt_id, str) else None
         if row is None:
-            raise UnknownPromptId(str(prompt_id), self.split)
+            raise UnknownTask(prompt_id, self.split)
         return row
 
 
@@ -221,7 +221,7 @@ class BatchRewards:
         self._graders = _pool(self.concurrency, self.ceiling, slow_start_from_env(slow_start))
 
     async def grade(self, items: Sequence[tuple[str, str]]) -> list[Reward]:
-        """Every reply's reward, in order, all graded at once under the one budget. `UnknownPromptId` before any
+        """Every reply's reward, in order, all graded at once under the one budget. `UnknownTask` before any
         grader call for a prompt_id not among the rows; a reply that cannot be graded gets a `Reward` without one."""
         rows = [self.tasks.row(prompt_id) for prompt_id, _ in items]
         if not rows:
@@ -235,17 +235,11 @@ class BatchRewards:
         try:
             sample = await grade_sample(grader, row, reply, adjustment=self.adjustment)
         except GradingError as exc:
-            failure = self._redacted(exc)
+            # An endpoint may echo the key in an error body, and the error is logged.
+            failure = exc.redacted(self.config.api_key.get_secret_value() if self.config.api_key else None)
             return Reward(row.prompt_id, None, error=str(failure), failure=failure)
         axes = {tag: value for tag, value in sample.metrics.items() if tag.startswith(AXIS_PREFIX)}
         return Reward(row.prompt_id, sample.reward, axes)
-
-    def _redacted(self, failure: GradingError) -> GradingError:
-        """The failure without the grader key (an endpoint may echo it in an error body, and it is logged)."""
-        key = self.config.api_key.get_secret_value() if self.config.api_key is not None else ""
-        if key and key in failure.cause:
-            return GradingError(failure.prompt_id, failure.criterion, failure.cause.replace(key, "[redacted]"))
-        return failure
 
 
 def axis_means(rewards: Sequence[Reward]) -> dict[str, float]:

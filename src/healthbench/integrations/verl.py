@@ -16,7 +16,7 @@ environment variables `serve` reads (`HEALTHBENCH_GRADER_API_KEY`, `HEALTHBENCH_
 budget `HEALTHBENCH_GRADER_CONCURRENCY` (default 256, growing with the key's limits to 1,024), its pace shared by
 every Ray worker through `HEALTHBENCH_PACE_STORE=redis://...`. The
 score is `healthbench grade`'s for the same reply; a reply that cannot be graded raises `GradingError` naming task
-and item (verl has no "no reward"), and an unknown prompt_id `UnknownPromptId` naming it and the split.
+and item (verl has no "no reward"), and an unknown prompt_id `UnknownTask` naming it and the split.
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ def compute_score_batch(
     **kwargs: Any,
 ) -> list[float]:
     """The score of every reply of a batch (verl's batch reward manager), graded at once on the process's one
-    grading loop. `GradingError` naming task and item for a reply that cannot be graded, `UnknownPromptId` for a
+    grading loop. `GradingError` naming task and item for a reply that cannot be graded, `UnknownTask` for a
     ground truth that names no task: there is no score for the batch then."""
     if not len(solution_strs) == len(ground_truths) == len(extra_infos):
         raise DataError(

@@ -32,7 +32,7 @@ from pydantic import BaseModel
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from healthbench.data.schema import Row
-from healthbench.errors import GradingError, HealthBenchError, OverLimit, UnknownPromptId
+from healthbench.errors import GradingError, HealthBenchError, OverLimit, UnknownTask
 from healthbench.grading.sample import GradedSample
 from healthbench.integrations.openreward.deployment import Deployment
 
@@ -144,7 +144,7 @@ class BatchRewards:
             )
         try:
             return [self.deployment.task(split, prompt_id) for prompt_id in prompt_ids]
-        except UnknownPromptId as exc:
+        except UnknownTask as exc:
             raise HTTPException(status_code=400, detail=str(exc)) from None
 
     async def rewards(self, request: RewardsRequest) -> dict[str, Any]:

@@ -24,7 +24,6 @@ from healthbench.errors import (
     GradingError,
     OverLimit,
     SettingsError,
-    UnknownPromptId,
     UnknownTask,
 )
 from healthbench.grading.prompt import TEMPLATE_SHA256, render_conversation
@@ -191,18 +190,16 @@ class Deployment:
         """The row a task spec names; `UnknownTask` for a spec that names none (naming the splits, for a split
         that is not one)."""
         split, prompt_id = task_spec.get("split"), task_spec.get("prompt_id")
-        if not isinstance(split, str) or split not in self.splits:
-            raise UnknownTask(split, splits=tuple(self.splits))
-        row = self._rows.get((split, prompt_id)) if isinstance(prompt_id, str) else None
+        row = self._rows.get((split, prompt_id)) if isinstance(split, str) and isinstance(prompt_id, str) else None
         if row is None:
-            raise UnknownTask(split, prompt_id)
+            raise UnknownTask(prompt_id, split, splits=tuple(self.splits))
         return row
 
     def task(self, split: str, prompt_id: str) -> Row:
-        """The row of `prompt_id` in `split` (a split served); `UnknownPromptId` naming both when it has none."""
+        """The row of `prompt_id` in `split` (a split served); `UnknownTask` naming both when it has none."""
         row = self._rows.get((split, prompt_id))
         if row is None:
-            raise UnknownPromptId(prompt_id, split)
+            raise UnknownTask(prompt_id, split)
         return row
 
     def missing_key(self, split: str) -> str | None:
@@ -235,10 +232,7 @@ class Deployment:
                 sample = await grade_sample(grader, row, response, adjustment=self.adjustments[split])
             except GradingError as exc:
                 # An endpoint may echo the key in an error body, and the cause ends up in the server's log.
-                if api_key and api_key in exc.cause:
-                    cause = exc.cause.replace(api_key, "[redacted]")
-                    raise GradingError(exc.prompt_id, exc.criterion, cause) from None
-                raise
+                raise exc.redacted(api_key) from None
         if self.usage_log is not None:
             self.usage_log.add(config.model, sample.usage)
         return sample
