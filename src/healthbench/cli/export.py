@@ -57,10 +57,7 @@ def export(
     """Write the tasks of each --split for a trainer: TRL (JSONL: prompt, prompt_id), verl (parquet: data_source,
     prompt, ability, reward_model, extra_info) or OpenRLHF (JSONL: prompt, label). Every row has its prompt_id,
     none its rubric; the same command writes the same bytes."""
-    if data is not None and subset is not None:
-        raise click.UsageError("give at most one of --data PATH or --subset NAME")
-    tasks = TaskSource.file(data) if data is not None else TaskSource.named(subset or "full")
-    tasks = tasks.splitting(None, heldout, split_seed)
+    tasks = TaskSource.chosen(data, subset).splitting(None, heldout, split_seed)
     if not tasks.splittable:
         raise click.UsageError(f"--split splits the full set or a --data file, not the {subset} subset")
     with data_flag_offered():

@@ -272,12 +272,11 @@ def serve(
         raise MissingExtra("serve", exc.name or "", "serve", how="bash scripts/dev serve sets it up") from None
 
     access, limits = access_from_flags(flags)
-    if heldout is not None and data is None:
-        raise click.UsageError("--heldout goes with --data: the full set's heldout split is HealthBench Hard")
+    # The data's training splits, as `load_splits` parts them: a heldout file goes with a file of data.
+    source = TaskSource.chosen(data).splitting(None, heldout, split_seed)
     # The test split from a file is graded by its kind: Professional's settings for a file in its schema.
     kinds: dict[str, str | None] = {}
     if data is not None:
-        source = TaskSource.file(data)
         professional_note(source)
         kinds["test"] = source.kind
     try:

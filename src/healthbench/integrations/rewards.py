@@ -41,11 +41,11 @@ from pydantic import SecretStr, TypeAdapter, ValidationError
 
 from healthbench.api.endpoint import Concurrency
 from healthbench.data.schema import Row
-from healthbench.data.subsets import TASK_SUBSETS
+from healthbench.data.source import TaskSource
 from healthbench.errors import GradingError, SettingsError, UnknownTask
 from healthbench.grading.sample import grade_sample
 from healthbench.grading.settings import GraderConfig, GradingOptions
-from healthbench.integrations.common import load_tasks
+from healthbench.integrations.common import source_tasks
 from healthbench.integrations.openreward.deployment import served_budget
 from healthbench.integrations.pool import GraderPool
 from healthbench.together import together
@@ -88,29 +88,21 @@ class TaskRows:
         return row
 
 
-def data_source(data: str | Path | None) -> tuple[str | None, str | None]:
-    """(subset, path) of `data`, else of `HEALTHBENCH_DATA`, else the full set: a subset's name or a file's path."""
-    chosen = str(data) if data is not None else os.environ.get(DATA_VARIABLE, "").strip() or "full"
-    if chosen.startswith("subset:"):  # how run.json names a subset
-        chosen = chosen.removeprefix("subset:")
-    return (chosen, None) if chosen in TASK_SUBSETS else (None, chosen)
-
-
 def task_rows(
     data: str | Path | None = None, split: str | None = None, heldout: str | Path | None = None, seed: int = 0
 ) -> TaskRows:
-    """The rows of `data` (see `data_source`), of `split` only when one is named (`data.splits`, as `export` and
-    `--split` choose it: the full set's heldout is the official hard file, a file's the rows of `heldout` when
-    given, else a seeded 20%; `seed` is the split's), loaded once per process for the same data, split, heldout and
-    seed."""
-    subset, path = data_source(data)
-    return _task_rows(subset, path, split, None if heldout is None else str(heldout), seed)
+    """The rows of `data` (a file's path, or a subset's name: `TaskSource.given`), else of `HEALTHBENCH_DATA`, else
+    of the full set; of `split` only when one is named (`data.splits`, as `export` and `--split` choose it: the full
+    set's heldout is the official hard file, a file's the rows of `heldout` when given, else a seeded 20%; `seed`
+    is the split's). Loaded once per process for the same data, split, heldout and seed."""
+    named = data if data is not None else os.environ.get(DATA_VARIABLE, "").strip() or None
+    return _task_rows(TaskSource.chosen(named, split=split, heldout=heldout, seed=seed))
 
 
 @functools.lru_cache(maxsize=16)
-def _task_rows(subset: str | None, path: str | None, split: str | None, heldout: str | None, seed: int) -> TaskRows:
-    tasks = load_tasks(subset, path, split=split, heldout=heldout, split_seed=seed)
-    return TaskRows({row.prompt_id: row for row in tasks.rows}, tasks.kind, split or ALL_ROWS)
+def _task_rows(source: TaskSource) -> TaskRows:
+    tasks = source_tasks(source)
+    return TaskRows({row.prompt_id: row for row in tasks.rows}, tasks.kind, source.split or ALL_ROWS)
 
 
 def budget_from_env(concurrency: int | None) -> int | None:
