@@ -8,11 +8,11 @@ refused naming both (`records.Versioned`).
 
 from __future__ import annotations
 
-from typing import ClassVar, Generic, Literal, TypeVar
+from typing import ClassVar, Generic, Literal, Protocol, TypeVar
 
 from pydantic import Field
 
-from healthbench.grading.grader import GraderCalls
+from healthbench.grading.grader import GradedItem, GraderCalls
 from healthbench.runs.records import Record, SideUsage, TokenCounts, Versioned
 from healthbench.runs.spec import Command, GraderRequest, LengthSpec
 
@@ -81,9 +81,34 @@ class Comparison(Versioned):
     metrics: dict[str, MetricDifference]
 
 
+class Spread(Protocol):
+    """A figure's spread: metrics.json's bootstrap std and sample count and the 95% interval [`ci_low`, `ci_high`],
+    each None where not known. `FigureRecord` and `LeaderboardRow` hold one each, in JSON orders of their own that
+    readers have always had (so a protocol, not a base class, whose fields would come first)."""
+
+    @property
+    def bootstrap_std(self) -> float | None: ...
+
+    @property
+    def n_samples(self) -> int | None: ...
+
+    @property
+    def ci_low(self) -> float | None: ...
+
+    @property
+    def ci_high(self) -> float | None: ...
+
+
+def interval_of(spread: Spread) -> tuple[float, float] | None:
+    """The spread's 95% interval; None when either end is not known."""
+    if spread.ci_low is None or spread.ci_high is None:
+        return None
+    return spread.ci_low, spread.ci_high
+
+
 class FigureRecord(Record):
-    """One clipped mean of metrics.json with its bootstrap std and sample count, and its 95% interval (None
-    where not known)."""
+    """One clipped mean of metrics.json with its spread (`Spread`): its bootstrap std and sample count, and its
+    95% interval (None where not known)."""
 
     value: float
     bootstrap_std: float | None = None
@@ -103,8 +128,9 @@ class LeaderboardRow(Record):
     """One run on the leaderboard: its rank among the runs on its task set (`task_set`; runs on other tasks are
     ranked apart), what was graded and by which grader, its data, its headline `score` (metrics.json's) with
     metrics.json's `bootstrap_std` and `n_samples` and the 95% interval [`ci_low`, `ci_high`] of a percentile
-    bootstrap over its `n_tasks` tasks (each task's samples averaged, tasks resampled, as `compare` does), its
-    cost, its marks, and its slices as metrics.json has them (interval: score ± 1.96 bootstrap std)."""
+    bootstrap over its `n_tasks` tasks (each task's samples averaged, tasks resampled, as `compare` does): the
+    headline's `Spread`; its cost, its marks, and its slices as metrics.json has them (interval: score ± 1.96
+    bootstrap std)."""
 
     rank: int
     run: str
@@ -220,12 +246,23 @@ class DryRunEstimate(Versioned):
 
 
 class RewardItem(Record):
-    """One rubric item's verdict as `serve` returns it (its explanation cut short)."""
+    """One rubric item's verdict as `serve` returns it beside a reward: a `GradedItem` without its criterion (the
+    rubric stays on the server) and with its explanation cut short, in the key order clients have always read."""
 
     criteria_met: bool
     points: int
     tags: list[str] = Field(default_factory=list)
     explanation: str = ""
+
+    @classmethod
+    def of(cls, item: GradedItem, explanation_chars: int) -> RewardItem:
+        """The verdict of `item`, its explanation cut to `explanation_chars`."""
+        return cls(
+            criteria_met=item.criteria_met,
+            points=item.points,
+            tags=list(item.tags),
+            explanation=item.explanation[:explanation_chars],
+        )
 
 
 class RewardMetadata(Record):

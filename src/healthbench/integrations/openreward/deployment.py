@@ -280,15 +280,7 @@ class Deployment:
         """What a graded reply's tool output carries besides its reward (`RewardMetadata`, as the SDK takes it:
         a plain object); the reward is the grader's whatever `suspect` says."""
         config, adjustment = self.graders[split], self.adjustments[split]
-        items = [
-            RewardItem(
-                criteria_met=item.criteria_met,
-                points=item.points,
-                tags=list(item.tags),
-                explanation=item.explanation[:EXPLANATION_CHARS],
-            )
-            for item in sample.items
-        ]
+        items = [RewardItem.of(item, EXPLANATION_CHARS) for item in sample.items]
         record = RewardMetadata(
             prompt_id=sample.row.prompt_id,
             items=items,
