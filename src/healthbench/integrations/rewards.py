@@ -15,8 +15,9 @@ pace as `serve` replicas do). Its budget is `serve`'s (`deployment.served_budget
 with the key's limits up to 1,024; `concurrency` (or `HEALTHBENCH_GRADER_CONCURRENCY`) sets it, and then it stays
 there. A key whose limits are not known yet gets the step's calls at once within that budget, not the grading
 commands' slow start (`slow_start=True` or `HEALTHBENCH_GRADER_SLOW_START=1` restores it). Graders are leased from
-one `GraderPool` per process, so they stay warm across steps as long as the caller's event loop lives (a trainer's:
-TRL's daemon loop, verl's reward loop, or `verl.py`'s own).
+one `GraderPool` per budget in the process, shared by every source of rows on that budget, so they stay warm across
+steps as long as the caller's event loop lives (a trainer's: TRL's daemon loop, verl's reward loop, or `verl.py`'s
+own).
 
 Each reply's reward is `grade_sample`'s, exactly what `healthbench grade` gives for it: the unclipped task score
 (length-adjusted where the data's official settings say so, as HealthBench Professional's), with the task's
@@ -53,7 +54,6 @@ from healthbench.together import together
 DATA_VARIABLE = "HEALTHBENCH_DATA"
 CONCURRENCY_VARIABLE = "HEALTHBENCH_GRADER_CONCURRENCY"
 SLOW_START_VARIABLE = "HEALTHBENCH_GRADER_SLOW_START"  # serve's --grader-slow-start
-AXIS_PREFIX = "axis:"
 ALL_ROWS = "none (all rows of the data)"  # how an unknown prompt_id's error names no split
 EXIT_WAIT = 5.0  # seconds the graders of a trainer's loop may take to close as the process exits
 
@@ -230,8 +230,7 @@ class BatchRewards:
             # An endpoint may echo the key in an error body, and the error is logged.
             failure = exc.redacted(self.config.api_key.get_secret_value() if self.config.api_key else None)
             return Reward(row.prompt_id, None, error=str(failure), failure=failure)
-        axes = {tag: value for tag, value in sample.metrics.items() if tag.startswith(AXIS_PREFIX)}
-        return Reward(row.prompt_id, sample.reward, axes)
+        return Reward(row.prompt_id, sample.reward, sample.axes)
 
 
 def axis_means(rewards: Sequence[Reward]) -> dict[str, float]:

@@ -23,8 +23,9 @@ from typing import Any, Protocol
 
 import aiohttp
 
+from healthbench.data.tags import AXIS_PREFIX
 from healthbench.errors import DataError, EndpointUnusable, RequestFailed, SettingsError
-from healthbench.integrations.rewards import AXIS_PREFIX, BatchRewards, Reward, axis_means
+from healthbench.integrations.rewards import BatchRewards, Reward, axis_means
 
 __all__ = ["reward_function"]
 
@@ -128,8 +129,8 @@ def reply_text(completion: Any) -> str:
 
 
 class ServedRewards:
-    """A step's rewards from a running `healthbench serve` (`POST /rewards`, AREAS.md's contract): one request per
-    step, under the server's token; the server's key and budget grade it."""
+    """A step's rewards from a running `healthbench serve` (`POST /rewards`, docs/deploy.md's batch routes): one
+    request per step, under the server's token; the server's key and budget grade it."""
 
     def __init__(self, server_url: str, token: str | None, split: str, timeout: float) -> None:
         self.url = server_url.rstrip("/") + "/rewards"

@@ -32,6 +32,7 @@ from pydantic import BaseModel
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from healthbench.data.schema import Row
+from healthbench.data.tags import AXIS_PREFIX
 from healthbench.errors import GradingError, HealthBenchError, OverLimit, UnknownTask
 from healthbench.grading.sample import GradedSample
 from healthbench.integrations.openreward.deployment import Deployment
@@ -53,7 +54,6 @@ END_TOKENS = (
     "<|end▁of▁sentence|>",
     "<\uff5cend\u2581of\u2581sentence\uff5c>",  # DeepSeek's, with full-width bars
 )
-AXIS_PREFIX = "axis:"
 REWARDS_PATH, OPENRLHF_PATH = "/rewards", "/openrlhf"
 BATCH_PATHS = frozenset({REWARDS_PATH, OPENRLHF_PATH})
 TRAIN, TEST = "train", "test"
@@ -158,7 +158,7 @@ class BatchRewards:
                 sample = await self.deployment.grade(split, row, reply, None)
             except (GradingError, OverLimit) as exc:
                 return {"prompt_id": row.prompt_id, "reward": None, "error": str(exc), "axes": {}}
-            return {"prompt_id": row.prompt_id, "reward": sample.reward, "error": None, "axes": axes(sample)}
+            return {"prompt_id": row.prompt_id, "reward": sample.reward, "error": None, "axes": sample.axes}
 
         try:
             async with asyncio.TaskGroup() as group:
@@ -238,11 +238,6 @@ class _SampleFailed(Exception):
         self.index = index
         self.status = status
         self.detail = detail
-
-
-def axes(sample: GradedSample) -> dict[str, float]:
-    """A graded reply's per-axis scores (`axis:accuracy`, ...): the axes its task has items of."""
-    return {tag: value for tag, value in sample.metrics.items() if tag.startswith(AXIS_PREFIX)}
 
 
 def _took(start: float) -> dict[str, float]:
