@@ -63,7 +63,8 @@ def _source(extra_info: Mapping[str, Any] | None, kwargs: Mapping[str, Any]) -> 
     with _lock:
         found = _sources.get(key)
         if found is None:
-            found = _sources[key] = BatchRewards(key[0], split=key[1], heldout=key[2], seed=key[3], **dict(grading))
+            found = BatchRewards(key[0], split=key[1], heldout=key[2], seed=key[3], **dict(grading))
+            _sources[key] = found
     return found
 
 
