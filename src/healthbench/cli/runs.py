@@ -25,7 +25,8 @@ from healthbench.data.subsets import DOWNLOADABLE, TASK_SUBSETS
 from healthbench.errors import MissingExtra, RequestFailed, SettingsError
 from healthbench.grading.bootstrap import Bootstraps, Seed
 from healthbench.grading.settings import GraderConfig, GradingOptions
-from healthbench.integrations.openreward.deployment import ENVIRONMENT, ENVIRONMENTS, SERVED_CONCURRENCY
+from healthbench.integrations.openreward.deployment import ENVIRONMENT, ENVIRONMENTS
+from healthbench.integrations.rewardsetup import SERVED_CONCURRENCY
 from healthbench.reporting.report import rebuild, unfinished, write_meta_report, write_report
 from healthbench.runs.folder import PROBE, PROBE_PAGE, RESULTS, STORE, RunFolder
 from healthbench.runs.lock import refuse_if_written
@@ -312,7 +313,7 @@ def serve(
     )
 
 
-# serve's grader budget starts higher than the grading commands' (see deployment.SERVED_CONCURRENCY), which the
+# serve's grader budget starts higher than the grading commands' (see rewardsetup.SERVED_CONCURRENCY), which the
 # shared --concurrency help cannot say.
 for _option in serve.params:
     if _option.name == "grader_concurrency" and isinstance(_option, click.Option):

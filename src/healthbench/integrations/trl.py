@@ -22,10 +22,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import aiohttp
+from pydantic import ValidationError
 
 from healthbench.data.tags import AXIS_PREFIX
 from healthbench.errors import DataError, EndpointUnusable, RequestFailed, SettingsError
 from healthbench.integrations.rewards import BatchRewards, Reward, axis_means
+from healthbench.runs.outputs import ReplyItem, RewardResult, RewardsAnswer, RewardsRequest
 
 __all__ = ["reward_function"]
 
@@ -141,15 +143,16 @@ class ServedRewards:
     async def grade(self, items: Sequence[tuple[str, str]]) -> list[Reward]:
         """The server's rewards for `items`, in order. An unknown split or prompt_id (HTTP 400) is a `DataError`
         with the server's words; a server out of reach or refusing the token, `EndpointUnusable`."""
-        body = {"split": self.split, "items": [{"prompt_id": pid, "reply": reply} for pid, reply in items]}
+        request = RewardsRequest(
+            split=self.split, items=[ReplyItem(prompt_id=pid, reply=reply) for pid, reply in items]
+        )
         try:
             async with (
                 aiohttp.ClientSession(timeout=self.timeout) as http,
-                http.post(self.url, json=body, headers=self.headers) as response,
+                http.post(self.url, json=request.model_dump(mode="json"), headers=self.headers) as response,
             ):
                 text = await response.text()
                 status = response.status
-                answer = await response.json(content_type=None) if status == 200 else None
         except aiohttp.ClientConnectionError as exc:
             raise EndpointUnusable(
                 self.url, f"cannot be reached: {exc}", refused=False, role="the reward server's"
@@ -162,23 +165,18 @@ class ServedRewards:
             raise EndpointUnusable(
                 self.url, f"refused the token (HTTP {status})", refused=True, role="the reward server's"
             )
-        if answer is None:
+        if status != 200:
             raise RequestFailed(
                 f"the reward server {self.url} answered HTTP {status}", 1, status=status, body=text.encode()
             )
-        return [self._reward(pid, result) for (pid, _), result in zip(items, _results(answer, len(items)), strict=True)]
+        return [Reward.of(result) for result in self._results(text, len(items))]
 
-    def _reward(self, prompt_id: str, result: dict[str, Any]) -> Reward:
-        reward = result.get("reward")
-        axes = {str(tag): float(value) for tag, value in (result.get("axes") or {}).items()}
-        if reward is None:
-            return Reward(prompt_id, None, axes, error=str(result.get("error") or "no reward"))
-        return Reward(prompt_id, float(reward), axes)
-
-
-def _results(answer: Any, count: int) -> list[dict[str, Any]]:
-    """The answer's results, one per item sent; `DataError` for an answer of another shape."""
-    results = answer.get("results") if isinstance(answer, dict) else None
-    if not isinstance(results, list) or len(results) != count or not all(isinstance(r, dict) for r in results):
-        raise DataError(f"the reward server's answer is not {count} results: {str(answer)[:200]!r}")
-    return results
+    def _results(self, text: str, count: int) -> list[RewardResult]:
+        """The answer's results, one per item sent; `DataError` for an answer of another shape."""
+        try:
+            results = RewardsAnswer.model_validate_json(text).results
+        except ValidationError:
+            results = None
+        if results is None or len(results) != count:
+            raise DataError(f"the reward server's answer is not {count} results: {text[:200]!r}")
+        return results

@@ -1,9 +1,11 @@
 """What commands write about runs, beside a run folder's own files, as typed, versioned records: `compare`'s
 result (`Comparison`, what `compare --json` prints; `MetaComparison` for meta-eval runs), the leaderboard
-(`Leaderboard`, its rows `LeaderboardRow`), the dry run's estimate (`DryRunEstimate`) and the metadata `serve`
-returns beside a reward (`RewardMetadata`). Each is built by the code that computes it and read by its
-consumers field by field; `version` says which shape a reader holds, and one this release does not know is
-refused naming both (`records.Versioned`).
+(`Leaderboard`, its rows `LeaderboardRow`), the dry run's estimate (`DryRunEstimate`), the metadata `serve`
+returns beside a reward (`RewardMetadata`), and `serve`'s batch routes' bodies (`RewardsRequest` and
+`RewardsAnswer` for `/rewards`, which its server and its clients share; `OpenRLHFAnswer`). Each is built by the
+code that computes it and read by its consumers field by field; `version` says which shape a reader holds, and one
+this release does not know is refused naming both (`records.Versioned`); the shapes `serve` answers with keep the
+keys clients have always read, without a `version`.
 """
 
 from __future__ import annotations
@@ -314,3 +316,45 @@ class MetaComparison(Versioned):
     difference_interval: tuple[float, float] | None = None
     paired: bool = False
     paper_macro_f1: dict[str, float] = Field(default_factory=dict)
+
+
+class ReplyItem(Record):
+    """One reply of a `/rewards` request: the task's prompt_id and the reply's text."""
+
+    prompt_id: str
+    reply: str
+
+
+class RewardsRequest(Record):
+    """`serve`'s `POST /rewards` body: the split the prompt_ids are in (None: `train` when served, else `test`) and
+    the step's replies. TRL's server mode sends it; `serve` reads it."""
+
+    split: str | None = None
+    items: list[ReplyItem]
+
+
+class RewardResult(Record):
+    """One reply's result in `/rewards`' answer, in the items' order: its task, its reward (the signed task score;
+    None for a reply that could not be graded, with the `error` naming task and item) and its per-axis scores."""
+
+    prompt_id: str
+    reward: float | None = None
+    error: str | None = None
+    axes: dict[str, float] = Field(default_factory=dict)
+
+
+class RewardsAnswer(Record):
+    """`serve`'s answer to `POST /rewards`, read by TRL's server mode: one result per item sent, in order. Its keys
+    are what clients have always read, so it carries no `version` key of its own."""
+
+    results: list[RewardResult]
+
+
+class OpenRLHFAnswer(Record):
+    """`serve`'s answer to `POST /openrlhf`, OpenRLHF's remote reward protocol: one reward per sample (`scores` the
+    same numbers, as OpenRLHF reads either) and the per-axis logs OpenRLHF merges by key (`axis:NAME` and
+    `axis:NAME:graded`, one value per sample)."""
+
+    rewards: list[float]
+    scores: list[float]
+    extra_logs: dict[str, list[float]]

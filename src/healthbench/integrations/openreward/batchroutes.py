@@ -15,27 +15,28 @@ Which split a prompt_id is looked up in: the request's (`split` in `/rewards`' b
 `/openrlhf`), else `train` when the server serves it, else `test`. An unknown split or prompt_id is HTTP 400
 naming it. A batch of more replies than `--max-batch-size` is refused (413) before any grader call.
 
-Every reply is graded as a session's would be (`Deployment.grade`: the split's settings and length adjustment,
-the server's grader key) under the server's one budget and with its warm graders, so the many one-sample
-requests of an OpenRLHF step share them as the items of one `/rewards` batch do.
+Every step is graded by the split's `BatchRewards` (`Deployment.rewards`), as a trainer's in-process rewards grade
+theirs and a session's reply is graded: the split's settings and length adjustment, the server's grader key, the
+server's one budget and its warm graders, so the many one-sample requests of an OpenRLHF step share them as the
+items of one `/rewards` batch do. Both bodies are typed records (`runs.outputs`): `/rewards`' request and answer
+are those TRL's server mode sends and reads.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from healthbench.data.schema import Row
 from healthbench.data.tags import AXIS_PREFIX
-from healthbench.errors import GradingError, HealthBenchError, OverLimit, UnknownTask
-from healthbench.grading.sample import GradedSample
+from healthbench.errors import HealthBenchError, OverLimit, UnknownTask
 from healthbench.integrations.openreward.deployment import Deployment
+from healthbench.integrations.rewards import Reward
+from healthbench.runs.outputs import OpenRLHFAnswer, RewardsAnswer, RewardsRequest
 
 # What a decoded rollout may end with after the reply: end-of-turn and end-of-text tokens of the common chat
 # templates (Qwen and ChatML, Llama 3, Phi, Gemma, Mistral and Llama 2, DeepSeek, gpt-oss), and padding.
@@ -57,20 +58,7 @@ END_TOKENS = (
 REWARDS_PATH, OPENRLHF_PATH = "/rewards", "/openrlhf"
 BATCH_PATHS = frozenset({REWARDS_PATH, OPENRLHF_PATH})
 TRAIN, TEST = "train", "test"
-
-
-class RewardItem(BaseModel):
-    """One reply to grade: the task's prompt_id and the reply's text."""
-
-    prompt_id: str
-    reply: str
-
-
-class RewardsRequest(BaseModel):
-    """`POST /rewards`' body."""
-
-    split: str | None = None
-    items: list[RewardItem]
+Answer = TypeVar("Answer", RewardsAnswer, OpenRLHFAnswer)
 
 
 class OpenRLHFRequest(BaseModel):
@@ -105,9 +93,10 @@ def openrlhf_reply(index: int, query: str, prompt: str, label: str) -> str:
     return strip_end_tokens(query[len(prompt) :])
 
 
-class BatchRewards:
-    """The batch routes of one server's `deployment` (see the module docstring); `log` (the server's logger) is
-    told of each request graded (`info`) or failed for a grader failure (`warning`), in one line."""
+class BatchRoutes:
+    """The batch routes of one server's `deployment` (see the module docstring), each step graded by the split's
+    `BatchRewards`; `log` (the server's logger) is told of each request graded (`info`) or failed for a grader
+    failure (`warning`), in one line."""
 
     def __init__(self, deployment: Deployment, log: Any) -> None:
         self.deployment = deployment
@@ -132,47 +121,41 @@ class BatchRewards:
             )
         return split
 
-    def rows(self, split: str, prompt_ids: Sequence[str]) -> list[Row]:
-        """The rows of `prompt_ids` in `split`, in order: HTTP 413 for more than the server grades at once, 400
-        naming a prompt_id the split does not have, both before any grader call."""
+    def bounded(self, count: int) -> None:
+        """HTTP 413, before any grader call, for a batch of more replies than the server grades at once."""
         most = self.deployment.limits.batch_size
-        if len(prompt_ids) > most:
+        if count > most:
             raise HTTPException(
                 status_code=413,
-                detail=f"a batch of {len(prompt_ids):,} replies is more than this server grades at once: at most "
-                f"{most:,} (healthbench serve --max-batch-size)",
+                detail=f"a batch of {count:,} replies is more than this server grades at once: at most {most:,} "
+                "(healthbench serve --max-batch-size)",
             )
+
+    async def graded(self, route: str, split: str, items: Sequence[tuple[str, str]]) -> list[Reward]:
+        """The rewards of `items` on `split`: HTTP 400 naming a prompt_id the split does not have (before any grader
+        call), 502 for a grader no reply could be graded with (its message names why, said in the log too)."""
+        self.bounded(len(items))
         try:
-            return [self.deployment.task(split, prompt_id) for prompt_id in prompt_ids]
+            return await self.deployment.rewards(split).grade(items)
         except UnknownTask as exc:
             raise HTTPException(status_code=400, detail=str(exc)) from None
+        except HealthBenchError as exc:  # the grader itself unusable (its key refused, say): no item can be graded
+            self.log.warning("batch_rewards_failed", route=route, split=split, detail=str(exc))
+            raise HTTPException(status_code=502, detail=f"the grader cannot grade: {exc}") from None
 
-    async def rewards(self, request: RewardsRequest) -> dict[str, Any]:
+    async def rewards(self, request: RewardsRequest) -> RewardsAnswer:
         """`/rewards`: every item graded at once; an item that cannot be graded has a null reward and its error."""
         split = self.split(request.split)
-        rows = self.rows(split, [item.prompt_id for item in request.items])
         start = time.monotonic()
-
-        async def one(row: Row, reply: str) -> dict[str, Any]:
-            try:
-                sample = await self.deployment.grade(split, row, reply, None)
-            except (GradingError, OverLimit) as exc:
-                return {"prompt_id": row.prompt_id, "reward": None, "error": str(exc), "axes": {}}
-            return {"prompt_id": row.prompt_id, "reward": sample.reward, "error": None, "axes": sample.axes}
-
-        try:
-            async with asyncio.TaskGroup() as group:
-                tasks = [group.create_task(one(row, item.reply)) for row, item in zip(rows, request.items, strict=True)]
-        except* HealthBenchError as failed:  # the grader itself unusable (its key refused, say): no item can be
-            raise self._unusable(REWARDS_PATH, split, failed.exceptions[0]) from None
-        results = [task.result() for task in tasks]
-        failures = sum(result["reward"] is None for result in results)
+        items = [(item.prompt_id, item.reply) for item in request.items]
+        results = await self.graded(REWARDS_PATH, split, items)
+        failures = sum(result.reward is None for result in results)
         self.log.info(
             "rewards_graded", route=REWARDS_PATH, split=split, items=len(results), failed=failures, **_took(start)
         )
-        return {"results": results}
+        return RewardsAnswer(results=[result.result() for result in results])
 
-    async def openrlhf(self, request: OpenRLHFRequest, named: str | None) -> dict[str, Any]:
+    async def openrlhf(self, request: OpenRLHFRequest, named: str | None) -> OpenRLHFAnswer:
         """`/openrlhf`: every sample graded at once; one that cannot be graded fails the request naming it."""
         split = self.split(named)
         counts = {len(request.query), len(request.prompts), len(request.labels)}
@@ -182,41 +165,23 @@ class BatchRewards:
                 detail=f"query, prompts and labels differ in length ({len(request.query)}, {len(request.prompts)}, "
                 f"{len(request.labels)}): one of each per sample",
             )
-        rows = self.rows(split, request.labels)
+        self.bounded(len(request.labels))
         samples = zip(request.query, request.prompts, request.labels, strict=True)
         replies = [openrlhf_reply(index, *sample) for index, sample in enumerate(samples)]
         start = time.monotonic()
+        rewards = await self.graded(OPENRLHF_PATH, split, list(zip(request.labels, replies, strict=True)))
+        for index, reward in enumerate(rewards):
+            if reward.reward is None:
+                status = 400 if isinstance(reward.failure, OverLimit) else 502
+                self.log.warning(
+                    "openrlhf_failed", split=split, samples=len(rewards), sample=index, detail=reward.error
+                )
+                raise HTTPException(status_code=status, detail=f"sample {index}: {reward.error}")
+        scores = [reward.reward for reward in rewards if reward.reward is not None]
+        self.log.info("rewards_graded", route=OPENRLHF_PATH, split=split, items=len(scores), failed=0, **_took(start))
+        return OpenRLHFAnswer(rewards=scores, scores=scores, extra_logs=self._extra_logs(split, rewards))
 
-        async def one(index: int, row: Row, reply: str) -> GradedSample:
-            try:
-                return await self.deployment.grade(split, row, reply, None)
-            except (GradingError, OverLimit) as exc:
-                status = 400 if isinstance(exc, OverLimit) else 502
-                raise _SampleFailed(index, status, str(exc)) from exc
-
-        try:
-            async with asyncio.TaskGroup() as group:
-                pairs = enumerate(zip(rows, replies, strict=True))
-                tasks = [group.create_task(one(index, row, reply)) for index, (row, reply) in pairs]
-        except* _SampleFailed as failed:
-            first = failed.exceptions[0]
-            assert isinstance(first, _SampleFailed)
-            self.log.warning("openrlhf_failed", split=split, samples=len(rows), sample=first.index, detail=first.detail)
-            raise HTTPException(status_code=first.status, detail=f"sample {first.index}: {first.detail}") from None
-        except* HealthBenchError as failed:
-            raise self._unusable(OPENRLHF_PATH, split, failed.exceptions[0]) from None
-        graded = [task.result() for task in tasks]
-        rewards = [sample.reward for sample in graded]
-        self.log.info("rewards_graded", route=OPENRLHF_PATH, split=split, items=len(graded), failed=0, **_took(start))
-        return {"rewards": rewards, "scores": rewards, "extra_logs": self._extra_logs(split, graded)}
-
-    def _unusable(self, route: str, split: str, failure: BaseException) -> HTTPException:
-        """HTTP 502 for a grader no reply of the request could be graded with (its message names why), said in the
-        log too."""
-        self.log.warning("batch_rewards_failed", route=route, split=split, detail=str(failure))
-        return HTTPException(status_code=502, detail=f"the grader cannot grade: {failure}")
-
-    def _extra_logs(self, split: str, graded: Sequence[GradedSample]) -> dict[str, list[float]]:
+    def _extra_logs(self, split: str, rewards: Sequence[Reward]) -> dict[str, list[float]]:
         """Per-axis scores, one value per sample, under the same keys for every request of the split (OpenRLHF
         merges a step's logs by key): `axis:NAME` is the axis's score, 0 for a task with no item of the axis, and
         `axis:NAME:graded` 1 or 0 says which; an axis's mean over a step is the first's mean over the second's."""
@@ -225,19 +190,9 @@ class BatchRewards:
             self._axes[split] = sorted(tag for tag in tags if tag.startswith(AXIS_PREFIX))
         logs: dict[str, list[float]] = {}
         for tag in self._axes[split]:
-            logs[tag] = [sample.metrics.get(tag, 0.0) for sample in graded]
-            logs[f"{tag}:graded"] = [float(tag in sample.metrics) for sample in graded]
+            logs[tag] = [reward.axes.get(tag, 0.0) for reward in rewards]
+            logs[f"{tag}:graded"] = [float(tag in reward.axes) for reward in rewards]
         return logs
-
-
-class _SampleFailed(Exception):
-    """Sample `index` of an `/openrlhf` request could not be graded: the HTTP status and what to say."""
-
-    def __init__(self, index: int, status: int, detail: str) -> None:
-        super().__init__(detail)
-        self.index = index
-        self.status = status
-        self.detail = detail
 
 
 def _took(start: float) -> dict[str, float]:
@@ -245,17 +200,17 @@ def _took(start: float) -> dict[str, float]:
 
 
 def batch_app(deployment: Deployment, log: Any) -> FastAPI:
-    """An app of its own answering `POST /rewards` and `POST /openrlhf` for `deployment`; `log` as `BatchRewards`
+    """An app of its own answering `POST /rewards` and `POST /openrlhf` for `deployment`; `log` as `BatchRoutes`
     takes it, also told (`error`) of a failure that is no fault of the request's."""
-    routes = BatchRewards(deployment, log)
+    routes = BatchRoutes(deployment, log)
     app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
 
-    async def rewards(body: RewardsRequest) -> dict[str, Any]:
+    async def rewards(body: RewardsRequest) -> RewardsAnswer:
         """A step's replies graded at once: one result per item, a null reward with its error for a reply that
         cannot be graded."""
         return await _answered(routes.rewards(body), log)
 
-    async def openrlhf(body: OpenRLHFRequest, split: str | None = None) -> dict[str, Any]:
+    async def openrlhf(body: OpenRLHFRequest, split: str | None = None) -> OpenRLHFAnswer:
         """OpenRLHF's remote reward protocol (`--reward.remote_url http://user:TOKEN@host:port/openrlhf`)."""
         return await _answered(routes.openrlhf(body, split), log)
 
@@ -264,7 +219,7 @@ def batch_app(deployment: Deployment, log: Any) -> FastAPI:
     return app
 
 
-async def _answered(answer: Awaitable[dict[str, Any]], log: Any) -> dict[str, Any]:
+async def _answered(answer: Awaitable[Answer], log: Any) -> Answer:
     """`answer`, or for a failure that is not the request's (a bug) one log line and HTTP 500 naming it, rather than
     a traceback on the server's console."""
     try:
