@@ -218,7 +218,10 @@ def test_verl_reward_loop_form_is_a_coroutine_matching_grade(data: Path, grader:
     async def loop() -> list[float]:
         return list(
             await asyncio.gather(
-                *(verl_rewards.compute_score("healthbench", reply, pid, dict(info), extra=1) for pid, reply in pairs)
+                *(
+                    verl_rewards.compute_score("healthbench", reply, pid, dict(info), reward_model_tokenizer=None)
+                    for pid, reply in pairs
+                )
             )
         )
 

@@ -79,6 +79,20 @@ class UnknownTask(DataError):
 UnknownPromptId = UnknownTask
 
 
+class NotAReply(DataError):
+    """What a trainer's reward was given in place of a reply (None, a number, an empty list of messages, a message
+    without text): which one of the step it is (its place, and its task) and what it was, refused before any grader
+    call wherever a reward is asked for (TRL, verl, `/rewards`, `/openrlhf`)."""
+
+    def __init__(self, index: int, prompt_id: object, given: object) -> None:
+        super().__init__(
+            f"reply {index} (task {prompt_id}) is not a reply: {_clipped(repr(given), 100)}; a reply is its text, or a "
+            "conversation's messages whose last holds it as its content"
+        )
+        self.index = index
+        self.prompt_id = prompt_id
+
+
 class RunBeingWritten(DataError):
     """A run folder a live run holds, given to a command that reads runs: it is an unfinished run."""
 
@@ -407,18 +421,19 @@ class OverLimit(ServeError):
     grade, a group of too many candidates): nothing of it was graded. The message names the bound and the flag
     that sets it."""
 
+    # The setting that bounds a reply's length, as a server's bound names it; the in-process rewards name theirs.
+    SERVED_REPLY_BOUND = "healthbench serve --max-reply-chars"
+
     @staticmethod
-    def reply_cause(chars: int, most: int) -> str:
-        """Why a reply of `chars` characters is not graded by a server that grades `most`."""
-        return (
-            f"the reply is {chars:,} characters, more than this server grades: at most {most:,} "
-            "(healthbench serve --max-reply-chars)"
-        )
+    def reply_cause(chars: int, most: int, setting: str = SERVED_REPLY_BOUND) -> str:
+        """Why a reply of `chars` characters is not graded where `setting` (named in the message) bounds a reply to
+        `most`."""
+        return f"the reply is {chars:,} characters, more than is graded: at most {most:,} ({setting})"
 
     @classmethod
-    def reply(cls, prompt_id: str, chars: int, most: int) -> OverLimit:
+    def reply(cls, prompt_id: str, chars: int, most: int, setting: str = SERVED_REPLY_BOUND) -> OverLimit:
         """A reply to task `prompt_id` too long to grade."""
-        return cls(f"task {prompt_id}: {cls.reply_cause(chars, most)}")
+        return cls(f"task {prompt_id}: {cls.reply_cause(chars, most, setting)}")
 
     @classmethod
     def group(cls, size: int, most: int) -> OverLimit:

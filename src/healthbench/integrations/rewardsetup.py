@@ -6,6 +6,8 @@
   loaded once per process for the same data, split, heldout and seed.
 - Budget: `serve`'s (`served_budget`): 256 grader calls in flight, growing with the key's limits up to 1,024; a
   concurrency given (the argument, else `HEALTHBENCH_GRADER_CONCURRENCY`) is a ceiling the budget stays at.
+- Settings: checked here, before any step (`grading_options`, `checked_grader`): a setting that is none (a
+  misspelling) or out of range, a grader endpoint that is not a URL, no key for OpenAI's API.
 - Graders: one `GraderPool` per budget in the process, shared by every source of rows on that budget, so graders
   stay warm across steps as long as the caller's event loop lives (a trainer's: TRL's daemon loop, verl's reward
   loop, or `verl.py`'s own); a key whose limits are not known yet is sent a step's calls at once unless the slow
@@ -17,21 +19,24 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import difflib
 import functools
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import TypeAdapter, ValidationError
 
-from healthbench.api.endpoint import Concurrency
+from healthbench.api.endpoint import Concurrency, is_openai
 from healthbench.data.schema import Row
 from healthbench.data.source import TaskSource
 from healthbench.errors import SettingsError, UnknownTask
-from healthbench.grading.settings import GraderConfig
+from healthbench.grading.settings import SERVED_KEY_VARIABLES, GraderConfig, GradingOptions
 from healthbench.integrations.common import source_tasks
+from healthbench.integrations.openreward.access import ReplyChars
 from healthbench.integrations.pool import GraderPool
 
 DATA_VARIABLE = "HEALTHBENCH_DATA"
@@ -94,6 +99,48 @@ def served_budget(configs: Iterable[GraderConfig]) -> tuple[int, int]:
     return max(floors), max([*ceilings, *floors])
 
 
+def grading_options(concurrency: int | None, grading: Mapping[str, Any], others: Iterable[str]) -> GradingOptions:
+    """The `GradingOptions` of the settings given (`grading`), the budget `concurrency` else the environment's;
+    `SettingsError` naming each setting that is no setting (with the closest of the options' fields and `others`,
+    the caller's own settings, when one is close) or whose value is out of its range."""
+    try:
+        return GradingOptions(grader_concurrency=budget_from_env(concurrency), **grading)
+    except ValidationError as exc:
+        known = [*GradingOptions.model_fields, *others]
+        said = []
+        for error in exc.errors():
+            name = str(error["loc"][0])
+            if error["type"] == "extra_forbidden":
+                close = difflib.get_close_matches(name, known, n=1)
+                hint = f" (did you mean `{close[0]}`?)" if close else ""
+                said.append(
+                    f"`{name}` is no setting of the reward{hint}: its settings are GradingOptions' fields "
+                    f"(grader_model, grader_base_url, ...) and {', '.join(others)}"
+                )
+            else:
+                said.append(f"`{name}` is {error['input']!r}: {error['msg']}")
+        raise SettingsError("; ".join(said)) from None
+
+
+def checked_grader(config: GraderConfig) -> GraderConfig:
+    """`config`, once it is known to be usable before any grader call: its endpoint a URL (http:// or https://, then
+    a host) and, for OpenAI's API, a key; else `SettingsError` naming the setting and the variable that give it.
+    Its shared pace's store is reached too (`PaceStoreUnreachable`): an error now, not a key overrun later."""
+    parts = urlsplit(config.base_url)
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise SettingsError(
+            f"the grader's endpoint {config.base_url!r} is not a URL (it needs http:// or https://, then a host): "
+            "give `grader_base_url`, or set HEALTHBENCH_GRADER_BASE_URL"
+        )
+    if config.api_key is None and is_openai(config.base_url):
+        raise SettingsError(
+            f"no grader key, and the grader {config.model} at {config.base_url} needs one: give `grader_api_key`, "
+            f"or set one of {', '.join(SERVED_KEY_VARIABLES)}"
+        )
+    config.check_pace_store()
+    return config
+
+
 def budget_from_env(concurrency: int | None) -> int | None:
     """The grader budget given, else `HEALTHBENCH_GRADER_CONCURRENCY`'s, checked against the range of `--concurrency`
     (None: serve's default)."""
@@ -108,6 +155,14 @@ def budget_from_env(concurrency: int | None) -> int | None:
         return TypeAdapter(Concurrency).validate_python(given, strict=False)
     except ValidationError as exc:
         raise SettingsError(f"{where} is {given!r}: {exc.errors()[0]['msg']}") from None
+
+
+def reply_bound(most: object) -> int:
+    """The longest reply graded, `max_reply_chars`, checked against the range of `serve --max-reply-chars`."""
+    try:
+        return TypeAdapter(ReplyChars).validate_python(most, strict=True)
+    except ValidationError as exc:
+        raise SettingsError(f"`max_reply_chars` is {most!r}: {exc.errors()[0]['msg']}") from None
 
 
 def slow_start_from_env(slow_start: bool | None) -> bool:

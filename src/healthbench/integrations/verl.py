@@ -10,13 +10,17 @@
 
 `ground_truth` is the task's `prompt_id` (`export` writes it into `reward_model.ground_truth`), and the rows are
 found from `export`'s `extra_info` (`data`, `split`, `heldout`, `seed`), else `HEALTHBENCH_DATA`, loaded once per
-process. The grader is `serve`'s: its settings from `custom_reward_function.reward_kwargs` (`GradingOptions`
-fields: `grader_model`, `grader_max_attempts`, ...; other keyword arguments verl passes are ignored), else the
-environment variables `serve` reads (`HEALTHBENCH_GRADER_API_KEY`, `HEALTHBENCH_GRADER_BASE_URL`, ...), its
-budget `HEALTHBENCH_GRADER_CONCURRENCY` (default 256, growing with the key's limits to 1,024), its pace shared by
-every Ray worker through `HEALTHBENCH_PACE_STORE=redis://...`. The
-score is `healthbench grade`'s for the same reply; a reply that cannot be graded raises `GradingError` naming task
-and item (verl has no "no reward"), and an unknown prompt_id `UnknownTask` naming it and the split.
+process. The grader is `serve`'s: its settings from `custom_reward_function.reward_kwargs` (the settings TRL's
+reward function takes: `GradingOptions` fields such as `grader_model` and `grader_max_attempts`, `concurrency`,
+`slow_start`, `max_reply_chars`), else the environment variables `serve` reads (`HEALTHBENCH_GRADER_API_KEY`,
+`HEALTHBENCH_GRADER_BASE_URL`, ...), its budget `HEALTHBENCH_GRADER_CONCURRENCY` (default 256, growing with the
+key's limits to 1,024), its pace shared by every Ray worker through `HEALTHBENCH_PACE_STORE=redis://...`. They are
+checked at the first call, before any grader call, as TRL's are when its reward function is made: a setting that is
+none (a misspelling) is refused naming it, as are a grader endpoint that is not a URL and no key for OpenAI's API;
+the keyword arguments verl passes of its own (`VERL_KEYWORDS`) are not settings. The score is `healthbench grade`'s
+for the same reply; a reply that cannot be graded raises `GradingError` naming task and item (verl has no "no
+reward"), a reply too long `OverLimit`, what is not a reply `NotAReply`, and an unknown prompt_id `UnknownTask`
+naming it and the split.
 """
 
 from __future__ import annotations
@@ -28,16 +32,21 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from healthbench.errors import DataError, GradingError
-from healthbench.grading.settings import GradingOptions
-from healthbench.integrations.rewards import BatchRewards, Reward
+from healthbench.errors import DataError, GradingError, SettingsError
+from healthbench.integrations.rewards import BatchRewards, Reward, reply_text
 from healthbench.together import together
 
 __all__ = ["compute_score", "compute_score_batch", "path"]
 
+# Keyword arguments verl 0.9.1 passes a custom reward function of its own, beside `reward_kwargs`: its reward loop's
+# managers add a reward model's router address and tokenizer when one runs (`reward_loop/reward_manager/*.py`).
+VERL_KEYWORDS = frozenset({"reward_router_address", "reward_model_tokenizer"})
+# The rows are named by `export`'s `extra_info`, not by settings.
+_ROW_SETTINGS = ("data", "split", "heldout", "seed")
+
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
-_sources: dict[tuple[str | None, str | None, str | None, int, tuple[tuple[str, Any], ...]], BatchRewards] = {}
+_sources: dict[tuple[str | None, str | None, str | None, int, tuple[tuple[str, str], ...]], BatchRewards] = {}
 
 
 def path() -> Path:
@@ -47,23 +56,28 @@ def path() -> Path:
 
 def _source(extra_info: Mapping[str, Any] | None, kwargs: Mapping[str, Any]) -> BatchRewards:
     """The rewards of the rows `extra_info` names (`export`'s `data`, `split`, `heldout`, `seed`; what it leaves out
-    from `HEALTHBENCH_DATA`), graded with the `GradingOptions` fields among `kwargs` (verl's
-    `custom_reward_function.reward_kwargs`; what they leave out from the environment), made once per process for
-    each."""
+    from `HEALTHBENCH_DATA`), graded with the settings in `kwargs` (verl's `custom_reward_function.reward_kwargs`,
+    less `VERL_KEYWORDS`; what they leave out from the environment), made and checked once per process for each:
+    a setting that is none is refused as TRL's reward function refuses it (`SettingsError`)."""
     info = extra_info or {}
+    settings = {name: value for name, value in kwargs.items() if name not in VERL_KEYWORDS}
+    if rows := [name for name in _ROW_SETTINGS if name in settings]:
+        raise SettingsError(
+            f"`{rows[0]}` is no setting of verl's reward_kwargs: export's extra_info names the rows (data, split, "
+            "heldout, seed), else HEALTHBENCH_DATA"
+        )
     data, split, heldout = (info.get(name) for name in ("data", "split", "heldout"))
-    grading = tuple(sorted((name, value) for name, value in kwargs.items() if name in GradingOptions.model_fields))
     key = (
         None if data is None else str(data),
         None if split is None else str(split),
         None if heldout is None else str(heldout),
         int(info.get("seed") or 0),
-        grading,
+        tuple(sorted((name, repr(value)) for name, value in settings.items())),
     )
     with _lock:
         found = _sources.get(key)
         if found is None:
-            found = BatchRewards(key[0], split=key[1], heldout=key[2], seed=key[3], **dict(grading))
+            found = BatchRewards(key[0], split=key[1], heldout=key[2], seed=key[3], **settings)
             _sources[key] = found
     return found
 
@@ -86,7 +100,7 @@ def _score(reward: Reward) -> float:
     return reward.reward
 
 
-async def _grade_all(groups: dict[BatchRewards, list[int]], replies: Sequence[tuple[str, str]]) -> list[float]:
+async def _grade_all(groups: dict[BatchRewards, list[int]], replies: Sequence[tuple[object, str]]) -> list[float]:
     """Every reply's score, each group of rows graded at once, all groups together under the one budget."""
     scores: list[float] = [0.0] * len(replies)
 
@@ -116,7 +130,11 @@ def compute_score_batch(
     groups: dict[BatchRewards, list[int]] = {}
     for index, info in enumerate(extra_infos):
         groups.setdefault(_source(info, kwargs), []).append(index)
-    replies = [(str(truth), str(reply)) for truth, reply in zip(ground_truths, solution_strs, strict=True)]
+    # Each reply read at its place in the batch, so what is not one is named by that place.
+    replies = [
+        (truth, reply_text(reply, index, truth))
+        for index, (truth, reply) in enumerate(zip(ground_truths, solution_strs, strict=True))
+    ]
     future: Future[list[float]] = asyncio.run_coroutine_threadsafe(_grade_all(groups, replies), _daemon_loop())
     return future.result()
 
@@ -125,7 +143,7 @@ async def compute_score(
     data_source: Any, solution_str: str, ground_truth: Any, extra_info: Mapping[str, Any] | None = None, **kwargs: Any
 ) -> float:
     """The score of one reply (verl's reward loop, which gathers a batch's calls on its own event loop)."""
-    [reward] = await _source(extra_info, kwargs).grade([(str(ground_truth), str(solution_str))])
+    [reward] = await _source(extra_info, kwargs).grade([(ground_truth, solution_str)])
     return _score(reward)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Generic, Literal, Protocol, TypeVar
 
-from pydantic import Field
+from pydantic import Field, JsonValue
 
 from healthbench.grading.grader import GradedItem, GraderCalls
 from healthbench.runs.records import Record, SideUsage, TokenCounts, Versioned
@@ -319,10 +319,12 @@ class MetaComparison(Versioned):
 
 
 class ReplyItem(Record):
-    """One reply of a `/rewards` request: the task's prompt_id and the reply's text."""
+    """One reply of a `/rewards` request: the task's prompt_id and the reply (its text; a conversation's messages
+    are taken too, as TRL's reward takes them). Anything JSON holds is read, so that what is not a reply is refused
+    as every reward path refuses it."""
 
     prompt_id: str
-    reply: str
+    reply: JsonValue
 
 
 class RewardsRequest(Record):

@@ -12,8 +12,14 @@
   502, or 400 for a reply too long): OpenRLHF then leaves that rollout's reward unset, never a made-up 0.
 
 Which split a prompt_id is looked up in: the request's (`split` in `/rewards`' body, `?split=NAME` on
-`/openrlhf`), else `train` when the server serves it, else `test`. An unknown split or prompt_id is HTTP 400
-naming it. A batch of more replies than `--max-batch-size` is refused (413) before any grader call.
+`/openrlhf`), else `train` when the server serves it, else `test`. An unknown split or prompt_id, what is not a
+reply (`NotAReply`, as TRL's and verl's rewards refuse it) and a body that is not the route's are HTTP 400 naming
+them; a batch of more replies than `--max-batch-size` is refused (413); all before any grader call. Every refusal is
+one log line naming what and why (`rewards_failed`, `openrlhf_failed`).
+
+What a step pays for (`reuse`): a request whose client goes away before its answer is cancelled with its grading
+(`BatchDoor`, `gone`), and a sample sent again (OpenRLHF's resend after its timeout) or twice reuses the verdicts
+already paid for the same task and reply.
 
 Every step is graded by the split's `BatchRewards` (`Deployment.rewards`), as a trainer's in-process rewards grade
 theirs and a session's reply is graded: the split's settings and length adjustment, the server's grader key, the
@@ -28,14 +34,17 @@ import time
 from collections.abc import Awaitable, Sequence
 from typing import Any, TypeVar
 
-from fastapi import FastAPI, HTTPException
-from pydantic import BaseModel
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, JsonValue
+from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from healthbench.data.tags import AXIS_PREFIX
-from healthbench.errors import HealthBenchError, OverLimit, UnknownTask
+from healthbench.errors import HealthBenchError, NotAReply, OverLimit, UnknownTask
 from healthbench.integrations.openreward.deployment import Deployment
-from healthbench.integrations.rewards import Reward
+from healthbench.integrations.openreward.gone import wanted
+from healthbench.integrations.rewards import Reward, reply_text
 from healthbench.runs.outputs import OpenRLHFAnswer, RewardsAnswer, RewardsRequest
 
 # What a decoded rollout may end with after the reply: end-of-turn and end-of-text tokens of the common chat
@@ -62,11 +71,22 @@ Answer = TypeVar("Answer", RewardsAnswer, OpenRLHFAnswer)
 
 
 class OpenRLHFRequest(BaseModel):
-    """OpenRLHF's remote reward request: decoded prompt-and-reply, prompt text and label, one each per sample."""
+    """OpenRLHF's remote reward request: decoded prompt-and-reply, prompt text and label, one each per sample. A query
+    may be anything JSON holds, so that what is not a reply is refused as every reward path refuses it
+    (`NotAReply`)."""
 
-    query: list[str]
+    query: list[JsonValue]
     prompts: list[str]
     labels: list[str]
+
+
+class Refused(HTTPException):
+    """A request the batch routes refuse (HTTP `status`, `detail` saying what and why), with the fields its log line
+    adds (`split`, `sample`)."""
+
+    def __init__(self, status: int, detail: str, **fields: Any) -> None:
+        super().__init__(status_code=status, detail=detail)
+        self.fields = fields
 
 
 def strip_end_tokens(reply: str) -> str:
@@ -84,19 +104,19 @@ def openrlhf_reply(index: int, query: str, prompt: str, label: str) -> str:
     """The reply of sample `index`: its query after its prompt, less end tokens; HTTP 400 naming the sample when
     the query does not start with its prompt."""
     if not query.startswith(prompt):
-        raise HTTPException(
-            status_code=400,
-            detail=f"sample {index} (task {label}): its query does not start with its prompt, so its reply cannot be "
-            "told apart (OpenRLHF sends the prompt's tokens and the reply's, decoded: a prompt cut to fit "
-            "--data.max_len, or one the tokenizer does not decode back to itself, breaks that)",
+        raise Refused(
+            400,
+            f"sample {index} (task {label}): its query does not start with its prompt, so its reply cannot be told "
+            "apart (OpenRLHF sends the prompt's tokens and the reply's, decoded: a prompt cut to fit --data.max_len, "
+            "or one the tokenizer does not decode back to itself, breaks that)",
+            sample=index,
         )
     return strip_end_tokens(query[len(prompt) :])
 
 
 class BatchRoutes:
     """The batch routes of one server's `deployment` (see the module docstring), each step graded by the split's
-    `BatchRewards`; `log` (the server's logger) is told of each request graded (`info`) or failed for a grader
-    failure (`warning`), in one line."""
+    `BatchRewards`; `log` (the server's logger) is told of each request graded (`info`), in one line."""
 
     def __init__(self, deployment: Deployment, log: Any) -> None:
         self.deployment = deployment
@@ -110,49 +130,48 @@ class BatchRoutes:
         split = named if named is not None else (TRAIN if TRAIN in splits else TEST)
         if split not in splits:
             listed = ", ".join(repr(name) for name in splits)
-            raise HTTPException(status_code=400, detail=f"no split {split[:100]!r} here: the splits are {listed}")
+            raise Refused(400, f"no split {split[:100]!r} here: the splits are {listed}", split=split[:100])
         if self.deployment.missing_key(split) is not None:
             # The batch routes have no session to bring a key: only the server's own grades them.
             config = self.deployment.graders[split]
-            raise HTTPException(
-                status_code=503,
-                detail=f"this server has no grader key, and the grader {config.model} at {config.base_url} needs one "
-                "for the batch routes: start the server with HEALTHBENCH_GRADER_API_KEY set",
+            raise Refused(
+                503,
+                f"this server has no grader key, and the grader {config.model} at {config.base_url} needs one for the "
+                "batch routes: start the server with HEALTHBENCH_GRADER_API_KEY set",
+                split=split,
             )
         return split
 
-    def bounded(self, count: int) -> None:
+    def bounded(self, split: str, count: int) -> None:
         """HTTP 413, before any grader call, for a batch of more replies than the server grades at once."""
         most = self.deployment.limits.batch_size
         if count > most:
-            raise HTTPException(
-                status_code=413,
-                detail=f"a batch of {count:,} replies is more than this server grades at once: at most {most:,} "
+            raise Refused(
+                413,
+                f"a batch of {count:,} replies is more than this server grades at once: at most {most:,} "
                 "(healthbench serve --max-batch-size)",
+                split=split,
             )
 
-    async def graded(self, route: str, split: str, items: Sequence[tuple[str, str]]) -> list[Reward]:
-        """The rewards of `items` on `split`: HTTP 400 naming a prompt_id the split does not have (before any grader
-        call), 502 for a grader no reply could be graded with (its message names why, said in the log too)."""
-        self.bounded(len(items))
+    async def graded(self, split: str, items: Sequence[tuple[object, object]]) -> list[Reward]:
+        """The rewards of `items` on `split`: HTTP 400 naming a prompt_id the split does not have or what is not a
+        reply (before any grader call), 502 for a grader no reply could be graded with (its message names why)."""
+        self.bounded(split, len(items))
         try:
             return await self.deployment.rewards(split).grade(items)
-        except UnknownTask as exc:
-            raise HTTPException(status_code=400, detail=str(exc)) from None
+        except (UnknownTask, NotAReply) as exc:
+            raise Refused(400, str(exc), split=split) from None
         except HealthBenchError as exc:  # the grader itself unusable (its key refused, say): no item can be graded
-            self.log.warning("batch_rewards_failed", route=route, split=split, detail=str(exc))
-            raise HTTPException(status_code=502, detail=f"the grader cannot grade: {exc}") from None
+            raise Refused(502, f"the grader cannot grade: {exc}", split=split) from None
 
     async def rewards(self, request: RewardsRequest) -> RewardsAnswer:
         """`/rewards`: every item graded at once; an item that cannot be graded has a null reward and its error."""
         split = self.split(request.split)
         start = time.monotonic()
-        items = [(item.prompt_id, item.reply) for item in request.items]
-        results = await self.graded(REWARDS_PATH, split, items)
+        results = await self.graded(split, [(item.prompt_id, item.reply) for item in request.items])
         failures = sum(result.reward is None for result in results)
-        self.log.info(
-            "rewards_graded", route=REWARDS_PATH, split=split, items=len(results), failed=failures, **_took(start)
-        )
+        said = _spent(start, results)
+        self.log.info("rewards_graded", route=REWARDS_PATH, split=split, items=len(results), failed=failures, **said)
         return RewardsAnswer(results=[result.result() for result in results])
 
     async def openrlhf(self, request: OpenRLHFRequest, named: str | None) -> OpenRLHFAnswer:
@@ -160,25 +179,31 @@ class BatchRoutes:
         split = self.split(named)
         counts = {len(request.query), len(request.prompts), len(request.labels)}
         if len(counts) != 1:
-            raise HTTPException(
-                status_code=400,
-                detail=f"query, prompts and labels differ in length ({len(request.query)}, {len(request.prompts)}, "
+            raise Refused(
+                400,
+                f"query, prompts and labels differ in length ({len(request.query)}, {len(request.prompts)}, "
                 f"{len(request.labels)}): one of each per sample",
+                split=split,
             )
-        self.bounded(len(request.labels))
-        samples = zip(request.query, request.prompts, request.labels, strict=True)
-        replies = [openrlhf_reply(index, *sample) for index, sample in enumerate(samples)]
+        self.bounded(split, len(request.labels))
+        replies: list[tuple[object, object]] = []
+        for index, (query, prompt, label) in enumerate(
+            zip(request.query, request.prompts, request.labels, strict=True)
+        ):
+            try:
+                text = reply_text(query, index, label)
+            except NotAReply as exc:
+                raise Refused(400, str(exc), split=split, sample=index) from None
+            replies.append((label, openrlhf_reply(index, text, prompt, label)))
         start = time.monotonic()
-        rewards = await self.graded(OPENRLHF_PATH, split, list(zip(request.labels, replies, strict=True)))
+        rewards = await self.graded(split, replies)
         for index, reward in enumerate(rewards):
             if reward.reward is None:
                 status = 400 if isinstance(reward.failure, OverLimit) else 502
-                self.log.warning(
-                    "openrlhf_failed", split=split, samples=len(rewards), sample=index, detail=reward.error
-                )
-                raise HTTPException(status_code=status, detail=f"sample {index}: {reward.error}")
+                raise Refused(status, f"sample {index}: {reward.error}", split=split, sample=index)
         scores = [reward.reward for reward in rewards if reward.reward is not None]
-        self.log.info("rewards_graded", route=OPENRLHF_PATH, split=split, items=len(scores), failed=0, **_took(start))
+        said = _spent(start, rewards)
+        self.log.info("rewards_graded", route=OPENRLHF_PATH, split=split, items=len(scores), failed=0, **said)
         return OpenRLHFAnswer(rewards=scores, scores=scores, extra_logs=self._extra_logs(split, rewards))
 
     def _extra_logs(self, split: str, rewards: Sequence[Reward]) -> dict[str, list[float]]:
@@ -195,36 +220,60 @@ class BatchRoutes:
         return logs
 
 
-def _took(start: float) -> dict[str, float]:
-    return {"grader_s": round(time.monotonic() - start, 2)}
+def _spent(start: float, rewards: Sequence[Reward]) -> dict[str, float | int]:
+    """A graded request's log fields: the grader's seconds, the calls it paid for and those whose verdicts it
+    reused."""
+    return {
+        "grader_s": round(time.monotonic() - start, 2),
+        "grader_calls": sum(reward.paid_calls for reward in rewards),
+        "reused_calls": sum(reward.reused_calls for reward in rewards),
+    }
 
 
 def batch_app(deployment: Deployment, log: Any) -> FastAPI:
     """An app of its own answering `POST /rewards` and `POST /openrlhf` for `deployment`; `log` as `BatchRoutes`
-    takes it, also told (`error`) of a failure that is no fault of the request's."""
+    takes it, also told of every request refused (`warning`: `rewards_failed`, `openrlhf_failed`, naming what and
+    why) and of a failure that is no fault of the request's (`error`)."""
     routes = BatchRoutes(deployment, log)
     app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
 
     async def rewards(body: RewardsRequest) -> RewardsAnswer:
         """A step's replies graded at once: one result per item, a null reward with its error for a reply that
         cannot be graded."""
-        return await _answered(routes.rewards(body), log)
+        return await _answered(REWARDS_PATH, routes.rewards(body), log)
 
     async def openrlhf(body: OpenRLHFRequest, split: str | None = None) -> OpenRLHFAnswer:
         """OpenRLHF's remote reward protocol (`--reward.remote_url http://user:TOKEN@host:port/openrlhf`)."""
-        return await _answered(routes.openrlhf(body, split), log)
+        return await _answered(OPENRLHF_PATH, routes.openrlhf(body, split), log)
+
+    async def unreadable(request: Request, exc: Exception) -> JSONResponse:
+        """A body that is not the route's (a field missing or of another type): HTTP 400 in one line naming the
+        fields, said in the log as every refusal is, where FastAPI would answer 422 with a list."""
+        errors = exc.errors() if isinstance(exc, RequestValidationError) else []
+        said = "; ".join(f"{'.'.join(map(str, error['loc'][1:])) or 'body'}: {error['msg']}" for error in errors)
+        detail = f"the request body is not {request.url.path}'s: {said}"
+        log.warning(_failed(request.url.path), status=400, detail=detail)
+        return JSONResponse({"detail": detail}, status_code=400)
 
     app.add_api_route(REWARDS_PATH, rewards, methods=["POST"])
     app.add_api_route(OPENRLHF_PATH, openrlhf, methods=["POST"])
+    app.add_exception_handler(RequestValidationError, unreadable)
     return app
 
 
-async def _answered(answer: Awaitable[Answer], log: Any) -> Answer:
-    """`answer`, or for a failure that is not the request's (a bug) one log line and HTTP 500 naming it, rather than
-    a traceback on the server's console."""
+def _failed(path: str) -> str:
+    """The log event of a request to `path` refused: `rewards_failed`, `openrlhf_failed`."""
+    return f"{path.strip('/').lower()}_failed"
+
+
+async def _answered(path: str, answer: Awaitable[Answer], log: Any) -> Answer:
+    """`answer`; a refusal said in one log line naming what and why (`rewards_failed`, `openrlhf_failed`), and for
+    a failure that is not the request's (a bug) one log line and HTTP 500 naming it, rather than a traceback on the
+    server's console."""
     try:
         return await answer
-    except HTTPException:
+    except Refused as exc:
+        log.warning(_failed(path), status=exc.status_code, detail=exc.detail, **exc.fields)
         raise
     except Exception as exc:
         log.error("batch_route_failed", error=f"{type(exc).__name__}: {exc}")
@@ -237,15 +286,24 @@ class BatchDoor:
     The SDK's server sends a path whose first segment is none of its own routes to its default environment, and
     learns its routes when it is built: the batch routes are served beside it, not inside it. Placed inside the
     `Guard` (so the token and the body bound apply) and outside the `DeploymentRouter` (which would refuse the
-    paths as environments it does not serve).
+    paths as environments it does not serve). A batch request whose client goes away before its answer is
+    cancelled, its grading with it (`wanted`): OpenRLHF gives up after 180 s, and what nobody waits for is not paid.
     """
 
-    def __init__(self, app: ASGIApp, *, routes: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, *, routes: ASGIApp, log: Any) -> None:
         self.app = app
         self.routes = routes
+        self.log = log
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"].rstrip("/").lower() in BATCH_PATHS:
-            await self.routes(scope, receive, send)
+            if await wanted(self.routes, scope, receive, send):
+                return
+            path = scope["path"].rstrip("/").lower()
+            self.log.warning(
+                f"{path.strip('/')}_abandoned",
+                detail="the client went away before its answer: its grading is cancelled, and what was answered by "
+                "then is kept for the same replies sent again",
+            )
         else:
             await self.app(scope, receive, send)

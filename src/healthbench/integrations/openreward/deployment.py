@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import SecretStr
 
 from healthbench.api.endpoint import is_openai
+from healthbench.api.wire import Usage
 from healthbench.data.cache import Transfer, unseen
 from healthbench.data.schema import Message, Row
 from healthbench.data.source import TaskSource
@@ -186,7 +187,7 @@ class Deployment:
                 self.adjustments[split],
                 self._graders,
                 reply_chars=self.limits.reply_chars,
-                on_graded=lambda sample: self._used(self.graders[split], sample),
+                on_graded=self._used,
             )
             self._rewards[split] = rewards
         return rewards
@@ -217,13 +218,14 @@ class Deployment:
             api_key = config.api_key.get_secret_value()
         keyed = config.model_copy(update={"api_key": SecretStr(api_key) if api_key else None})
         sample = await grade_reply(self._graders, keyed, row, response, self.adjustments[split])
-        self._used(config, sample)
+        self._used(config.model, sample.paid, 0)
         return sample
 
-    def _used(self, config: GraderConfig, sample: GradedSample) -> None:
-        """Count a graded reply's grader usage in the server's usage log."""
+    def _used(self, model: str, paid: Usage, reused: int) -> None:
+        """Count a reply graded by `model` in the server's usage log: what its grading paid, and the calls whose
+        verdicts it reused (the batch routes' `reuse`)."""
         if self.usage_log is not None:
-            self.usage_log.add(config.model, sample.usage)
+            self.usage_log.add(model, paid, reused=reused)
 
     async def grade_group(
         self, split: str, row: Row, replies: Sequence[str | None], api_key: str | None
