@@ -122,12 +122,17 @@ def grading_options(concurrency: int | None, grading: Mapping[str, Any], others:
         raise SettingsError("; ".join(said)) from None
 
 
+def is_http_url(url: str) -> bool:
+    """Whether `url` is one a client can send to: http:// or https:// (in any case), then a host."""
+    parts = urlsplit(url)
+    return parts.scheme.lower() in ("http", "https") and bool(parts.hostname)
+
+
 def checked_grader(config: GraderConfig) -> GraderConfig:
     """`config`, once it is known to be usable before any grader call: its endpoint a URL (http:// or https://, then
     a host) and, for OpenAI's API, a key; else `SettingsError` naming the setting and the variable that give it.
     Its shared pace's store is reached too (`PaceStoreUnreachable`): an error now, not a key overrun later."""
-    parts = urlsplit(config.base_url)
-    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+    if not is_http_url(config.base_url):
         raise SettingsError(
             f"the grader's endpoint {config.base_url!r} is not a URL (it needs http:// or https://, then a host): "
             "give `grader_base_url`, or set HEALTHBENCH_GRADER_BASE_URL"

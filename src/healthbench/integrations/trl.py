@@ -21,7 +21,6 @@ import logging
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 
 import aiohttp
 from pydantic import ValidationError
@@ -29,6 +28,7 @@ from pydantic import ValidationError
 from healthbench.data.tags import AXIS_PREFIX
 from healthbench.errors import DataError, EndpointUnusable, HealthBenchError, RequestFailed, SettingsError
 from healthbench.integrations.rewards import BatchRewards, Reward, axis_means, reply_text
+from healthbench.integrations.rewardsetup import is_http_url
 from healthbench.runs.outputs import ReplyItem, RewardResult, RewardsAnswer, RewardsRequest
 
 __all__ = ["reply_text", "reward_function"]
@@ -125,8 +125,7 @@ class ServedRewards:
     request per step, under the server's token; the server's key and budget grade it."""
 
     def __init__(self, server_url: str, token: str | None, split: str, timeout: float) -> None:
-        parts = urlsplit(server_url)
-        if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        if not is_http_url(server_url):
             raise SettingsError(
                 f"`server_url` {server_url!r} is not a URL (it needs http:// or https://, then the server's host and "
                 "port: http://reward-host:8080)"
