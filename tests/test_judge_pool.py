@@ -267,3 +267,35 @@ def test_a_server_that_comes_back_is_tried_and_taken_back_in(tmp_path: Path) -> 
     assert f"judge server {down} is back in the pool" in output
     check_against_reference(out, rows, replies)
     assert revived.requests_total + living.requests_total == len(rows) * len(ITEMS)  # none asked twice
+
+
+def test_a_server_whose_answers_cannot_be_used_is_taken_out_while_the_others_grade(tmp_path: Path) -> None:
+    """One server of two without the JSON its siblings give (a wrong chat template, say): too few of the pool's
+    answers for the pool to be unusable, so the server alone goes out, and the run ends as one server's would."""
+    rows = pool_rows(30)
+    data, answers, replies = files(tmp_path, rows)
+    with FakeOpenAI(fault_rate=1.0, faults=["prose"]) as prose, FakeOpenAI() as good:
+        assert prose.base_url and good.base_url
+        bad, out = prose.base_url, tmp_path / "out"
+        result = CliRunner().invoke(main, grade_args(data, answers, out, [bad, good.base_url]), env=ENV)
+    assert result.exit_code == 0, result.output
+    message = " ".join(result.output.split())
+    assert f"judge server {bad} is out of the pool (12 of its first 12 answers could not be used" in message
+    check_against_reference(out, rows, replies)
+
+
+def test_a_password_in_a_pools_url_is_never_shown(tmp_path: Path) -> None:
+    rows = pool_rows(2)
+    data, answers, _ = files(tmp_path, rows)
+    first, second = dead_url(), dead_url()
+    secret = "hunter2-secret"
+    pool = [first.replace("http://", f"http://user:{secret}@"), second.replace("http://", f"http://user:{secret}@")]
+    # The URL's password authorises its requests (HTTP Basic, as a router may want): no key beside it.
+    keyless = {**ENV, "HEALTHBENCH_GRADER_API_KEY": "", "OPENAI_API_KEY": ""}
+    result = CliRunner().invoke(main, grade_args(data, answers, tmp_path / "out", pool), env=keyless)
+    assert result.exit_code != 0 and "every server of the pool is out" in result.output
+    assert secret not in result.output and first in " ".join(result.output.split())
+    # With a key too, the two ways to authorise are refused in one line before anything is sent.
+    both = CliRunner().invoke(main, grade_args(data, answers, tmp_path / "other", pool), env=ENV)
+    assert both.exit_code != 0 and "a user and password in its URL, and a key" in " ".join(both.output.split())
+    assert secret not in both.output and "Traceback" not in both.output
