@@ -26,11 +26,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from pydantic import TypeAdapter, ValidationError
 
-from healthbench.api.endpoint import Concurrency, is_openai
+from healthbench.api.endpoint import Concurrency, is_http_url, is_openai
 from healthbench.data.schema import Row
 from healthbench.data.source import TaskSource
 from healthbench.errors import SettingsError, UnknownTask
@@ -122,21 +121,17 @@ def grading_options(concurrency: int | None, grading: Mapping[str, Any], others:
         raise SettingsError("; ".join(said)) from None
 
 
-def is_http_url(url: str) -> bool:
-    """Whether `url` is one a client can send to: http:// or https:// (in any case), then a host."""
-    parts = urlsplit(url)
-    return parts.scheme.lower() in ("http", "https") and bool(parts.hostname)
-
-
 def checked_grader(config: GraderConfig) -> GraderConfig:
     """`config`, once it is known to be usable before any grader call: its endpoint a URL (http:// or https://, then
     a host) and, for OpenAI's API, a key; else `SettingsError` naming the setting and the variable that give it.
     Its shared pace's store is reached too (`PaceStoreUnreachable`): an error now, not a key overrun later."""
-    if not is_http_url(config.base_url):
-        raise SettingsError(
-            f"the grader's endpoint {config.base_url!r} is not a URL (it needs http:// or https://, then a host): "
-            "give `grader_base_url`, or set HEALTHBENCH_GRADER_BASE_URL"
-        )
+    for url in config.base_urls:
+        if not is_http_url(url):
+            pool = f" (of the pool {config.base_url!r})" if len(config.base_urls) > 1 else ""
+            raise SettingsError(
+                f"the grader's endpoint {url!r}{pool} is not a URL (it needs http:// or https://, then a host): give "
+                "`grader_base_url`, or set HEALTHBENCH_GRADER_BASE_URL"
+            )
     if config.api_key is None and is_openai(config.base_url):
         raise SettingsError(
             f"no grader key, and the grader {config.model} at {config.base_url} needs one: give `grader_api_key`, "

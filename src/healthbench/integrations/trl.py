@@ -25,10 +25,10 @@ from typing import Any, Protocol
 import aiohttp
 from pydantic import ValidationError
 
+from healthbench.api.endpoint import is_http_url
 from healthbench.data.tags import AXIS_PREFIX
 from healthbench.errors import DataError, EndpointUnusable, HealthBenchError, RequestFailed, SettingsError
 from healthbench.integrations.rewards import BatchRewards, Reward, axis_means, reply_text
-from healthbench.integrations.rewardsetup import is_http_url
 from healthbench.runs.outputs import ReplyItem, RewardResult, RewardsAnswer, RewardsRequest
 
 __all__ = ["reply_text", "reward_function"]

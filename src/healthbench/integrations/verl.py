@@ -106,7 +106,7 @@ async def _ask_model(address: str) -> str:
     url = judge_url(address)
     client = GraderConfig.from_env(base_url=url, served=True).client()
     try:
-        models = await client.api("GET", "/models", read=_model_ids)
+        models = await client.api("GET", "/models", read=_model_ids, bulk=False)
     except EndpointUnusable as exc:
         raise exc.of("verl's judge") from None
     finally:
