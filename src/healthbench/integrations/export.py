@@ -18,6 +18,7 @@ with nothing to redo), else refused naming the file and where its tasks go now.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 from collections import Counter
@@ -208,10 +209,12 @@ def export_splits(
     out.mkdir(parents=True, exist_ok=True)
     written: dict[SplitName, Path] = {}
     for split, body in bodies.items():
-        path = write_atomic(out / _file_name(split, known), body)
+        data = body.encode("utf-8") if isinstance(body, str) else body  # the bytes written, hashed as they are
+        path = write_atomic(out / _file_name(split, known), data)
         written[split] = path
+        digest = hashlib.sha256(data).hexdigest()
         kept[path.name] = ExportedFile(
-            name=path.name, split=split, format=known, tasks=len(chosen[split]), sha256=file_sha256(path)
+            name=path.name, split=split, format=known, tasks=len(chosen[split]), sha256=digest
         )
     sizes = {split: len(parts[split]) for split in SPLITS}
     files = [kept[name] for name in sorted(kept)]

@@ -81,6 +81,16 @@ class GraderPool:
         self.slow_start = slow_start
         self._loops: dict[asyncio.AbstractEventLoop, _Loop] = {}
 
+    @property
+    def concurrency(self) -> int | None:
+        """The calls in flight at first at each server, where every grader draws on one budget (else None)."""
+        return None if self._budget is None else self._budget.limit
+
+    @property
+    def ceiling(self) -> int | None:
+        """The most the one budget grows to (None without one)."""
+        return None if self._budget is None else max(self._budget.limit, self._budget.ceiling or 0)
+
     def live(self) -> int:
         """The graders open now, in use or idle, in every loop."""
         return sum(len(here.leases) for here in self._loops.values())

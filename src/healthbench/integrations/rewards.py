@@ -216,7 +216,6 @@ class BatchRewards:
         self.tasks = tasks
         self.config = config
         self.adjustment = adjustment
-        self.concurrency, self.ceiling = served_budget([config])
         self.reply_chars = reply_chars
         self._bound = bound  # the setting a reply's bound is, as its error names it
         self._graders = graders
@@ -225,6 +224,16 @@ class BatchRewards:
         self._on_graded = on_graded
         # What this grader's trainer rewards paid for, kept for the same replies sent again (`reuse`).
         self.reuse = Reuse()
+
+    @property
+    def concurrency(self) -> int | None:
+        """Grader calls in flight at first at each server, the graders' one budget's (None: each grader its own)."""
+        return self._graders.concurrency
+
+    @property
+    def ceiling(self) -> int | None:
+        """The most that budget grows to as the keys' limits are learned."""
+        return self._graders.ceiling
 
     async def grade(self, items: Sequence[tuple[object, object]]) -> list[Reward]:
         """Every reply's reward, in order, all graded at once under the one budget. Before any grader call:
