@@ -43,11 +43,17 @@ class Run:
         return self.refused / (self.answered + self.refused)
 
 
+# An eval's shape: each policy answer is graded against a task's rubric items, twelve on a median HealthBench task.
+ITEMS = 12
+POLICY_CONCURRENCY = 32  # eval's default for the model's calls
+
+
 @dataclass
 class _Process:
     pacer: Pacer
     pace: LocalPace
     ready: int
+    concurrency: int
     in_flight: int = 0
     busy_until: float = 0.0  # a reserved start sleeps holding its gate
     wake: float = math.inf
@@ -68,17 +74,28 @@ def simulate(
     refusal_latency: float = 0.001,
     arrival: float = 0.0,
     seed: int = 7,
+    policy: int = 0,
+    one_key: bool = True,
 ) -> Run:
     """`calls` grader calls in each of `processes` processes, `concurrency` at once in each, 300 +/- 100 ms
     latency; a limiter's 429s come back after `refusal_latency` (at once, by default), requests reach it up to
     `arrival` seconds after they start (a loaded client, a network), and a share `noise` of requests is answered
     by a limitless 429 (`Retry-After: noise_retry`) before it. With `shared`, the processes pace through one
     state, as through a store (starts reserved up to 0.1 s ahead, as `Gate` does then). `seed` draws the
-    latencies, arrivals and noise: another seed is another run of the same limiter."""
+    latencies, arrivals and noise: another seed is another run of the same limiter.
+
+    With `policy` calls, the run is an eval's in one process instead: `policy` model calls (`POLICY_CONCURRENCY` at
+    once), each answer adding `ITEMS` grader calls (`concurrency` at once), on one key's gate (`one_key`), or on a
+    gate each (a policy key and a grader key that one limiter counts together, as an organization's keys are)."""
     limiter = kind(limits, now=0.0) if limits is not None else None
     rng = random.Random(seed)
     common = LocalPace(shared=True) if shared else None
-    procs = [_Process(Pacer(shared=shared), common or LocalPace(), calls) for _ in range(processes)]
+    procs = [_Process(Pacer(shared=shared), common or LocalPace(), calls, concurrency) for _ in range(processes)]
+    if policy:
+        procs = [_Process(Pacer(), LocalPace(), policy, POLICY_CONCURRENCY)]
+        pacer, pace = (procs[0].pacer, procs[0].pace) if one_key else (Pacer(), LocalPace())
+        procs.append(_Process(pacer, pace, 0, concurrency))
+        processes = 2
     horizon = 0.1 if shared else 0.0
     events: list[tuple[float, int, str, int, Any]] = []
     sequence = 0
@@ -111,7 +128,7 @@ def simulate(
 
     def pump(index: int, now: float) -> None:
         proc = procs[index]
-        while proc.ready and proc.in_flight < concurrency and now >= proc.busy_until:
+        while proc.ready and proc.in_flight < proc.concurrency and now >= proc.busy_until:
             wait, reason, paced = proc.pacer.delay(now, COST)
             if wait <= 0:
                 admission = proc.pace.admit_at(now, proc.pacer.scaled(COST), horizon, paced, user)
@@ -144,6 +161,8 @@ def simulate(
             ticket, headers = data
             answered, proc.in_flight, end = answered + 1, proc.in_flight - 1, now
             proc.pace.apply_at(now, proc.pacer.on_answer(now, ticket, headers))
+            if policy and index == 0:
+                procs[1].ready += ITEMS
             if answered % 100 == 0:
                 paces.append(proc.pacer.status(now))
         elif what == "429":
