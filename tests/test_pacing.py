@@ -67,6 +67,30 @@ def test_the_hard_limiter_is_met_by_a_loaded_client_and_late_refusals(dimension:
     _meets_the_bar(run, headers)
 
 
+# Issue 47's bar for an eval against the plainest limiter (`RateLimits.plain`): (share of rate x wall, most refused)
+# with refused requests not counted and counted.
+PLAIN_BAR = {False: (0.90, 0.03), True: (0.85, 0.05)}
+
+
+@pytest.mark.parametrize("counted", [False, True])
+@pytest.mark.parametrize("refusal_latency", [0.001, 0.3])
+def test_an_eval_on_one_key_meets_the_plainest_limiter_at_its_bar(counted: bool, refusal_latency: float) -> None:
+    run = simulate(RateLimits.plain(RATE * 60, count_refused=counted), calls=0, policy=200, refusal_latency=refusal_latency)
+    share, most = PLAIN_BAR[counted]
+    assert run.answered == 200 * 13 and run.answered / run.seconds / RATE >= share
+    assert run.share_refused < most
+
+
+def test_a_policy_key_beside_the_grader_key_leaves_the_grader_its_whole_limit_once_done() -> None:
+    # One limiter counts both keys (an organization's), and each key's pace knows nothing of the other's: while the
+    # policy's calls are out, the grader's are refused at its pace and its factor is kept under the refused one.
+    # The policy done, the limit is the grader's alone: it regrows to it (a factor kept under for a minute held
+    # the run at 85% of the limit).
+    run = simulate(RateLimits.plain(RATE * 60, count_refused=False), calls=0, policy=200, one_key=False)
+    assert run.answered / run.seconds / RATE >= 0.90
+    assert max(pace.rate for pace in run.paces[-5:]) >= 0.97 * RATE  # the pace back at the limit before the end
+
+
 def test_optimistic_hints_with_a_bounded_debt_meet_the_bar_too() -> None:
     for headers in (True, False):
         _meets_the_bar(simulate(RateLimits(rpm=RATE * 60, headers=headers, optimistic_hints=True)), headers)
