@@ -32,10 +32,11 @@ together (an organization's keys share its limits; the pace of each key knows no
 once or 300 ms late. Share = answered / (rate x wall), the measure `eval`'s figures use (here without the process's
 start-up); the bar: 90% with under 3% refused where refusals are not counted, 85% with under 5% where they are.
 
-`--seeds N` runs each of issue 38's and issue 47's rows N times (another seed draws other latencies and arrivals), prints the means
-and the lowest seed's share by the bar's measure and the highest share refused, and marks a row below the bar if any
-seed is; `--rows TEXT` runs only issue 38's and 47's rows whose name holds TEXT (and not issue 29's). A single run of a row
-can swing by a few points on one 429 more or less (a 429 at the pace keeps the pace 4% lower from then on).
+`--seeds N` runs each of issue 38's and issue 47's rows N times (another seed draws other latencies and
+arrivals), prints the means and the lowest seed's share by the bar's measure and the highest share refused, and marks
+a row below the bar if any seed is; `--rows TEXT` runs only issue 38's and 47's rows whose name holds TEXT (and not
+issue 29's). A single run of a row can swing by a few points on one 429 more or less (a 429 at the pace keeps the
+pace 4% lower for a few seconds).
 
     PYTHONPATH=src:. .venv/bin/python benchmarks/bench_pacesim.py [--seeds 1] [--rows TEXT]
 """

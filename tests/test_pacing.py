@@ -75,7 +75,9 @@ PLAIN_BAR = {False: (0.90, 0.03), True: (0.85, 0.05)}
 @pytest.mark.parametrize("counted", [False, True])
 @pytest.mark.parametrize("refusal_latency", [0.001, 0.3])
 def test_an_eval_on_one_key_meets_the_plainest_limiter_at_its_bar(counted: bool, refusal_latency: float) -> None:
-    run = simulate(RateLimits.plain(RATE * 60, count_refused=counted), calls=0, policy=200, refusal_latency=refusal_latency)
+    run = simulate(
+        RateLimits.plain(RATE * 60, count_refused=counted), calls=0, policy=200, refusal_latency=refusal_latency
+    )
     share, most = PLAIN_BAR[counted]
     assert run.answered == 200 * 13 and run.answered / run.seconds / RATE >= share
     assert run.share_refused < most
