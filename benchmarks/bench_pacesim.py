@@ -28,9 +28,12 @@ burst is the limiter's to give; a window's budget is its rate, once per window).
 Then issue 47's rows: eval's shape (200 policy calls, 32 at once, each answer adding twelve grader calls, 64 at once)
 against the plainest limiter (`RateLimits.plain`: 6,000 RPM in a one-second bucket, exact hints, no headers),
 refused requests counted or not, with policy and grader on one key's gate or on a key each that the limiter counts
-together (an organization's keys share its limits; the pace of each key knows nothing of the other's), 429s at
-once or 300 ms late. Share = answered / (rate x wall), the measure `eval`'s figures use (here without the process's
-start-up); the bar: 90% with under 3% refused where refusals are not counted, 85% with under 5% where they are.
+together (an organization's keys share its limits): siblings at one endpoint, as `keygates` makes them in one
+process (`pacing.siblings` joins their paces once it sees them share the limit), or gates apart, each pace
+knowing nothing of the other's (as two processes' keys of one organization: not issue 47's, shown for what a
+sender this process cannot see costs), 429s at once or 300 ms late. Share = answered / (rate x wall), the measure
+`eval`'s figures use (here without the process's start-up); the bar: 90% with under 3% refused where refusals are
+not counted, 85% with under 5% where they are.
 
 `--seeds N` runs each of issue 38's and issue 47's rows N times (another seed draws other latencies and
 arrivals), prints the means and the lowest seed's share by the bar's measure and the highest share refused, and marks
@@ -139,21 +142,37 @@ BARS = {False: (0.90, 0.03), True: (0.85, 0.05)}
 TASKS = 200  # eval's policy calls in issue 47's rows
 
 
+# Issue 47's keys: one key's gate for policy and grader; a gate each, siblings at one endpoint (`pacing.siblings`); a
+# gate each that cannot see the other (as two processes' gates: an organization's limit spent by a sender unseen).
+KEYS = {
+    "one key": (True, True),
+    "a policy key and a grader key": (False, True),
+    "a policy key and a grader key, gates apart": (False, False),
+}
+
+
 def issue47(seeds: int, rows: str) -> None:
     print("\n| limiter (eval's shape, 200 tasks) | of rate x wall | refused | lowest seed / highest refused |")
     print("|---|---|---|---|")
     for late in (False, True):
-        for one_key in (True, False):
+        for keys, (one_key, siblings) in KEYS.items():
             for counted in (False, True):
-                name = f"plain, 6000 RPM, refused {'counted' if counted else 'not counted'}"
-                name += ", one key" if one_key else ", a policy key and a grader key"
+                name = f"plain, 6000 RPM, refused {'counted' if counted else 'not counted'}, {keys}"
                 name += ", 429s 300 ms late" if late else ""
                 if rows not in name:
                     continue
                 limits = RateLimits.plain(RATE * 60, count_refused=counted)
                 latency = 0.3 if late else 0.001
                 runs = [
-                    simulate(limits, calls=0, policy=TASKS, one_key=one_key, refusal_latency=latency, seed=seed)
+                    simulate(
+                        limits,
+                        calls=0,
+                        policy=TASKS,
+                        one_key=one_key,
+                        siblings=siblings,
+                        refusal_latency=latency,
+                        seed=seed,
+                    )
                     for seed in range(SEED, SEED + seeds)
                 ]
                 shares = [(run.answered / (RATE * run.seconds), run.share_refused) for run in runs]

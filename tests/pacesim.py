@@ -12,6 +12,7 @@ from typing import Any
 
 from healthbench.api.failures import read_refusal
 from healthbench.api.pacing import LocalPace, Pace, Pacer
+from healthbench.api.pacing.siblings import Siblings
 from healthbench.api.ratesignals import request_cost
 from healthbench.testing.limits import Limiter, RateLimits
 
@@ -37,6 +38,7 @@ class Run:
     seconds: float
     paces: list[Pace]
     pacers: list[Pacer]
+    joined: bool = False  # an eval's two keys ended pacing through one state (`pacing.siblings`)
 
     @property
     def share_refused(self) -> float:
@@ -48,10 +50,10 @@ ITEMS = 12
 POLICY_CONCURRENCY = 32  # eval's default for the model's calls
 
 
-@dataclass
+@dataclass(eq=False)  # a sibling of another key's, held weakly by identity
 class _Process:
     pacer: Pacer
-    pace: LocalPace
+    state: LocalPace
     ready: int
     concurrency: int
     in_flight: int = 0
@@ -76,6 +78,8 @@ def simulate(
     seed: int = 7,
     policy: int = 0,
     one_key: bool = True,
+    siblings: bool = True,
+    apart: bool = False,
 ) -> Run:
     """`calls` grader calls in each of `processes` processes, `concurrency` at once in each, 300 +/- 100 ms
     latency; a limiter's 429s come back after `refusal_latency` (at once, by default), requests reach it up to
@@ -86,16 +90,24 @@ def simulate(
 
     With `policy` calls, the run is an eval's in one process instead: `policy` model calls (`POLICY_CONCURRENCY` at
     once), each answer adding `ITEMS` grader calls (`concurrency` at once), on one key's gate (`one_key`), or on a
-    gate each (a policy key and a grader key that one limiter counts together, as an organization's keys are)."""
+    gate each (a policy key and a grader key that one limiter counts together, as an organization's keys are):
+    siblings at one endpoint, as `keygates` makes them (`pacing.siblings`), or, with `siblings` False, keys whose
+    gates cannot see each other (as in two processes); with `apart`, each key has a limiter of its own (two
+    organizations' keys)."""
     limiter = kind(limits, now=0.0) if limits is not None else None
     rng = random.Random(seed)
     common = LocalPace(shared=True) if shared else None
     procs = [_Process(Pacer(shared=shared), common or LocalPace(), calls, concurrency) for _ in range(processes)]
     if policy:
         procs = [_Process(Pacer(), LocalPace(), policy, POLICY_CONCURRENCY)]
-        pacer, pace = (procs[0].pacer, procs[0].pace) if one_key else (Pacer(), LocalPace())
+        pacer, pace = (procs[0].pacer, procs[0].state) if one_key else (Pacer(), LocalPace())
         procs.append(_Process(pacer, pace, 0, concurrency))
         processes = 2
+    # An eval's keys at its one endpoint, as `keygates` groups their gates (one process's).
+    endpoint: Siblings[LocalPace] = Siblings()
+    for index, proc in enumerate(procs if policy and siblings else []):
+        endpoint.add(proc, str(index))
+    limiters = [kind(limits, now=0.0) if apart and limits is not None else limiter for _ in procs]
     horizon = 0.1 if shared else 0.0
     events: list[tuple[float, int, str, int, Any]] = []
     sequence = 0
@@ -119,7 +131,8 @@ def simulate(
             arrive(index, now, ticket)
 
     def arrive(index: int, now: float, ticket: int) -> None:
-        response, headers = limiter.admit(GRADER_BODY, now) if limiter else (None, {})
+        own = limiters[index]
+        response, headers = own.admit(GRADER_BODY, now) if own else (None, {})
         if response is None:
             push(now + rng.uniform(0.2, 0.4), "ok", index, (ticket, headers))
         else:
@@ -131,7 +144,7 @@ def simulate(
         while proc.ready and proc.in_flight < proc.concurrency and now >= proc.busy_until:
             wait, reason, paced = proc.pacer.delay(now, COST)
             if wait <= 0:
-                admission = proc.pace.admit_at(now, proc.pacer.scaled(COST), horizon, paced, user)
+                admission = proc.state.admit_at(now, proc.pacer.scaled(COST), horizon, paced, user)
                 proc.pacer.adopt(now, admission)
                 if admission.wait <= 0 or admission.reserved:
                     proc.ready, proc.in_flight = proc.ready - 1, proc.in_flight + 1
@@ -160,7 +173,7 @@ def simulate(
         elif what == "ok":
             ticket, headers = data
             answered, proc.in_flight, end = answered + 1, proc.in_flight - 1, now
-            proc.pace.apply_at(now, proc.pacer.on_answer(now, ticket, headers))
+            proc.state.apply_at(now, proc.pacer.on_answer(now, ticket, headers))
             if policy and index == 0:
                 procs[1].ready += ITEMS
             if answered % 100 == 0:
@@ -170,7 +183,9 @@ def simulate(
             noised, refused = noised + injected, refused + (not injected)
             proc.in_flight -= 1
             effects, retry = proc.pacer.on_refused(now, ticket, COST, read_refusal(body, headers), headers)
-            proc.pace.apply_at(now, effects)
+            proc.state.apply_at(now, effects)
+            if effects.slow is not None and effects.slow.hard:
+                endpoint.refused(proc)
             if retry == 0:
                 proc.ready += 1
             else:  # as the client's retry table waits: the hint, else its backoff
@@ -183,4 +198,5 @@ def simulate(
             proc.wake = math.inf
         for other in range(processes):
             pump(other, now)
-    return Run(answered, refused, noised, end, paces, [proc.pacer for proc in procs])
+    joined = bool(policy) and not one_key and procs[0].state is procs[1].state
+    return Run(answered, refused, noised, end, paces, [proc.pacer for proc in procs], joined)

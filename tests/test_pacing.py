@@ -83,13 +83,14 @@ def test_an_eval_on_one_key_meets_the_plainest_limiter_at_its_bar(counted: bool,
     assert run.share_refused < most
 
 
-def test_a_policy_key_beside_the_grader_key_leaves_the_grader_its_whole_limit_once_done() -> None:
-    # One limiter counts both keys (an organization's), and each key's pace knows nothing of the other's: while the
-    # policy's calls are out, the grader's are refused at its pace and its factor is kept under the refused one.
-    # The policy done, the limit is the grader's alone: it regrows to it (a factor kept under for a minute held
-    # the run at 85% of the limit).
-    run = simulate(RateLimits.plain(RATE * 60, count_refused=False), calls=0, policy=200, one_key=False)
-    assert run.answered / run.seconds / RATE >= 0.90
+def test_a_sender_unseen_gone_leaves_the_grader_its_whole_limit_again() -> None:
+    # One limiter counts both keys (an organization's), and each key's pace knows nothing of the other's (their gates
+    # apart, as two processes' are): while the policy's calls are out, the grader's are refused at its pace and its
+    # factor is kept under the refused one. The policy done, the limit is the grader's alone: it regrows to it (a
+    # factor kept under for a minute held the run at 85% of the limit).
+    limits = RateLimits.plain(RATE * 60, count_refused=False)
+    run = simulate(limits, calls=0, policy=200, one_key=False, siblings=False)
+    assert not run.joined and run.answered / run.seconds / RATE >= 0.90
     assert max(pace.rate for pace in run.paces[-5:]) >= 0.97 * RATE  # the pace back at the limit before the end
 
 
