@@ -25,10 +25,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def start_fake(latency: float) -> tuple[subprocess.Popen[str], str]:
-    """The fake server in a process of its own, so its CPU is not counted as the grader's."""
+def start_fake(latency: float, *flags: str) -> tuple[subprocess.Popen[str], str]:
+    """The fake server in a process of its own, so its CPU is not counted as the grader's (`flags`: more of its
+    options); the process and the base URL it printed."""
     server = subprocess.Popen(
-        [sys.executable, "-m", "healthbench.testing", "--port", "0", "--latency", str(latency)],
+        [sys.executable, "-m", "healthbench.testing", "--port", "0", "--latency", str(latency), *flags],
         stdout=subprocess.PIPE,
         text=True,
     )

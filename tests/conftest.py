@@ -155,6 +155,29 @@ def grader(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
         yield server
 
 
+@pytest.fixture
+def no_grader(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No grader URL, model or key in the environment (`OPENAI_BASE_URL` names a trainer's policy, where nothing
+    listens), no pace store, and no judge's model known yet to the verl reward file (`integrations.verl`)."""
+    # Imported here: tests.serving imports this module's helpers.
+    from healthbench.integrations import verl as verl_rewards
+    from tests.serving import POLICY_BASE_URL
+
+    for name in (
+        "HEALTHBENCH_GRADER_BASE_URL",
+        "HEALTHBENCH_GRADER_API_KEY",
+        "HEALTHBENCH_GRADER_MODEL",
+        "OPENAI_API_KEY",
+        "CHAT_API_KEY",
+        "CHAT_BASE_URL",
+        "HEALTHBENCH_GRADER_CONCURRENCY",
+        "HEALTHBENCH_PACE_STORE",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OPENAI_BASE_URL", POLICY_BASE_URL)
+    monkeypatch.setattr(verl_rewards, "_served", {})
+
+
 @pytest.fixture(scope="module")
 def redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     """A real redis-server shared by a module's tests (mark them `tests.redisserver.needs_redis`)."""

@@ -155,12 +155,12 @@ def strip_colour(line: str) -> str:
 
 
 def graded_by_cli(
-    tmp: Path, data: Path, replies: Mapping[str, str], grader_url: str, out: str = "grade"
+    tmp: Path, data: Path, replies: Mapping[str, str], grader_url: str, out: str = "grade", flags: Sequence[str] = ()
 ) -> dict[str, dict[str, Any]]:
-    """`healthbench grade` on `replies` (prompt_id to reply) against the same grader, into `tmp/out`: the
-    results by prompt_id."""
+    """`healthbench grade` on `replies` (prompt_id to reply) against the same grader, with `flags`, into `tmp/out`:
+    the results by prompt_id."""
     responses = write_jsonl(tmp / f"{out}.jsonl", [{"prompt_id": k, "response": v} for k, v in replies.items()])
-    result = grade(tmp, data, responses, out, grader_url)
+    result = grade(tmp, data, responses, out, grader_url, *flags)
     assert result.exit_code == 0, result.output
     lines = (tmp / out / "results.jsonl").read_text(encoding="utf-8").split("\n")[:-1]
     return {record["prompt_id"]: record for record in map(json.loads, lines)}

@@ -91,7 +91,7 @@ def test_a_new_keys_first_step_asks_every_item_at_once_and_so_does_the_next(data
 def test_the_grading_commands_slow_start_is_there_when_asked_for(
     data: Path, grader: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # One request, then a few more with each answer: the first step's items are never all in flight together;
+    # Twenty requests, then two more with each answer: the first step's items are never all in flight together;
     # the second step's are, the key's pace having seen answers.
     monkeypatch.setenv("HEALTHBENCH_GRADER_SLOW_START", "1")
     first, second = in_flight_each_step(BatchRewards(data), grader, replies())

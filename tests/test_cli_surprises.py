@@ -69,3 +69,15 @@ def test_help_of_commands_without_subset_never_describes_it(command: str) -> Non
 def test_grading_help_names_professional_by_file() -> None:
     helped = CliRunner().invoke(main, ["grade", "--help"], terminal_width=200)
     assert "a Professional file is graded as --subset professional is" in " ".join(helped.output.split())
+
+
+def test_serve_help_says_the_slow_start_the_pace_has() -> None:
+    # It said "one grader call, then more with each answer" after the pace's first window had grown to ten, then
+    # twenty: the help says the window and the growth the pace has.
+    from healthbench.api.pacing.pacer import _GROW, FIRST_WINDOW
+
+    helped = CliRunner().invoke(main, ["serve", "--help"], terminal_width=200)
+    said = " ".join(helped.output.split())
+    words = {2: "two", 10: "ten", 20: "twenty"}
+    assert f"{words[FIRST_WINDOW]} grader calls, then {words[_GROW]} more with each answer" in said
+    assert "one grader call" not in said

@@ -46,3 +46,19 @@ def test_datasets_loads_the_verl_parquet(tmp_path: Path) -> None:
     expected = split_rows(load_rows(data), "validation")
     assert [r["ground_truth"] for r in loaded["reward_model"]] == [row.prompt_id for row in expected]
     assert [info["prompt_id"] for info in loaded["extra_info"]] == [row.prompt_id for row in expected]
+
+
+def test_datasets_loads_an_export_folder_past_its_manifest(tmp_path: Path) -> None:
+    # OpenRLHF's --data.prompt_dataset DIR is `datasets.load_dataset(DIR)`: with no file named for a split it reads
+    # every data file as train, so the manifest, a JSON file, must not be one of them (it is hidden).
+    rows = [make_row(f"r{n}", prompt=(("user", f"Q{n}?"),)) for n in range(30)]
+    data = write_jsonl(tmp_path / "rows.jsonl", rows)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        main, ["export", "--format", "openrlhf", "--data", str(data), "--split", "heldout", "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    assert sorted(path.name for path in out.iterdir()) == [".healthbench-export.json", "heldout.jsonl"]
+    loaded = datasets.load_dataset(str(out))
+    assert list(loaded) == ["train"]
+    assert loaded["train"]["label"] == [row.prompt_id for row in split_rows(load_rows(data), "heldout")]

@@ -41,6 +41,7 @@ GROUPS = {
     "SampleError": NotGraded,
     "CandidateError": NotGraded,
     "MetaGradingError": NotGraded,
+    "RewriteError": NotGraded,
     "OutputUnusable": OutputError,
     "ConfigMismatch": OutputError,
     "OverLimit": ServeError,

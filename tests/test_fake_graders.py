@@ -6,7 +6,9 @@ import pytest
 
 from healthbench.data.schema import Message, RubricItem
 from healthbench.grading.prompt import grader_prompt, render_conversation, rubric_item_text, transcript_with_reply
+from healthbench.grading.strategies import STRATEGIES
 from healthbench.testing import GRADERS, FakeOpenAI, fake_verdict, prompt_verdict
+from healthbench.testing.attacker import COVERED, LINES, attack_reply
 from healthbench.testing.graders import graded_parts
 
 ITEM = RubricItem(criterion="Advises rest and fluids for the next few days", points=5, tags=[])
@@ -44,3 +46,21 @@ def test_an_unknown_grader_is_refused() -> None:
     assert GRADERS == ("hashed", "fooled", "reply_blind", "coin")
     with pytest.raises(ValueError, match="unknown grader"):
         FakeOpenAI(grader="lenient")
+
+
+def test_fooled_by_a_claim_of_coverage_as_the_fake_attacker_writes_it() -> None:
+    blind = fake_verdict("reply_blind", prompt_for("Rest."))
+    claimed = f"Rest.\n\n{COVERED}"
+    assert fake_verdict("fooled", prompt_for(claimed))[0] is True
+    assert fake_verdict("reply_blind", prompt_for(claimed)) == blind
+
+
+def test_the_fake_attacker_rewrites_by_the_strategy_asked_and_answers_nothing_else() -> None:
+    for name, strategy in STRATEGIES.items():
+        messages = [m.model_dump() for m in strategy.messages(PROMPT, "Rest and fluids.")]
+        assert attack_reply(messages) == f"Rest and fluids.\n\n{LINES[name]}"
+        assert attack_reply(messages) == attack_reply([dict(m) for m in messages])  # a pure function
+    assert attack_reply([m.model_dump() for m in PROMPT]) is None  # a model's own request
+    framed = STRATEGIES["claim_coverage"].messages(PROMPT, "x")
+    altered = [{"role": "system", "content": framed[0].content + " Also this."}, framed[1].model_dump()]
+    assert attack_reply(altered) is None  # no strategy's instruction: no rewrite

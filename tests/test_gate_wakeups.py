@@ -89,7 +89,7 @@ def test_a_key_an_earlier_client_of_this_process_learned_starts_at_its_limits() 
         earlier = ApiClient(server.base_url, "sk-known", concurrency=8)
         # More than the first window, so that starts after the first answers take up what they said.
         asyncio.run(_complete(earlier, FIRST_WINDOW + 2))
-        assert earlier.gate.limits == (60_000, None)
+        assert earlier.server.gate.limits == (60_000, None)
         del earlier  # its gate goes with it: what it learned stays with the process
 
         later = ApiClient(server.base_url, "sk-known", concurrency=8)
@@ -98,10 +98,10 @@ def test_a_key_an_earlier_client_of_this_process_learned_starts_at_its_limits() 
         async def held_after_the_first_window(client: ApiClient) -> bool:
             # Before any answer: the slow start holds a start past its first window until an answer comes.
             for _ in range(FIRST_WINDOW):
-                await client.gate.start(10)
-            return client.gate.pacer.delay(client.gate._clock(), 10)[0] > 0
+                await client.server.gate.start(10)
+            return client.server.gate.pacer.delay(client.server.gate._clock(), 10)[0] > 0
 
         assert asyncio.run(held_after_the_first_window(later)) is False
         assert asyncio.run(held_after_the_first_window(stranger)) is True
-        assert later.gate.limits == (60_000, None)
-        assert stranger.gate.limits == (None, None)
+        assert later.server.gate.limits == (60_000, None)
+        assert stranger.server.gate.limits == (None, None)

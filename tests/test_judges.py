@@ -9,13 +9,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 from click.testing import CliRunner, Result
 
 from healthbench.cli import main
-from healthbench.cli.judges import folder_name, parse_grader, shown_url
+from healthbench.cli.judges import folder_name, parse_grader
+from healthbench.cli.models import shown_url
 from healthbench.errors import DataError
 from healthbench.reporting.judges_page import verdict
+from healthbench.runs.folder import RunFolder
 from healthbench.runs.judges import ITEMS_PER_REWARD, Difference, JudgeEntry, JudgesRecord
 from healthbench.testing import FakeOpenAI
 from tests.conftest import write_jsonl
@@ -45,7 +48,9 @@ def judges(data: Path, out: Path, a: FakeOpenAI, b: FakeOpenAI, *extra: str, pri
 
 
 def record(out: Path) -> JudgesRecord:
-    return JudgesRecord.read(json.loads((out / "judges.json").read_text()), str(out))
+    found = RunFolder(out).read(JudgesRecord)
+    assert found is not None
+    return found
 
 
 def metrics(out: Path) -> dict[str, Any]:
@@ -194,17 +199,26 @@ def test_graders_that_fail_are_named_and_the_others_finish(tmp_path: Path, fake:
     assert fake.auth_headers and set(fake.auth_headers) == {None}
     assert set(flaky.auth_headers) == {f"Bearer {KEY}"}
     assert "gone@http://127.0.0.1:9/v1: stopped" in result.output
+    # where a figure would be, a grader that failed reads "failed", never "undefined"
+    shown = [line.split() for line in result.output.splitlines() if line.startswith(("gone@", "flaky@"))]
+    assert [cells[1] for cells in shown] == ["failed", "failed"]
+    assert "undefined" not in result.output
     assert f"not finished: {failing} rows failed" in result.output
     assert "run the same command again to finish" in result.output
     page = (tmp_path / "out" / "judges.html").read_text()
     assert "stopped: the grader&#39;s endpoint" in page and f"not finished: {failing} rows failed" in page
+    assert page.count('<td class="r">failed</td>') == 2
 
 
 def test_judges_json_of_another_version_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(DataError, match="version 2 is not one this release reads"):
-        JudgesRecord.read({"version": 2}, "runs/judges.json")
-    with pytest.raises(DataError, match=r"not a judges\.json"):
-        JudgesRecord.read({"version": 1, "data": "x"}, "runs/judges.json")
+    folder = RunFolder(tmp_path)
+    for version in (3, "1"):
+        (tmp_path / "judges.json").write_text(json.dumps({"version": version}))
+        with pytest.raises(DataError, match=rf"judges\.json of version {version!r}, which this release does not read"):
+            folder.read(JudgesRecord)
+    (tmp_path / "judges.json").write_text(json.dumps({"version": 1, "data": "x"}))
+    with pytest.raises(DataError, match=r"judges\.json: field data_sha256: Field required"):
+        folder.read(JudgesRecord)
 
 
 def test_bad_input_is_one_line(tmp_path: Path) -> None:
@@ -216,6 +230,8 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
 
     refused(run(), "--grader MODEL[@BASE_URL]")
     refused(run("--grader", "qwen3@localhost:8000/v1"), "http:// or https://")
+    refused(run("--grader", "gpt-4.1@notaurl"), "'gpt-4.1@notaurl'", "must be a URL")
+    refused(run("--grader", "a", "--drop", "b"), "--drop", "'b' names no grader")
     refused(run("--grader", "@http://127.0.0.1:8000/v1"), "no model")
     refused(run("--grader", "qwen3@http://"), "names no host")
     refused(run("--grader", "a", "--grader", "a"), "same grader")
@@ -234,7 +250,18 @@ def test_grader_names_and_folders() -> None:
     assert folder_name(choice) == "Qwen_Qwen3-32B_127.0.0.1-8000_v1"
     # a model name may hold an @ that names no endpoint (Vertex's claude-...@20240620)
     assert parse_grader("claude-sonnet@20240620").model == "claude-sonnet@20240620"
+    # a scheme in any case is a scheme: the same endpoint, and the same grader, as in lower case
+    shouted = parse_grader("Qwen/Qwen3-32B@HTTP://127.0.0.1:8000/v1")
+    assert (shouted.model, shouted.base_url) == ("Qwen/Qwen3-32B", "http://127.0.0.1:8000/v1")
+    assert folder_name(shouted) == folder_name(choice)
     assert shown_url("https://user:secret@example.com:8443/v1") == "https://example.com:8443/v1"
+    # a pool of servers of one judge model (issue 43): comma-separated after the @, each a URL
+    pool = parse_grader("Qwen/Qwen3-32B@http://127.0.0.1:8000/v1, HTTP://127.0.0.1:8001/v1")
+    assert pool.base_url == "http://127.0.0.1:8000/v1,http://127.0.0.1:8001/v1"
+    assert folder_name(pool) == "Qwen_Qwen3-32B_127.0.0.1-8000_v1-pool2"
+    assert shown_url("http://u:p@a:1/v1,http://b:2/v1") == "http://a:1/v1,http://b:2/v1"
+    with pytest.raises(click.BadParameter, match="'notaurl' names no host"):
+        parse_grader("Qwen/Qwen3-32B@http://127.0.0.1:8000/v1,notaurl")
 
 
 def test_the_verdict_says_what_the_rows_can_tell() -> None:
@@ -273,3 +300,51 @@ def test_the_verdict_says_what_the_rows_can_tell() -> None:
     close = Difference(name="b", difference=-0.01, interval=(-0.05, 0.03), decided=False)
     said = judged(entry("a", 0.7), entry("b", 0.69), leader="a", differences=(close,))
     assert said.startswith("Too close to choose") and "from b," in said
+
+
+def test_a_rerun_keeps_every_grader_measured_unless_dropped(
+    tmp_path: Path, graders: tuple[FakeOpenAI, FakeOpenAI]
+) -> None:
+    a, b = graders
+    data = write_jsonl(tmp_path / "meta.jsonl", made_up_meta_rows(40))
+    out = tmp_path / "out"
+    assert judges(data, out, a, b, "--limit", "20").exit_code == 0
+    both = record(out)
+    env = {"HEALTHBENCH_GRADER_API_KEY": KEY}
+    base = ["judges", "--data", str(data), "--out", str(out), "--no-progress", "--limit", "20"]
+    b.reset()
+    # judge-b alone again: judge-a, measured before, is kept as its folder holds it, in its place, and said to be
+    again = CliRunner().invoke(main, [*base, "--grader", f"judge-b@{b.base_url}"], env=env | {"JUDGE_B_KEY": OTHER_KEY})
+    assert again.exit_code == 0, again.output
+    assert b.requests_total == 0  # judge-b resumed: nothing asked again
+    kept = record(out)
+    assert [j.name for j in kept.judges] == [j.name for j in both.judges]
+    assert kept.judges == both.judges and kept.differences == both.differences
+    assert f"kept from {out / 'judges.json'}, not measured again: judge-a@{a.base_url}" in again.output
+    assert f"judge-a@{a.base_url}" in (out / "judges.html").read_text()
+    # other rows cannot be set beside the kept grader's
+    other = CliRunner().invoke(main, [*base[:-1], "10", "--grader", f"judge-b@{b.base_url}"], env=env)
+    refused(other, "measured on other rows", "--drop")
+    # --drop leaves it out of judges.json and the page; its folder stays
+    dropped = CliRunner().invoke(
+        main, [*base, "--grader", f"judge-b@{b.base_url}", "--grader-key-env", "judge-b=", "--drop", "judge-a"], env=env
+    )
+    assert dropped.exit_code == 0, dropped.output
+    assert [j.model for j in record(out).judges] == ["judge-b"]
+    assert "judge-a" not in (out / "judges.html").read_text()
+    assert (out / both.judges[0].folder / "metrics.json").exists()
+
+
+def test_a_resume_refused_names_the_default_as_the_default(tmp_path: Path, fake: FakeOpenAI) -> None:
+    data = write_jsonl(tmp_path / "meta.jsonl", made_up_meta_rows(8))
+    base = ["judges", "--data", str(data), "--out", str(tmp_path / "out"), "--no-progress"]
+    base += ["--grader", f"judge-a@{fake.base_url}"]
+    env = {"HEALTHBENCH_GRADER_API_KEY": KEY}
+    assert CliRunner().invoke(main, [*base, "--grader-max-output-tokens", "4096"], env=env).exit_code == 0
+    said = refused(CliRunner().invoke(main, base, env=env), "other settings", "--out")
+    assert "(unset)" not in said
+    assert '"max_output_tokens": 4096' in said and "-> the default, the reference's" in said
+    assert '"max_output_tokens": 2048' in said
+    said = refused(CliRunner().invoke(main, [*base, "--grader-calls", "per-reply"], env=env))
+    assert 'grader_calls: the default, "per-item" -> "per-reply"' in said
+    assert "per_reply_template_sha256: none (the default: graded per-item) -> " in said

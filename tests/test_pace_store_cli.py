@@ -38,7 +38,7 @@ def test_a_given_concurrency_is_a_ceiling_and_a_default_one_follows_the_limit() 
     assert GraderConfig().max_concurrency == MAX_IN_FLIGHT and GraderConfig().concurrency == 64
     assert GraderConfig(concurrency=10).max_concurrency is None
     assert PolicyConfig(model="m", concurrency=10, max_concurrency=50).max_concurrency == 50
-    assert GraderConfig(concurrency=10).client().budget.ceiling == 10
+    assert GraderConfig(concurrency=10).client().ceiling == 10
     with pytest.raises(ValueError, match="database must be a number"):
         GraderConfig(pace_store="redis://127.0.0.1:6379/pace")
 

@@ -431,7 +431,7 @@ def test_the_client_learns_the_limit_from_the_first_429_and_keeps_under_it() -> 
         replies = _complete_all(client, [_chat(i) for i in range(200)])
         counts = dict(server.responses_by_kind)
     assert all(isinstance(reply, str) for reply in replies)
-    assert client.gate.limits == (6000, None)
+    assert client.server.gate.limits == (6000, None)
     # At most the one burst sent before anything was known; a client that kept sending into the limit would
     # be refused for most of two seconds of requests.
     assert counts["ok"] == 200 and counts.get("rate_limited", 0) <= 32
@@ -452,7 +452,7 @@ def test_the_progress_line_shows_each_gate_once_under_the_names_that_share_it() 
     policy = ApiClient("http://127.0.0.1:9/v1", "sk-shared")
     grader = ApiClient("http://127.0.0.1:9/v1", "sk-shared", rpm=600)
     other = ApiClient("http://127.0.0.1:9/v1", "sk-other")
-    assert policy.gate is grader.gate and policy.gate.limits == (600, None)
+    assert policy.server.gate is grader.server.gate and policy.server.gate.limits == (600, None)
     assert describe_pace({"policy": policy, "grader": grader, "judge": other, "none": None}) == (
         "policy+grader: 0 req/s; judge: 0 req/s"
     )

@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from healthbench.cli import main
+from healthbench.grading.strategies import STRATEGIES
 from healthbench.grading.transforms import TRANSFORMS
 from healthbench.runs.folder import STORE
 from healthbench.testing import FakeOpenAI
@@ -189,8 +190,10 @@ def test_replies_from_a_model_are_asked_once_per_task(tmp_path: Path, files: tup
 def test_list_names_every_transform_and_needs_nothing_else() -> None:
     result = CliRunner().invoke(main, ["probe", "--list"])
     assert result.exit_code == 0, result.output
-    assert [line.split(":")[0] for line in result.output.splitlines() if not line.startswith(" ")] == list(TRANSFORMS)
-    assert result.output.count("arXiv:") >= len(TRANSFORMS)
+    named = [line.split(":")[0].split(" (")[0] for line in result.output.splitlines() if not line.startswith(" ")]
+    assert named == [*TRANSFORMS, *STRATEGIES]
+    assert result.output.count("arXiv:") >= len(TRANSFORMS) + len(STRATEGIES)
+    assert result.output.count("(an attacker's strategy, with --attacker)") == len(STRATEGIES)
 
 
 def test_replies_come_from_one_place(tmp_path: Path, files: tuple[Path, Path], fake: FakeOpenAI) -> None:

@@ -17,7 +17,7 @@ from pydantic import SecretStr
 
 from healthbench.cli import main
 from healthbench.data.loading import load_rows
-from healthbench.data.splits import assign_splits
+from healthbench.data.splits import SplitName, assign_splits, why_empty
 from healthbench.data.subsets import SUBSETS
 from healthbench.grading.transforms import TRANSFORMS
 from healthbench.integrations.openreward.deployment import Deployment, load_splits
@@ -137,6 +137,60 @@ def test_bad_split_input_is_one_line(tmp_path: Path, official: tuple[list[dict[s
     said = bad("serve", "--subset", "full", "--heldout", str(held))
     assert "--heldout goes with --data" in said
     assert not (tmp_path / "out").exists()
+
+
+def test_a_heldout_file_of_every_row_is_said_as_such(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Before, "too few rows: 12" for data of any size whose heldout file names every row.
+    rows = rows_of(12)
+    data = write_jsonl(tmp_path / "rows.jsonl", rows)
+    held = write_jsonl(tmp_path / "held.jsonl", [{"prompt_id": row["prompt_id"]} for row in rows])
+    why = (
+        "the heldout rows are all 12 rows of the data, leaving none to train on or validate with (a --heldout file "
+        "names the part of the data kept out of training, not all of it)"
+    )
+    common = ["--data", str(data), "--heldout", str(held)]
+    for split in ("train", "validation"):
+        said = bad(
+            "grade",
+            "--split",
+            split,
+            *common,
+            "--responses",
+            str(replies(tmp_path, rows)),
+            "--out",
+            str(tmp_path / "g"),
+        )
+        assert said == f"Error: {data}: its {split} split is empty: {why}"
+        said = bad("export", "--format", "trl", "--split", split, *common, "--out", str(tmp_path / "out"))
+        assert said == f"Error: {data}: its {split} split is empty: {why}"
+    assert not (tmp_path / "out").exists()
+    # serve serves what there is and says why the rest is not served (the server itself stubbed out).
+    monkeypatch.setattr("healthbench.integrations.openreward.environment.serve", lambda splits, **_: None)
+    pytest.importorskip("openreward")
+    served = invoke("serve", *common, "--port", "0")
+    assert served.exit_code == 0, served.output
+    for split in ("train", "validation"):
+        assert f"healthbench: the {split} split is empty ({why}), so it is not served\n" in served.stderr
+
+
+@pytest.mark.parametrize(
+    ("sizes", "split", "why"),
+    [
+        (
+            {"train": 2, "validation": 0, "heldout": 0},
+            "heldout",
+            "20% of 2 rows rounds to none: a seeded heldout needs 3 ",
+        ),
+        (
+            {"train": 7, "validation": 0, "heldout": 2},
+            "validation",
+            "5% of the 7 rows outside heldout rounds to none: ",
+        ),
+        ({"train": 0, "validation": 0, "heldout": 5}, "train", "the heldout rows are all 5 rows of the data"),
+    ],
+)
+def test_why_a_split_is_empty(sizes: dict[SplitName, int], split: SplitName, why: str) -> None:
+    assert why_empty(split, sizes).startswith(why)
 
 
 def test_serve_serves_the_splits_beside_test(

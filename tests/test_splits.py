@@ -155,3 +155,53 @@ def test_the_sample_rows(sample_path: Path) -> None:
     assert "" not in by_theme  # every sample row has its theme
     for theme, size in counts(rows, assigned, "heldout").items():
         assert abs(size - by_theme[theme] / 5) < 1
+
+
+def test_rows_read_from_json_split_as_their_rows_do(tmp_path: Path) -> None:
+    # As a new user reads a file: json.loads of each line. Before, split_rows raised AttributeError on a dict.
+    raw = [make_row(f"j{n}", example_tags=(f"theme:{'abc'[n % 3]}",)) for n in range(40)]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in raw), "utf-8")
+    rows = [json.loads(line) for line in path.read_text("utf-8").splitlines()]
+    hard_rows = rows[::5]
+    loaded = load_rows(path)
+    for split in SPLITS:
+        chosen = split_rows(rows, split, heldout=hard_rows, seed=0)
+        # The caller's own objects come back, the same rows the loaded file's split holds.
+        assert all(any(row is given for given in rows) for row in chosen)
+        expected = split_rows(loaded, split, heldout=load_rows(path)[::5], seed=0)
+        assert [row["prompt_id"] for row in chosen] == [row.prompt_id for row in expected]
+    assert assign_splits(rows, seed=2) == assign_splits(loaded, seed=2)
+
+
+def test_professional_rows_read_from_json_split_by_their_id() -> None:
+    raw = [
+        {
+            "id": n,
+            "conversation": [{"role": "user", "content": f"Q{n}?"}],
+            "rubric_items": [{"criterion_text": "Rests.", "points": 3}],
+        }
+        for n in range(12)
+    ]
+    assigned = assign_splits(raw)
+    assert sorted(assigned) == sorted(str(n) for n in range(12))
+    assert [row["id"] for row in split_rows(raw, "heldout")] == [
+        int(prompt_id) for prompt_id, split in assigned.items() if split == "heldout"
+    ]
+
+
+def test_what_is_not_a_row_is_named_by_its_place_and_field() -> None:
+    good = [make_row(f"g{n}") for n in range(5)]
+    with pytest.raises(DataError, match=r"^rows\[5\]: field prompt: Field required$"):
+        split_rows([*good, {"prompt_id": "bare"}], "train")
+    with pytest.raises(DataError, match=r"^rows\[1\]: field prompt: must end on a user turn, ends on 'assistant'$"):
+        assign_splits([good[0], make_row("x", prompt=(("user", "Hi"), ("assistant", "Hello")))])
+    with pytest.raises(DataError, match=r"^rows\[0\]: a value of type str, not a row \(give `Row`s"):
+        split_rows(["p1"], "train")  # type: ignore[type-var]
+    with pytest.raises(DataError, match=r"^heldout\[0\]: field rubrics: Field required$"):
+        assign_splits(
+            good, heldout=[{"prompt": [{"role": "user", "content": "?"}], "prompt_id": "g1", "example_tags": []}]
+        )
+    meta = {"prompt": [], "completion": "c", "rubric": "r", "binary_labels": [True], "prompt_id": "m"}
+    with pytest.raises(DataError, match=r"^rows\[0\]: a HealthBench meta-evaluation row, not a task row$"):
+        assign_splits([meta])

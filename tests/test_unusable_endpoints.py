@@ -20,6 +20,7 @@ from aiohttp.client_reqrep import ConnectionKey
 from healthbench.api.client import ApiClient, Retries
 from healthbench.api.failures import ProviderError, transport_failure, unreachable
 from healthbench.api.retrying import FIRST_FAILURES, Health, Kind
+from healthbench.api.routing import Server
 from healthbench.errors import EndpointUnusable, RequestFailed
 from healthbench.grading.verdict import parse_verdict
 from healthbench.testing import Canned, FakeOpenAI
@@ -45,9 +46,9 @@ def attempts_of(client: ApiClient) -> list[int]:
     made = [0]
     attempt = client._attempt
 
-    async def counted(payload: bytes, cost: int, alone: bool) -> Any:
+    async def counted(server: Server, payload: bytes, cost: int, alone: bool) -> Any:
         made[0] += 1
-        return await attempt(payload, cost, alone)
+        return await attempt(server, payload, cost, alone)
 
     client._attempt = counted  # type: ignore[method-assign]
     return made
@@ -181,6 +182,13 @@ def test_the_key_the_url_and_the_model_are_refused_at_once_and_an_echoed_key_is_
     assert isinstance(caught, EndpointUnusable) and caught.refused and made == 1
     assert f"refused a request (HTTP {status}: bad key Bearer [redacted])" in str(caught)
     assert KEY not in str(caught)
+
+
+def test_a_refusal_with_an_empty_body_says_so_once() -> None:
+    caught, made = refused_with(401, lambda _: "")
+    assert isinstance(caught, EndpointUnusable) and made == 1
+    assert "refused a request (HTTP 401 with an empty body)" in str(caught)
+    assert "HTTP 401: HTTP 401" not in str(caught)
 
 
 def test_a_400_about_a_parameter_is_unusable_and_one_about_the_prompt_is_not() -> None:

@@ -306,16 +306,37 @@ class CandidateError(NotGraded):
 
 
 class MetaGradingError(NotGraded):
-    """A meta-eval row the grader could not judge within the retry bound."""
+    """A meta-eval row the grader could not judge within the retry bound (with `trick`, the row's completion as a
+    judge's trial rewrote it)."""
 
     def __init__(
-        self, index: int, prompt_id: str, completion_id: str, rubric: str, cause: str, *, lasting: bool = False
+        self,
+        index: int,
+        prompt_id: str,
+        completion_id: str,
+        rubric: str,
+        cause: str,
+        *,
+        lasting: bool = False,
+        trick: str | None = None,
     ) -> None:
+        rewritten = "" if trick is None else f" rewritten by {trick}"
         super().__init__(
-            f"meta-eval row {index} (prompt {prompt_id}, completion {completion_id}, criterion "
+            f"meta-eval row {index} (prompt {prompt_id}, completion {completion_id}{rewritten}, criterion "
             f"{_clipped(rubric, 80)!r}) could not be graded: {cause}"
         )
         self.lasting = lasting  # as `GradingError.lasting`
+
+
+class RewriteError(NotGraded):
+    """A reply the attacker model gave no rewrite of, by one strategy, within the retry bound: the trick is tried
+    without that reply."""
+
+    def __init__(self, strategy: str, prompt_id: str, completion_id: str, cause: str) -> None:
+        which = f"task {prompt_id}" + (f", completion {completion_id}" if completion_id else "")
+        super().__init__(f"{which}: the attacker gave no {strategy} rewrite of the reply: {cause}")
+        self.prompt_id = prompt_id
+        self.cause = cause
 
 
 # --- the output folder -----------------------------------------------------------------------------------------
@@ -384,6 +405,20 @@ class ConfigMismatch(OutputError):
             f"this output folder holds a run with other settings ({details}). "
             "Use a new `out` folder, or run with the recorded settings to resume."
         )
+        self.details = details
+
+
+class ExportMismatch(OutputError):
+    """An export folder holding files of other splits (other data, heldout or seed, named in its manifest, or files
+    whose tasks another split holds): adding to it would mix them, so nothing is written. `details` names the
+    difference."""
+
+    def __init__(self, path: object, details: str) -> None:
+        super().__init__(
+            f"{path} holds an export of other splits ({details}); adding to it would put tasks of one split beside "
+            "another's. Export into a new `out` folder, or with the settings it was made with."
+        )
+        self.path = path
         self.details = details
 
 

@@ -20,11 +20,13 @@ import asyncio
 import dataclasses
 import json
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import aiohttp
 
+from healthbench.api import descriptors
+from healthbench.api.breaker import Breaker
 from healthbench.api.completer import Completer as Completer  # re-exported: what graders and policies call
 from healthbench.api.completer import Request
 from healthbench.api.failures import (
@@ -44,7 +46,8 @@ from healthbench.api.inflight import InFlight
 from healthbench.api.keygates import gate_for
 from healthbench.api.pacing import Gate
 from healthbench.api.pacing.gate import Budget as Budget  # re-exported: made with clients
-from healthbench.api.ratesignals import DEFAULT_OUTPUT_CAP, request_cost
+from healthbench.api.pacing.gate import Budgets as Budgets  # re-exported: made with clients
+from healthbench.api.ratesignals import DEFAULT_OUTPUT_CAP, output_cap, request_cost
 from healthbench.api.retrying import (
     RETRY_STATUSES as RETRY_STATUSES,  # re-exported: what is worth asking again
 )
@@ -56,12 +59,14 @@ from healthbench.api.retrying import (
     log_retry,
 )
 from healthbench.api.retrying import Retries as Retries  # re-exported: made with clients
+from healthbench.api.routing import Router, Server
 from healthbench.api.wire import CHAT, Api, Reading, Usage
 from healthbench.errors import (
     EndpointUnusable,
     InvalidResponse,
     QuotaExhausted,
     RequestFailed,
+    SettingsError,
     UnreadableAnswer,
 )
 
@@ -81,8 +86,8 @@ _BULK = aiohttp.ClientTimeout(total=None, sock_connect=60, sock_read=300)
 
 
 class ApiClient(Completer):
-    """Requests to one API (`wire.CHAT` or `wire.RESPONSES`) of one OpenAI-compatible endpoint, under one
-    concurrency budget.
+    """Requests to one API (`wire.CHAT` or `wire.RESPONSES`) of an OpenAI-compatible endpoint, or of a pool of
+    servers of one model (several base URLs: `routing`), under a concurrency budget at each.
 
     Loop-bound resources (the HTTP session, the budget's semaphore) are made on first use in the running loop, so
     one client can be built anywhere and shared by every task of the process.
@@ -90,13 +95,13 @@ class ApiClient(Completer):
 
     def __init__(
         self,
-        base_url: str = OPENAI_BASE_URL,
+        base_url: str | Sequence[str] = OPENAI_BASE_URL,
         api_key: str | None = None,
         *,
         concurrency: int = 64,
         timeout: float = TIMEOUT,
         retry: Retries | None = None,
-        budget: Budget | None = None,
+        budget: Budget | Budgets | None = None,
         api: Api = CHAT,
         rpm: float | None = None,
         tpm: float | None = None,
@@ -105,79 +110,109 @@ class ApiClient(Completer):
         pace_store: PaceStore | None = None,
         slow_start: bool = True,
     ) -> None:
-        """`timeout` bounds each attempt, in seconds. `rpm` and `tpm` are the account's limits, as the user knows
-        them (None: learned from the server); a request with no output cap counts `default_output_cap` tokens
-        against `tpm`. A budget made here has `concurrency` places, and grows with the limit up to
-        `max_concurrency` when that is larger. With `pace_store`, the key's pace is shared with every process that
+        """`base_url` is one server, or several serving one model (a pool: each request goes to one of them, a
+        reply's items to one server where its budget allows, and a server that fails is taken out and tried
+        again later: `routing`, `breaker`). `timeout` bounds each attempt, in seconds. `rpm` and `tpm` are the
+        account's limits, as the user knows them (None: learned from the server); a request with no output cap
+        counts `default_output_cap` tokens against `tpm`. Each server's budget is `budget` (one server), its own of
+        `budget` (`Budgets`), or one made here of `concurrency` places, growing with the limit up to
+        `max_concurrency` when that is larger. With `pace_store`, each key's pace is shared with every process that
         uses the same store. Without `slow_start`, a key whose limits are not known yet is sent the whole budget at
-        once instead of twenty requests, then more with each answer (a trainer's step is such a burst anyway: the slow
-        start would only put it off by a few rounds); its 429s teach the pace as they do any other."""
-        self.base_url = base_url.rstrip("/")
+        once instead of twenty requests, then more with each answer (a trainer's step is such a burst anyway: the
+        slow start would only put it off by a few rounds); its 429s teach the pace as they do any other."""
+        urls = [url.rstrip("/") for url in ([base_url] if isinstance(base_url, str) else base_url)]
+        if not urls:
+            raise SettingsError("a client needs at least one base URL")
+        if isinstance(budget, Budget) and len(urls) > 1:
+            raise SettingsError("one budget cannot serve a pool of servers: give each its own (`Budgets`)")
+        self.base_url = ",".join(urls)
         self.wire = api
-        self.url = self.base_url + api.path
-        # A budget shared with other clients (one per API key on a server) keeps one limit per process.
-        self.budget = budget or Budget(concurrency, max_concurrency)
-        self.concurrency = self.budget.floor
         self.retry = retry or Retries()
         # Content-Type is set per request: a multipart upload (`api`) needs its own.
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=min(timeout, CONNECT_TIMEOUT))
         self._loop: asyncio.AbstractEventLoop | None = None
         self._session: aiohttp.ClientSession | None = None
-        self.gate = gate_for(self.base_url, api_key, pace_store)
-        self.gate.set_limits(rpm, tpm)
-        if not slow_start:
-            self.gate.skip_slow_start()
+        servers = []
+        for url in urls:
+            own = budget.of(url) if isinstance(budget, Budgets) else budget or Budget(concurrency, max_concurrency)
+            gate = gate_for(url, api_key, pace_store)
+            gate.set_limits(rpm, tpm)
+            if not slow_start:
+                gate.skip_slow_start()
+            # What the server refuses of the parameters the project adds, learned once for every task that uses this
+            # client (a served environment's pooled grader of one key is one client for all its sessions). Not shared
+            # by URL: a URL is no host's identity (a server restarted on it, a port reused, may take other fields).
+            hosts = Adaptations(shown(url + api.path))
+            servers.append(Server(url, url + api.path, own, gate, hosts))
+        self.router = Router(servers)
+        self.servers = self.router.servers
+        self.concurrency = sum(server.budget.floor for server in self.servers)
         self.default_output_cap = default_output_cap
         self._health = Health()
         self._in_flight = InFlight()
-        # What this endpoint refuses of the parameters the project adds, learned once for every task that uses this
-        # client (a served environment's pooled grader of one key is one client for all its sessions). Not shared
-        # by URL: a URL is no host's identity (a server restarted on it, a port reused, may take other fields).
-        self.hosts = Adaptations(shown(self.url))
 
     def __repr__(self) -> str:
-        return f"ApiClient(url={self.url!r}, concurrency={self.concurrency})"
+        return f"ApiClient(url={self.base_url + self.wire.path!r}, concurrency={self.concurrency})"
+
+    @property
+    def server(self) -> Server:
+        """The server of a client of one (the Batch API's, whose files and batches live at one endpoint)."""
+        if self.router.pooled:
+            raise SettingsError(f"{shown(self.base_url)} is a pool of servers, and this needs one endpoint")
+        return self.servers[0]
+
+    @property
+    def ceiling(self) -> int:
+        """The most requests this client may ever have in flight: its servers' budgets' ceilings together."""
+        return sum(server.budget.ceiling for server in self.servers)
 
     def _bind(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
         if self._session is None or self._loop is not loop:
-            connector = aiohttp.TCPConnector(limit=self.budget.ceiling, ttl_dns_cache=300)
+            connections = self.ceiling
+            descriptors.make_room(connections)
+            connector = aiohttp.TCPConnector(limit=connections, ttl_dns_cache=300)
             self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout, headers=self._headers)
             self._loop = loop
         return self._session
 
-    def _transport(self, exc: aiohttp.ClientError | TimeoutError, timeout: aiohttp.ClientTimeout) -> AttemptFailed:
+    def _transport(
+        self, exc: aiohttp.ClientError | TimeoutError, timeout: aiohttp.ClientTimeout, where: str
+    ) -> AttemptFailed:
         patience = timeout.total or timeout.sock_read or 0.0
-        failure = transport_failure(exc, patience, timeout.sock_connect or patience, shown(self.base_url))
+        failure = transport_failure(exc, patience, timeout.sock_connect or patience, shown(where))
         return AttemptFailed(failure)
 
-    async def _attempt(self, payload: bytes, cost: int, alone: bool) -> Reading:
+    async def _attempt(self, server: Server, payload: bytes, cost: int, alone: bool) -> Reading:
+        """One exchange with `server`, whose place the caller holds and this frees once the answer is read."""
         session = self._bind()
-        async with self.budget.slot():
-            ticket = await self.gate.start(cost)
-            payload = self.hosts.outgoing(payload, alone)  # as learned by the time it goes
+        try:
+            ticket = await server.gate.start(cost)
+            payload = server.hosts.outgoing(payload, alone)  # as learned by the time it goes
             try:
                 self._health.check()  # found unusable while this one waited: it is not sent
                 sent = time.monotonic()
-                async with self._in_flight.out(), session.post(self.url, data=payload, headers=_JSON) as response:
+                async with self._in_flight.out(), session.post(server.url, data=payload, headers=_JSON) as response:
                     body = await response.read()
                     status = response.status
                     headers = response.headers
                 on_the_wire = time.monotonic() - sent
             except TRANSPORT as exc:
-                self.gate.lost(ticket)
-                raise self._transport(exc, self._timeout) from None
+                server.gate.lost(ticket)
+                raise self._transport(exc, self._timeout, server.base_url) from None
             except EndpointUnusable:
-                self.gate.lost(ticket)
+                server.gate.lost(ticket)
                 raise
+        finally:
+            self.router.release(server)
         if status == 429:
             # A limit holds every start of this key at the gate (retry at once, through it); noise makes only
             # this request wait its hint, or the retry table's backoff.
-            retry = await self.gate.refused(ticket, cost, body, headers)
+            retry = await server.gate.refused(ticket, cost, body, headers)
             raise AttemptFailed(dataclasses.replace(status_failure(status, body, headers), retry_after=retry))
-        await self.gate.answered(ticket, headers)
-        self.budget.need(self.gate, self.gate.in_flight_needed())
+        await server.gate.answered(ticket, headers)
+        server.budget.need(server.gate, server.gate.in_flight_needed())
         if status != 200:
             raise AttemptFailed(status_failure(status, body, headers), sent=payload)
         try:
@@ -191,26 +226,52 @@ class ApiClient(Completer):
         reading.usage.wire_microseconds = round(on_the_wire * 1_000_000)
         return reading
 
-    async def _adapted(self, payload: bytes, cost: int) -> Reading:
-        """One attempt of `payload` as this endpoint takes it (`hosts.Adaptations`): a refusal of a parameter this
-        project added is met here, by sending the request again without it, and is no failed attempt."""
+    async def _routed(self, payload: bytes, cost: int, affinity: str | None) -> tuple[Reading, Server]:
+        """One attempt of `payload` at a server the router chooses (`affinity`: what its siblings share), as that
+        server takes it (`hosts.Adaptations`): a refusal of a parameter this project added is met there, by sending
+        the request again without it, and is no failed attempt. The server's breaker hears how it went."""
         while True:
-            turn = await self.hosts.turn(payload)
+            server = await self.router.acquire(affinity)
+            if server is None:
+                raise AttemptFailed(Failure(Kind.UNREACHABLE, f"every server of the pool is out: {self.router.out()}"))
+            told = False
             try:
-                reading = await self._attempt(payload, cost, alone=turn is not None)
-            except AttemptFailed as exc:
-                # Only a request sent with an added parameter says whether the host takes it (a policy's says
-                # nothing, nor an answer that is no refusal).
-                sent = exc.sent
-                if sent and self.hosts.carried(sent) and self.hosts.learn(exc.failure.status, exc.failure.body, sent):
-                    continue
-                raise
+                turn = await server.hosts.turn(payload)
+                try:
+                    reading = await self._attempt(server, payload, cost, alone=turn is not None)
+                except AttemptFailed as exc:
+                    # Only a request sent with an added parameter says whether the host takes it (a policy's says
+                    # nothing, nor an answer that is no refusal).
+                    sent = exc.sent
+                    failure = exc.failure
+                    if sent and server.hosts.carried(sent) and server.hosts.learn(failure.status, failure.body, sent):
+                        told = True
+                        self.router.answered(server)
+                        continue
+                    told = True
+                    lasting = failure.rule.unusable and not failure.retried
+                    self.router.failed(server, failure, lasting=lasting)
+                    if not (self.router.pooled and (lasting or Breaker.counts(failure))):
+                        raise
+                    if self.router.elsewhere(server):
+                        exc.failover = True
+                        raise
+                    # The last server of a pool to go out: the call fails as one endpoint's would, naming them all.
+                    everyone = dataclasses.replace(
+                        failure, cause=f"every server of the pool is out: {self.router.out()}"
+                    )
+                    raise AttemptFailed(everyone, exc.sent) from None
+                finally:
+                    if turn is not None:
+                        turn.release()
+                # The request that went alone was answered: the host takes what it carried, or what was learned.
+                server.hosts.settled = server.hosts.settled or turn is not None
+                told = True
+                self.router.answered(server)
+                return reading, server
             finally:
-                if turn is not None:
-                    turn.release()
-            # The request that went alone was answered: the host takes what it carried, or what was learned.
-            self.hosts.settled = self.hosts.settled or turn is not None
-            return reading
+                if not told:
+                    self.router.abandoned(server)
 
     async def _complete(self, request: Request, parse: Callable[[str], T]) -> tuple[T, Usage]:
         """Send one request (a body, or its JSON bytes) to this client's API and parse its content, with retries.
@@ -224,19 +285,30 @@ class ApiClient(Completer):
         usage = Usage()
 
         async def attempt() -> T:
-            reading = await self._adapted(payload, cost)
-            self._health.answered()
-            usage.add(reading.usage)
             try:
-                return parse(reading.content)
-            except InvalidResponse as exc:
-                if reading.cut:
-                    raise AttemptFailed(Failure(Kind.CUT_SHORT, cut_short(reading, exc))) from None
-                raise AttemptFailed(Failure(Kind.UNUSABLE_CONTENT, str(exc))) from None
+                reading, _ = await self._routed(payload, cost, request.affinity)
+                self._health.answered()
+                usage.add(reading.usage)
+                try:
+                    parsed = parse(reading.content)
+                except InvalidResponse as exc:
+                    if reading.cut:
+                        raise AttemptFailed(Failure(Kind.CUT_SHORT, cut_short(reading, exc))) from None
+                    raise AttemptFailed(Failure(Kind.UNUSABLE_CONTENT, str(exc))) from None
+            except AttemptFailed as exc:
+                failure = exc.failure
+                if failure.kind in (Kind.UNUSABLE_CONTENT, Kind.CUT_SHORT) and self._health.content(usable=False):
+                    health, cap = self._health, output_cap(request.parsed())
+                    said = _unusable_answers(failure, health.unusable_answers, health.answers, cap)
+                    raise self.unusable(said, refused=True) from None
+                raise
+            self._health.content(usable=True)
+            return parsed
 
         try:
             with self._in_flight.call():
-                return await self._with_retries(attempt, f"POST {shown(self.url)}", "a request"), usage
+                target = f"POST {shown(self.base_url + self.wire.path)}"
+                return await self._with_retries(attempt, target, "a request"), usage
         except QuotaExhausted as exc:
             raise exc.at(self.base_url) from None
 
@@ -253,21 +325,22 @@ class ApiClient(Completer):
         returns what `read` makes of the body of a 2xx answer (`InvalidResponse` for a body it cannot read:
         retried, and counted against an endpoint that has not answered usably yet). `form` builds a multipart
         body afresh for each attempt."""
-        url = self.base_url + path
+        server = self.server
+        url = server.base_url + path
 
         async def attempt() -> T:
             session = self._bind()
             data = form() if form is not None else None if json_body is None else json.dumps(json_body).encode()
             headers = _JSON if json_body is not None else None
             try:
-                async with self.budget.slot():
+                async with server.budget.slot():
                     self._health.check()  # found unusable while this one waited: it is not sent
                     async with session.request(method, url, data=data, headers=headers, timeout=_BULK) as response:
                         body = await response.read()
                         status = response.status
                         response_headers = response.headers
             except TRANSPORT as exc:
-                raise self._transport(exc, _BULK) from None
+                raise self._transport(exc, _BULK, server.base_url) from None
             if status == 429 and read_refusal(body, response_headers).quota:
                 raise QuotaExhausted(self.base_url)
             if not 200 <= status < 300:
@@ -295,9 +368,18 @@ class ApiClient(Completer):
                 return await attempt()
             except AttemptFailed as exc:
                 failure = exc.failure
+                failover = exc.failover
             self._health.check()  # found unusable meanwhile, by another call: that one verdict
+            if failover and number < bound:
+                # A pool's server failed it and another takes requests: asked again there at once. The server's
+                # failure is its own breaker's to count, not the pool's first-calls rule's.
+                log_retry(target, failure, 0.0, number + 1, bound, self._redact, elsewhere=True)
+                continue
             if self._health.unproven_failure(failure, number, bound):
                 raise self._unusable(failure, asked, first=self._health.failures) from None
+            if failure.kind is Kind.RATE_LIMITED and (waited := self._health.limited()) is not None:
+                cause = f"answered nothing but 429 (rate limited) for {waited:.0f} s, naming no limit it would lift at"
+                raise self.unusable(f"{cause}: the last, {failure.cause}; {_LIMITLESS}", refused=False) from None
             if not failure.retried or number >= min(bound, failure.rule.attempts or bound):
                 if failure.rule.unusable:
                     raise self._unusable(failure, asked) from None
@@ -357,13 +439,38 @@ class ApiClient(Completer):
         self._loop = None
 
 
+_LIMITLESS = (
+    "a key whose limit is zero or whose quota is spent, or a gateway that refuses every request; check the key's "
+    "limits and the endpoint, then run the same command again"
+)
+
+
+def _unusable_answers(failure: Failure, unusable: int, seen: int, cap: int | None) -> str:
+    """Why an endpoint whose first answers cannot be used is unusable, in words, with what cures it (`cap`: the
+    requests' output cap)."""
+    said = f"answers, but {unusable} of its first {seen} answers could not be used (the last: {failure.cause})"
+    if failure.kind is Kind.CUT_SHORT:
+        now = f", {cap:,} tokens now" if cap is not None else ""
+        return (
+            f"{said}: asking again does not cure an output cap that ends the answers; give the grader a larger one "
+            f"(`grader_max_output_tokens`{now}) or less reasoning effort"
+        )
+    return (
+        f"{said}: a model that thinks before it answers needs its server's reasoning parser (vLLM and SGLang: "
+        "--reasoning-parser) or an output cap its thinking fits (`grader_max_output_tokens`); otherwise check the "
+        "chat template the server applies, or choose a model that follows the prompt's JSON format"
+    )
+
+
 def describe_pace(clients: Mapping[str, Completer | None]) -> str:
     """The pace of each live client, for the progress bar: "grader: 82 req/s, TPM-bound"; clients that share a
-    gate (one key at one endpoint) are shown once, under all their names."""
+    gate (one key at one endpoint) are shown once, under all their names; a pool's servers each."""
     names: dict[int, list[str]] = {}
     gates: dict[int, Gate] = {}
     for name, client in clients.items():
         if isinstance(client, ApiClient):
-            names.setdefault(id(client.gate), []).append(name)
-            gates[id(client.gate)] = client.gate
+            for server in client.servers:
+                shown_as = name if len(client.servers) == 1 else f"{name} at {server.shown}"
+                names.setdefault(id(server.gate), []).append(shown_as)
+                gates[id(server.gate)] = server.gate
     return "; ".join(f"{'+'.join(names[key])}: {gate.status()}" for key, gate in gates.items())

@@ -21,12 +21,14 @@ T = TypeVar("T")
 @dataclass(frozen=True, slots=True)
 class Request:
     """One request as the caller gave it: the JSON bytes that are sent, the body they encode when the caller has
-    it (`body`: None when only the bytes were given), and the `ident` that tells it apart from requests with equal
-    bytes."""
+    it (`body`: None when only the bytes were given), the `ident` that tells it apart from requests with equal
+    bytes, and its `affinity`: what it shares with its siblings (a reply's rubric items share the conversation),
+    so that a pool of servers sends them to one server, whose prefix cache serves them."""
 
     payload: bytes
     body: Mapping[str, Any] | None
     ident: str | None
+    affinity: str | None = None
 
     def parsed(self) -> Mapping[str, Any]:
         """The body the bytes encode: as the caller gave it, or read from them."""
@@ -47,13 +49,15 @@ class Completer(abc.ABC):
         *,
         ident: str | None = None,
         parsed: Mapping[str, Any] | None = None,
+        affinity: str | None = None,
     ) -> tuple[T, Usage]:
         """Send one request and parse its content; raise `RequestFailed` past the retry bound. `parsed` is the
-        object that `body`'s bytes encode, when the caller has it: it spares parsing them again."""
+        object that `body`'s bytes encode, when the caller has it: it spares parsing them again. Requests of one
+        `affinity` go to one server of a pool where they can (`Request`)."""
         if isinstance(body, bytes):
-            request = Request(body, parsed, ident)
+            request = Request(body, parsed, ident, affinity)
         else:
-            request = Request(json.dumps(body).encode(), body if parsed is None else parsed, ident)
+            request = Request(json.dumps(body).encode(), body if parsed is None else parsed, ident, affinity)
         return await self._complete(request, parse)
 
     @abc.abstractmethod

@@ -174,9 +174,10 @@ def status_failure(status: int, body: bytes, headers: Mapping[str, str]) -> Fail
         kind = Kind.REFUSED_REQUEST
     else:
         kind = Kind.REFUSED
+    said = excerpt(body)
     return Failure(
         kind,
-        f"HTTP {status}: {excerpt(body)}",
+        f"HTTP {status}: {said}" if said else f"HTTP {status} with an empty body",
         status=status,
         body=body,
         retry_after=retry_after_seconds(headers),
@@ -304,7 +305,12 @@ def cut_short(reading: Reading, exc: InvalidResponse) -> str:
 def said(status: int | None, error: ProviderError | None, cause: str) -> str:
     """What a refusal said in one line: its status, the provider's code and message (else `cause`)."""
     code = f" {error.code}" if error is not None and error.code else ""
-    message = error.message if error is not None and error.message else cause
+    if error is None or not error.message:
+        if cause.startswith(f"HTTP {status}"):  # the cause says the status already (`status_failure`)
+            return cause
+        message = cause
+    else:
+        message = error.message
     message = message if len(message) <= 300 else message[:297] + "..."
     return f"HTTP {status}{code}: {message}"
 

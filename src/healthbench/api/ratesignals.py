@@ -76,9 +76,14 @@ def request_cost(body: Mapping[str, Any], default_cap: int = DEFAULT_OUTPUT_CAP)
     for key in ("messages", "input", "instructions"):
         size, count = _chars(body.get(key))
         chars, items = chars + size, items + count
+    cap = output_cap(body)
+    return math.ceil(chars / 4) + 4 * items + (default_cap if cap is None else cap)
+
+
+def output_cap(body: Mapping[str, Any]) -> int | None:
+    """A request's output cap, in whichever API's words it sets one; None if it sets none."""
     caps = [body.get(key) for key in ("max_tokens", "max_completion_tokens", "max_output_tokens")]
-    cap = next((value for value in caps if isinstance(value, int) and not isinstance(value, bool)), default_cap)
-    return math.ceil(chars / 4) + 4 * items + cap
+    return next((value for value in caps if isinstance(value, int) and not isinstance(value, bool)), None)
 
 
 def header_number(value: str | None) -> float | None:

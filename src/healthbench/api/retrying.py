@@ -43,6 +43,18 @@ it cannot be connected to, does not answer in time, closes the connection, answe
 read. A wrong URL, a server not started or not an API at all is far likelier than an outage that began with the
 run, and the run stops in seconds (a minute or two for a hang: one timeout, then the others already out) instead of
 spending every call's whole table; once an answer has been usable, every call gets the whole table."""
+FIRST_ANSWERS = 16
+UNUSABLE_SHARE = 0.75
+"""An endpoint whose first answers cannot be used (`Kind.UNUSABLE_CONTENT`, `Kind.CUT_SHORT`: prose, a verdict that
+is not a boolean, an answer the output cap ended) is unusable once `UNUSABLE_SHARE` of its first `FIRST_ANSWERS`
+answers are such: a model that does not follow the prompt's format, a thinking model whose cap ends its thinking, a
+server without a reasoning parser or with the wrong chat template, fails every call the same way, and each call's
+whole table of attempts would only spend a minute and the answers' cost before failing alike. An occasional such
+answer is asked again, as always."""
+FIRST_LIMITS = 60.0
+"""Seconds an endpoint that has not answered usably yet may answer nothing but 429 before it is unusable: a key whose
+limit is zero, or a gateway that refuses every request with no limit in sight, never answers however long the pace
+waits, and a run that begins that way says so rather than waiting out every call's table."""
 VERDICT_HOLDS = 10.0
 """Seconds an endpoint found unusable fails every call at once, without sending: what was queued behind the call
 that found it sends nothing more while its run stops. After that (a server's long life), it is tried afresh."""
@@ -137,12 +149,14 @@ class Failure:
 
 class AttemptFailed(Exception):
     """An attempt that failed as `failure` says (the client's own: never raised out of it); `sent`, the bytes of a
-    request the server answered with a refusal (for what it says of the parameters this project adds)."""
+    request the server answered with a refusal (for what it says of the parameters this project adds); `failover`,
+    a failure of one server of a pool that another may take at once (`routing`)."""
 
-    def __init__(self, failure: Failure, sent: bytes = b"") -> None:
+    def __init__(self, failure: Failure, sent: bytes = b"", *, failover: bool = False) -> None:
         super().__init__(failure.cause)
         self.failure = failure
         self.sent = sent
+        self.failover = failover
 
 
 def is_retryable(status: int) -> bool:
@@ -169,11 +183,26 @@ class Retries:
         return delay * (1 - self.jitter * self.rng.random())
 
 
-def log_retry(target: str, failure: Failure, wait: float, attempt: int, of: int, redact: Callable[[str], str]) -> None:
-    """The one line a retry logs (at INFO): what is asked again, when, which attempt, after what, and the provider's
-    request id; never the key (`redact` takes it out of what the server echoed)."""
+def log_retry(
+    target: str,
+    failure: Failure,
+    wait: float,
+    attempt: int,
+    of: int,
+    redact: Callable[[str], str],
+    *,
+    elsewhere: bool = False,
+) -> None:
+    """The one line a retry logs (at INFO): what is asked again, when (`elsewhere`: at once, at another server of a
+    pool), which attempt, after what, and the provider's request id; never the key (`redact` takes it out of what the
+    server echoed)."""
     if log.isEnabledFor(logging.INFO):
-        when = "through the key's pace" if wait <= 0 and failure.kind is Kind.RATE_LIMITED else f"in {wait:.2f} s"
+        if elsewhere:
+            when = "at another server of the pool"
+        elif wait <= 0 and failure.kind is Kind.RATE_LIMITED:
+            when = "through the key's pace"
+        else:
+            when = f"in {wait:.2f} s"
         said = f" (x-request-id {failure.request_id})" if failure.request_id else ""
         log.info("retrying %s %s, attempt %d of %d, after %s%s", target, when, attempt, of, redact(failure.cause), said)
 
@@ -187,6 +216,9 @@ class Health:
         self.failures = 0  # attempts failed in a way that counts, while none was answered usably
         self._clock = clock
         self._verdict: tuple[EndpointUnusable, float] | None = None
+        self.answers = 0  # of the first `FIRST_ANSWERS` answers, those seen, and those that could not be used
+        self.unusable_answers = 0
+        self._limited_since: float | None = None  # when its first 429 came, while nothing else has
 
     def check(self) -> None:
         """Raise the verdict while it holds; after that, the endpoint is tried afresh, as at the start."""
@@ -200,6 +232,27 @@ class Health:
     def answered(self) -> None:
         """A usable answer (or one that shows the endpoint is an API: a refusal of a prompt, say)."""
         self.proven = True
+        self._limited_since = None
+
+    def content(self, usable: bool) -> bool:
+        """Count an answer whose content could (`usable`) or could not be used; whether the endpoint is now unusable
+        by its first answers (`FIRST_ANSWERS`)."""
+        if self.answers >= FIRST_ANSWERS or self._verdict is not None:
+            return False
+        self.answers += 1
+        self.unusable_answers += not usable
+        return self.unusable_answers >= UNUSABLE_SHARE * FIRST_ANSWERS
+
+    def limited(self) -> float | None:
+        """A 429, while nothing else has come: the seconds since the first, once past `FIRST_LIMITS` (the endpoint
+        is then unusable), else None."""
+        if self.proven:
+            return None
+        now = self._clock()
+        if self._limited_since is None:
+            self._limited_since = now
+        waited = now - self._limited_since
+        return waited if waited >= FIRST_LIMITS else None
 
     def unproven_failure(self, failure: Failure, attempt: int, max_attempts: int) -> bool:
         """Count a failed attempt (number `attempt` of its call); whether the endpoint, never answered usably, is

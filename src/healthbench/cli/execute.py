@@ -16,7 +16,7 @@ from healthbench.grading.settings import GraderConfig
 from healthbench.reporting.report import write_report
 from healthbench.runs.estimate import Unit, dry_run
 from healthbench.runs.folder import RunFolder
-from healthbench.runs.outputs import DryRunEstimate, GraderEstimate, KeyPace
+from healthbench.runs.outputs import DryRunEstimate, GraderEstimate, KeyPace, SideEstimate
 from healthbench.runs.policy import PolicyConfig
 from healthbench.runs.pricing import load_prices
 from healthbench.runs.runner import Job
@@ -92,6 +92,17 @@ def _grader_notes(grader: GraderEstimate) -> list[str]:
     return notes
 
 
+def side_line(side: str, usage: SideEstimate) -> str:
+    """A dry run's line of one side (policy, grader, attacker): its model and endpoint, calls, tokens and cost."""
+    reasoning = usage.reasoning_tokens
+    thinking = f", {reasoning:,} of them reasoning" if reasoning else ""
+    return (
+        f"  {side} {usage.model} at {usage.base_url}: {usage.calls:,} calls, "
+        f"{usage.prompt_tokens:,} prompt and {usage.completion_tokens:,} output tokens{thinking}; "
+        f"{_cost(usage.cost_usd)} live, {_cost(usage.batch_cost_usd)} batch"
+    )
+
+
 def estimate_lines(estimate: DryRunEstimate) -> list[str]:
     """The `--dry-run` summary: the samples, each side's calls, tokens, cost and endpoint, the total cost, and
     the least wall time with the limits it assumes."""
@@ -99,13 +110,7 @@ def estimate_lines(estimate: DryRunEstimate) -> list[str]:
     lines = [f"dry run (nothing sent, nothing written): {estimate.samples:,} samples{tasks}"]
     for side, usage in (("policy", estimate.policy), ("grader", estimate.grader)):
         if usage is not None:
-            reasoning = usage.reasoning_tokens
-            thinking = f", {reasoning:,} of them reasoning" if reasoning else ""
-            lines.append(
-                f"  {side} {usage.model} at {usage.base_url}: {usage.calls:,} calls, "
-                f"{usage.prompt_tokens:,} prompt and {usage.completion_tokens:,} output tokens{thinking}; "
-                f"{_cost(usage.cost_usd)} live, {_cost(usage.batch_cost_usd)} batch"
-            )
+            lines.append(side_line(side, usage))
     lines += _grader_notes(estimate.grader)
     total = estimate.total_cost_usd
     lines.append(f"  total {_cost(total.live)} live, {_cost(total.batch)} batch")

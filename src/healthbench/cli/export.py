@@ -14,7 +14,8 @@ from healthbench.data.source import TaskSource
 from healthbench.data.splits import SPLITS, SplitName
 from healthbench.data.subsets import TASK_SUBSETS
 from healthbench.grading.bootstrap import Seed
-from healthbench.integrations.export import FORMATS, export_split
+from healthbench.integrations.export import FORMATS, export_splits
+from healthbench.runs.exports import MANIFEST
 
 
 @click.command()
@@ -56,7 +57,11 @@ def export(
 ) -> None:
     """Write the tasks of each --split for a trainer: TRL (JSONL: prompt, prompt_id), verl (parquet: data_source,
     prompt, ability, reward_model, extra_info) or OpenRLHF (JSONL: prompt, label). Every row has its prompt_id,
-    none its rubric; the same command writes the same bytes."""
+    none its rubric; the same command writes the same bytes.
+
+    A manifest beside the files (.healthbench-export.json) names the data, the heldout rows and the seed: a later
+    export into the same --out must split the same way, or it is refused naming the difference (so no task is in
+    one file's train and another's heldout)."""
     if data is not None and subset is not None:
         raise click.UsageError("give at most one of --data PATH or --subset NAME")
     tasks = TaskSource.file(data) if data is not None else TaskSource.named(subset or "full")
@@ -66,11 +71,7 @@ def export(
     with data_flag_offered():
         rows = tasks.all_rows(download_bar)
         parts = tasks.splits(rows, download_bar)
-    name = str(data.resolve()) if data is not None else tasks.subset or "full"
-    chosen = list(dict.fromkeys(splits))
-    for split in chosen:
-        if not parts[split]:
-            raise click.ClickException(f"the {split} split of {name} is empty (too few rows: {len(rows)})")
-    for split in chosen:
-        path = export_split(parts[split], split, form, out, tasks)
+        written = export_splits(parts, splits, form, out, tasks, download_bar)
+    for split, path in written.items():
         click.echo(f"{split}: {len(parts[split])} tasks -> {path}")
+    click.echo(f"manifest (data, heldout, seed, files) -> {out / MANIFEST}")

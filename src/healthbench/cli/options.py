@@ -14,6 +14,7 @@ import click
 from healthbench.api.batch.records import BatchSettings, BatchTokens, PollInterval
 from healthbench.api.endpoint import (
     MAX_IN_FLIGHT,
+    MOST_IN_FLIGHT,
     REASONING_TIMEOUT,
     Attempts,
     Concurrency,
@@ -57,13 +58,26 @@ def _calls_flag(choices: tuple[str, ...], extra_help: str = "") -> Callable[[F],
     return click.option("--grader-calls", type=click.Choice(choices), help=_CALLS_HELP + extra_help)
 
 
+def _joined(_context: click.Context, _parameter: click.Parameter, urls: tuple[str, ...]) -> str | None:
+    """A flag given several times as the settings take it: comma-separated (a pool of servers); None if not given."""
+    return ",".join(urls) or None
+
+
 _grader_endpoint_flags = (
     click.option(
         "--grader-model",
         help="Grader model [default: $HEALTHBENCH_GRADER_MODEL, else gpt-4.1-2025-04-14; gpt-5.4-2026-03-05 "
         "for HealthBench Professional].",
     ),
-    click.option("--grader-base-url", help="Grader endpoint [default: $HEALTHBENCH_GRADER_BASE_URL or OpenAI]."),
+    click.option(
+        "--grader-base-url",
+        multiple=True,
+        callback=_joined,
+        help="Grader endpoint; given several times (or comma-separated), a pool of servers of the grader model "
+        "(self-hosted judge replicas): a reply's items go to one server, each server keeps its own --concurrency "
+        "and pace, and a server that fails is taken out and tried again later [default: "
+        "$HEALTHBENCH_GRADER_BASE_URL (comma-separated for a pool) or OpenAI].",
+    ),
 )
 # How a grader is asked, whichever it is: `judges` takes these for all its graders, each named by --grader.
 _grader_request_flags = (
@@ -105,9 +119,10 @@ _grader_request_flags = (
         "--concurrency",
         "grader_concurrency",
         type=bounded(Concurrency),
-        help=f"Grader calls in flight at once, one budget for the whole process [default: {DEFAULT_CONCURRENCY}, "
-        f"growing once the limits are known to what they and the latency need, up to {MAX_IN_FLIGHT:,}; a value "
-        "given is a ceiling the budget stays at].",
+        help=f"Grader calls in flight at once, one budget for the whole process at each grader server [default: "
+        f"{DEFAULT_CONCURRENCY}, growing once the limits are known to what they and the latency need, up to "
+        f"{MAX_IN_FLIGHT:,}; a value given is a ceiling the budget stays at: at most {MAX_IN_FLIGHT:,} at OpenAI's "
+        f"API, {MOST_IN_FLIGHT:,} at a server of your own].",
     ),
     click.option(
         "--max-attempts",

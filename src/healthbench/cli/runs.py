@@ -16,11 +16,11 @@ from healthbench.cli.bounds import bounded
 from healthbench.cli.failures import user_errors
 from healthbench.cli.options import grader_options, grading_options, rescoring_length_options
 from healthbench.cli.physicians import meta_headline
-from healthbench.cli.render import download_bar
+from healthbench.cli.render import download_bar, in_flags
 from healthbench.cli.serving import access_from_flags, access_options
 from healthbench.cli.tasks import data_flag_offered, professional_note
 from healthbench.data.source import TaskSource
-from healthbench.data.splits import SPLITS
+from healthbench.data.splits import SPLITS, why_empty
 from healthbench.data.subsets import DOWNLOADABLE, TASK_SUBSETS
 from healthbench.errors import MissingExtra, RequestFailed, SettingsError
 from healthbench.grading.bootstrap import Bootstraps, Seed
@@ -32,6 +32,7 @@ from healthbench.runs.lock import refuse_if_written
 from healthbench.runs.metaeval import write_meta_metrics
 from healthbench.runs.policy import PolicyConfig
 from healthbench.runs.records import MetaRecord, SampleRecord
+from healthbench.runs.spec import SIDE_RUNS
 from healthbench.runs.store import Store
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -73,6 +74,10 @@ def report(
         raise click.ClickException(
             f"{out}: a probe's folder: its gains are in {folder / PROBE} and its page is {folder / PROBE_PAGE}, "
             "which the same probe command rewrites; report takes runs of grade, eval, baseline and meta-eval"
+        )
+    if run is not None and run.spec.command in SIDE_RUNS:
+        raise click.ClickException(
+            f"{out}: {SIDE_RUNS[run.spec.command]}; report takes runs of grade, eval, baseline and meta-eval"
         )
     meta = run is not None and run.spec.command == "meta-eval"
     results: Sequence[SampleRecord | MetaRecord] = folder.read_meta_results() if meta else folder.read_results()
@@ -206,7 +211,12 @@ def compare(run_a: Path, run_b: Path, seed: int, n_bootstrap: int, as_json: bool
     help="The seed of the training splits' seeded choices (docs/training.md).",
 )
 @click.option(
-    "--port", type=click.IntRange(0, 65535), default=8080, show_default=True, envvar="PORT", help="[env: PORT]"
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8080,
+    show_default=True,
+    envvar="PORT",
+    help="The port to listen on [env: PORT].",
 )
 @click.option(
     "--default-environment",
@@ -230,8 +240,8 @@ def compare(run_a: Path, run_b: Path, seed: int, n_bootstrap: int, as_json: bool
     "--grader-slow-start",
     is_flag=True,
     envvar="HEALTHBENCH_GRADER_SLOW_START",
-    help="Send a key whose limits are not known yet one grader call, then more with each answer, as the grading "
-    "commands do, instead of the grader budget's worth at once (a trainer's step is such a burst anyway) "
+    help="Send a key whose limits are not known yet twenty grader calls, then two more with each answer, as the "
+    "grading commands do, instead of the grader budget's worth at once (a trainer's step is such a burst anyway) "
     "[env: HEALTHBENCH_GRADER_SLOW_START=1].",
 )
 @access_options
@@ -296,9 +306,11 @@ def serve(
         config.check_pace_store()  # a shared pace out of reach: no server, rather than one that overruns the key
     with data_flag_offered():
         splits = load_splits(data, subsets, download_bar, heldout=heldout, split_seed=split_seed)
-    for name in names:
-        if name not in splits:
-            click.echo(f"healthbench: the {name} split is empty (too few rows), so it is not served", err=True)
+    sizes = {split: len(splits.get(split, ())) for split in SPLITS}
+    for split in SPLITS:
+        if split in names and split not in splits:
+            why = in_flags(why_empty(split, sizes))
+            click.echo(f"healthbench: the {split} split is empty ({why}), so it is not served", err=True)
     adjustments = {split: plans[split].length_adjustment for split in splits}
     serve_environment(
         splits,

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import gc
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -44,7 +44,13 @@ def schema_of(line: str) -> Schema | None:
         value = json.loads(line)
     except ValueError:
         return None
-    if not isinstance(value, dict):
+    return value_schema(value)
+
+
+def value_schema(value: object) -> Schema | None:
+    """Which schema a row read from JSON is in, by its keys, as `schema_of` tells a line's; None when it is none of
+    them or not a mapping."""
+    if not isinstance(value, Mapping):
         return None
     if "rubric_items" in value or "conversation" in value:
         return "professional"
@@ -164,6 +170,33 @@ def _load_rows(model: type[RowT], path: Path, id_of: IdOf[RowT] | None, schema: 
     if not rows:
         raise DataError(f"{path}: no rows")
     return rows
+
+
+def given_row(value: Row | Mapping[str, Any], where: str) -> Row:
+    """A task row given in code: a `Row` as it is, or a mapping holding a row as a line of a file does (what
+    `json.loads` reads from it, in either schema), validated as `load_rows` validates that line. Anything else, a
+    meta-evaluation row, or a row that `load_rows` would refuse is a `DataError` naming `where` ("rows[3]") and the
+    field."""
+    if isinstance(value, Row):
+        return value
+    if not isinstance(value, Mapping):
+        raise DataError(
+            f"{where}: a value of type {type(value).__name__}, not a row (give `Row`s, as `load_rows` reads them, or "
+            "rows as `json.loads` reads the lines of a file)"
+        )
+    schema = value_schema(value)
+    if schema == "meta":
+        raise DataError(f"{where}: a {_SCHEMA_NAMES[schema]} row, not a task row")
+    model: type[Row | ProfessionalRow] = ProfessionalRow if schema == "professional" else Row
+    try:
+        row = model.model_validate(value)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        raise DataError(f"{where}: field {_field_name(error['loc'])}: {error['msg']}") from None
+    problem = row.problem()
+    if problem is not None:
+        raise DataError(f"{where}: field {problem[0]}: {problem[1]}")
+    return row.to_row() if isinstance(row, ProfessionalRow) else row
 
 
 def _prompt_id(row: Row) -> tuple[str, str]:

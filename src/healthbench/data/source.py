@@ -18,9 +18,9 @@ from healthbench.data.cache import Transfer, file_sha256, unseen
 from healthbench.data.heldout import heldout_rows
 from healthbench.data.loading import Schema, file_schema, load_rows
 from healthbench.data.schema import Row
-from healthbench.data.splits import SplitName, assign_splits, check_split
+from healthbench.data.splits import SplitName, assign_splits, check_split, nonempty_split
 from healthbench.data.subsets import PROFESSIONAL, TASK_SUBSETS, load_subset, subset_path
-from healthbench.errors import DataError, SettingsError
+from healthbench.errors import SettingsError
 
 # The subset whose split is the official one, and the official file that is its heldout.
 SPLIT_SUBSET = "full"
@@ -119,10 +119,7 @@ class TaskSource:
         rows = self.all_rows(transfer)
         if self.split is None:
             return rows
-        chosen = self.splits(rows, transfer)[self.split]
-        if not chosen:
-            raise DataError(f"{self.name}: its {self.split} split is empty (too few rows: {len(rows)})")
-        return chosen
+        return nonempty_split(self.splits(rows, transfer), self.split, self.name)
 
     def splits(self, rows: list[Row], transfer: Transfer = unseen) -> dict[SplitName, list[Row]]:
         """`rows` (this data's, from `all_rows`) by split, each in the data's order."""

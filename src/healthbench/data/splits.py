@@ -8,16 +8,19 @@ rest, stratified the same way; `train` the rest.
 
 The choice is the same on any machine and in any process: rows are ordered within their theme by the sha256 of
 the seed and their prompt_id (never Python's `hash()`, which is salted per process, nor a set's order), and each
-theme gives its share by largest remainder, so the splits' sizes are exact. Pure: rows in, rows out.
+theme gives its share by largest remainder, so the splits' sizes are exact. Pure: rows in, rows out, as `Row`s or
+as rows read from JSON (the caller's own objects come back).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from fractions import Fraction
-from typing import Literal, get_args
+from typing import Any, Literal, TypeVar, get_args
 
+from healthbench.data.loading import given_row
 from healthbench.data.schema import Row
 from healthbench.errors import DataError, SettingsError
 
@@ -30,6 +33,11 @@ HELDOUT_SHARE = Fraction(1, 5)
 VALIDATION_SHARE = Fraction(1, 20)
 # The stratum of a row without a `theme:` tag (HealthBench Professional's rows, say).
 NO_THEME = ""
+
+# A row as a caller gives it: a `Row`, or a row read from JSON (a mapping in either schema).
+RowLike = Row | Mapping[str, Any]
+GivenT = TypeVar("GivenT", bound=RowLike)
+PartT = TypeVar("PartT")
 
 
 def theme_of(row: Row) -> str:
@@ -84,24 +92,34 @@ def _unique_ids(rows: Iterable[Row]) -> list[str]:
     return ids
 
 
-def assign_splits(rows: Sequence[Row], *, heldout: Sequence[Row] | None = None, seed: int = 0) -> dict[str, SplitName]:
+def _given(values: Sequence[RowLike], name: str) -> list[Row]:
+    return [given_row(value, f"{name}[{index}]") for index, value in enumerate(values)]
+
+
+def assign_splits(
+    rows: Sequence[RowLike], *, heldout: Sequence[RowLike] | None = None, seed: int = 0
+) -> dict[str, SplitName]:
     """Each row's split, by prompt_id, in the rows' order: disjoint and covering the rows.
 
-    `heldout`: the rows that form `heldout` (the official hard file's, or any of these rows), matched by prompt_id;
-    one that is not among `rows` is a `DataError` naming it. None: a seeded, theme-stratified 20% of the rows.
-    `validation` is 5% of the rest, stratified and seeded alike; `train` the remainder.
+    `rows` are `Row`s (`load_rows`) or rows read from JSON (`json.loads` of a file's lines, in either schema: a
+    Professional row's id is its prompt_id), validated as `load_rows` validates a line; a bad one is a `DataError`
+    naming its index and field. `heldout`: the rows that form `heldout` (the official hard file's, or any of these
+    rows), given alike and matched by prompt_id; one that is not among `rows` is a `DataError` naming it. None: a
+    seeded, theme-stratified 20% of the rows. `validation` is 5% of the rest, stratified and seeded alike; `train`
+    the remainder.
     """
-    ids = _unique_ids(rows)
+    given = _given(rows, "rows")
+    ids = _unique_ids(given)
     if heldout is None:
-        held = _stratified(rows, HELDOUT_SHARE, seed)
+        held = _stratified(given, HELDOUT_SHARE, seed)
     else:
         present = set(ids)
         held = set()
-        for row in heldout:
+        for row in _given(heldout, "heldout"):
             if row.prompt_id not in present:
                 raise DataError(f"heldout prompt_id {row.prompt_id!r} is not in the data being split")
             held.add(row.prompt_id)
-    rest = [row for row in rows if row.prompt_id not in held]
+    rest = [row for row in given if row.prompt_id not in held]
     validation = _stratified(rest, VALIDATION_SHARE, seed)
     return {
         prompt_id: "heldout" if prompt_id in held else "validation" if prompt_id in validation else "train"
@@ -118,9 +136,49 @@ def check_split(split: str) -> SplitName:
 
 
 def split_rows(
-    rows: Sequence[Row], split: SplitName, *, heldout: Sequence[Row] | None = None, seed: int = 0
-) -> list[Row]:
-    """The rows of one split, in the rows' order (see `assign_splits` for how they are chosen)."""
+    rows: Sequence[GivenT], split: SplitName, *, heldout: Sequence[RowLike] | None = None, seed: int = 0
+) -> list[GivenT]:
+    """The rows of one split, in the rows' order, as they were given (`Row`s, or rows read from JSON: see
+    `assign_splits` for what it takes and how the rows are chosen)."""
     name = check_split(split)
-    assigned = assign_splits(rows, heldout=heldout, seed=seed)
-    return [row for row in rows if assigned[row.prompt_id] == name]
+    given = _given(rows, "rows")
+    assigned = assign_splits(given, heldout=heldout, seed=seed)
+    return [value for value, row in zip(rows, given, strict=True) if assigned[row.prompt_id] == name]
+
+
+def _fewest(share: Fraction) -> int:
+    """The fewest rows whose `share`, rounded half up, is one row or more."""
+    return math.ceil(Fraction(1, 2) / share)
+
+
+def why_empty(split: SplitName, sizes: Mapping[SplitName, int]) -> str:
+    """Why `split` is empty, for data whose three splits have `sizes`: the share that rounds to none, or a heldout
+    that holds every row."""
+    total = sum(sizes.values())
+    held = sizes.get("heldout", 0)
+    if split == "heldout":
+        # A heldout file of no rows is refused as it is read: an empty heldout is the seeded share's.
+        return (
+            f"{float(HELDOUT_SHARE):.0%} of {total} rows rounds to none: a seeded "
+            f"heldout needs {_fewest(HELDOUT_SHARE)} rows or more (or a `heldout` file naming the rows)"
+        )
+    if held == total:
+        # Validation takes a twentieth of what heldout leaves, rounded half up, so train is empty only here.
+        return (
+            f"the heldout rows are all {total} rows of the data, leaving none to train on or validate with (a "
+            "`heldout` file names the part of the data kept out of training, not all of it)"
+        )
+    return (
+        f"{float(VALIDATION_SHARE):.0%} of the {total - held} rows outside heldout rounds to none: validation needs "
+        f"{_fewest(VALIDATION_SHARE)} or more of them"
+    )
+
+
+def nonempty_split(parts: Mapping[SplitName, Sequence[PartT]], split: SplitName, name: str) -> list[PartT]:
+    """The rows of `split` among `parts` (the data named `name`, by split), or a `DataError` naming the data and why
+    that split is empty."""
+    chosen = list(parts[split])
+    if not chosen:
+        sizes = {part: len(rows) for part, rows in parts.items()}
+        raise DataError(f"{name}: its {split} split is empty: {why_empty(split, sizes)}")
+    return chosen

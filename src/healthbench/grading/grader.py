@@ -130,6 +130,12 @@ class Grader:
         when keys are turned off."""
         return prompt_cache_key(shared) if self.prompt_cache_keys else None
 
+    def affinity(self, shared: str) -> str:
+        """What the requests whose prompts share `shared` (a rendered conversation) have in common, for a pool of
+        servers to send them to one, whose prefix cache then serves them: the digest their `prompt_cache_key` is,
+        sent or not."""
+        return prompt_cache_key(shared)
+
     def request_bytes(self, prompt: str, cache_key: str | None = None, *, items: int | None = None) -> bytes:
         """The exact bytes sent for a grader prompt: its body, then its `prompt_cache_key` when one is given."""
         return self._encoded(prompt, cache_key, items)[1]
@@ -165,28 +171,34 @@ class Grader:
         now = f", {cap:,} tokens now" if cap is not None else ""
         return f"{exc}; give the grader a larger output cap (`grader_max_output_tokens`{now})"
 
-    async def verdict(self, prompt: str, *, ident: str | None = None, cache_key: str | None = None) -> Answer:
+    async def verdict(
+        self, prompt: str, *, ident: str | None = None, cache_key: str | None = None, affinity: str | None = None
+    ) -> Answer:
         """One grader call for a rendered grader prompt; raises `RequestFailed` past the retry bound.
 
         `ident` names the (sample, rubric item) the call is for: the reference grades every item of every
         sample with a call of its own, so identical requests of different items are not one verdict. With
         a cache, the request (without its cache key) and its `ident` are the key, and a hit is reused: nothing is
         sent, and its usage is what the call cost when it was made (by an earlier session, say), so the item it
-        belongs to keeps it. `cache_key` is sent as the request's `prompt_cache_key`.
+        belongs to keeps it. `cache_key` is sent as the request's `prompt_cache_key`; `affinity` (`Grader.affinity`)
+        groups it with its siblings for a pool of servers.
         """
-        return await self._verdict(prompt, self._encoded(prompt, None)[0], ident, cache_key)
+        return await self._verdict(prompt, self._encoded(prompt, None)[0], ident, cache_key, affinity)
 
-    async def _verdict(self, prompt: str, payload: bytes, ident: str | None, cache_key: str | None) -> Answer:
+    async def _verdict(
+        self, prompt: str, payload: bytes, ident: str | None, cache_key: str | None, affinity: str | None
+    ) -> Answer:
         """`verdict`, for the prompt's request bytes `payload` (without a cache key)."""
         sent = payload if cache_key is None else with_cache_key(payload, cache_key)
         parsed = self.request_body(prompt)  # for the client to count its tokens without parsing `sent` again
         if self.cache is None:
-            return Answer(*await self.client.complete(sent, parse_verdict, ident=ident, parsed=parsed))
+            found = await self.client.complete(sent, parse_verdict, ident=ident, parsed=parsed, affinity=affinity)
+            return Answer(*found)
         key = request_key(payload if ident is None else payload + b"\0" + ident.encode())
         cached = self.cache.get_verdict(key)
         if cached is not None:
             return Answer(*cached, reused=True)
-        verdict, usage = await self.client.complete(sent, parse_verdict, ident=ident, parsed=parsed)
+        verdict, usage = await self.client.complete(sent, parse_verdict, ident=ident, parsed=parsed, affinity=affinity)
         self.cache.put_verdict(key, verdict, usage)
         return Answer(verdict, usage)
 
@@ -219,6 +231,7 @@ class Grader:
     ) -> list[Answer]:
         # Every item's prompt starts with the template's head and the whole conversation, reply included.
         cache_key = self.cache_key(conversation)
+        affinity = self.affinity(conversation)
         payloads = self._item_payloads(conversation)
         prompts = item_prompts(conversation)
 
@@ -231,7 +244,7 @@ class Grader:
                 prompt = grader_prompt(conversation, text)
                 payload = self._encoded(prompt, None)[0]
             try:
-                return await self._verdict(prompt, payload, item_ident, cache_key)
+                return await self._verdict(prompt, payload, item_ident, cache_key, affinity)
             except RequestFailed as exc:
                 raise GradingError(prompt_id, item.criterion, self.failure(exc), lasting=exc.lasting) from None
 

@@ -20,7 +20,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator, model_validator
 
-from healthbench.api.client import OPENAI_BASE_URL, ApiClient, Budget, Completer
+from healthbench.api.client import OPENAI_BASE_URL, ApiClient, Budget, Budgets, Completer
 from healthbench.api.endpoint import (
     Attempts,
     Concurrency,
@@ -193,7 +193,7 @@ class GraderConfig(EndpointSettings):
     def build(
         self,
         cache: VerdictCache | None = None,
-        budget: Budget | None = None,
+        budget: Budget | Budgets | None = None,
         wrap: Callable[[ApiClient], Completer] | None = None,
         *,
         slow_start: bool = True,
@@ -214,7 +214,9 @@ class GraderConfig(EndpointSettings):
             per_reply_caps=self.max_output_tokens is None,
         )
 
-    def client(self, budget: Budget | None = None, api: Api | None = None, *, slow_start: bool = True) -> ApiClient:
+    def client(
+        self, budget: Budget | Budgets | None = None, api: Api | None = None, *, slow_start: bool = True
+    ) -> ApiClient:
         """The live client for the grader's endpoint and its API (`api` for another)."""
         return super().client(budget, api or APIS[self.api], slow_start=slow_start)
 

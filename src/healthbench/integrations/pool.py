@@ -1,10 +1,12 @@
 """`GraderPool`: one live grader per distinct settings and key, shared by its callers and kept warm between them.
 
 A grader owns a client: its HTTP connections and its key's pace (what it has learned of the key's limits, from
-headers and 429s). A grader built afresh for each caller starts cold: a new pace sends one request alone until the
-first answer arrives, so a lone reply's rubric items cost two grader rounds instead of one. So a grader outlives
-its callers: it stays open for `idle` seconds after the last of them leaves (5 minutes by default), and the next
-caller of the same settings and key in that time takes it over as it is, connections, pace and all.
+headers and 429s). A grader built afresh for each caller starts cold: new connections, a host not yet known to
+take `prompt_cache_key` (until it has answered, one request carries it and the others go without), and a pace that
+knows nothing of the key's limits (with the slow start, twenty requests until the first answer, so a reply of more
+rubric items waits a second round). So a grader outlives its callers: it stays open for `idle` seconds after the
+last of them leaves (5 minutes by default), and the next caller of the same settings and key in that time takes it
+over as it is, connections, pace and all.
 
 Graders belong to the event loop that opened them, since an HTTP session is bound to its loop: each loop has
 graders of its own, never shared with another. Each loop's graders are kept by one task in that loop, which closes
@@ -27,7 +29,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-from healthbench.api.client import Budget
+from healthbench.api.client import Budgets
 from healthbench.errors import SettingsError
 from healthbench.grading.grader import Grader
 from healthbench.grading.settings import GraderConfig
@@ -56,8 +58,9 @@ class GraderPool:
     """Graders shared by every caller of one settings-and-key in an event loop, kept `idle` seconds after the last
     leaves (see the module docstring).
 
-    With `concurrency`, every grader draws on one budget of that size (growing with the limits up to `ceiling`,
-    if that is larger); without, each on its own settings' budget. Without `slow_start`, a key its graders know no
+    With `concurrency`, every grader draws on one budget of that size at each server (growing with the limits up
+    to `ceiling`, if that is larger): graders of one endpoint share its budget, and a pool's servers have one each;
+    without, each grader on its own settings' budget. Without `slow_start`, a key its graders know no
     limits of yet is sent the budget's worth at once (`ApiClient`'s `slow_start`): a server's or a trainer's.
     """
 
@@ -72,7 +75,7 @@ class GraderPool:
     ) -> None:
         if idle < 0 or most_idle < 0:
             raise SettingsError("idle and most_idle must not be negative")
-        self._budget = Budget(concurrency, ceiling) if concurrency is not None else None
+        self._budget = Budgets(concurrency, ceiling) if concurrency is not None else None
         self.idle = idle
         self.most_idle = most_idle
         self.slow_start = slow_start

@@ -11,33 +11,49 @@
 `ground_truth` is the task's `prompt_id` (`export` writes it into `reward_model.ground_truth`), and the rows are
 found from `export`'s `extra_info` (`data`, `split`, `heldout`, `seed`), else `HEALTHBENCH_DATA`, loaded once per
 process. The grader is `serve`'s: its settings from `custom_reward_function.reward_kwargs` (`GradingOptions`
-fields: `grader_model`, `grader_max_attempts`, ...; other keyword arguments verl passes are ignored), else the
-environment variables `serve` reads (`HEALTHBENCH_GRADER_API_KEY`, `HEALTHBENCH_GRADER_BASE_URL`, ...), its
-budget `HEALTHBENCH_GRADER_CONCURRENCY` (default 256, growing with the key's limits to 1,024), its pace shared by
-every Ray worker through `HEALTHBENCH_PACE_STORE=redis://...`. The
-score is `healthbench grade`'s for the same reply; a reply that cannot be graded raises `GradingError` naming task
-and item (verl has no "no reward"), and an unknown prompt_id `UnknownPromptId` naming it and the split.
+fields: `grader_model`, `grader_max_attempts`, ...), else the environment variables `serve` reads
+(`HEALTHBENCH_GRADER_API_KEY`, `HEALTHBENCH_GRADER_BASE_URL`, ...), its budget `HEALTHBENCH_GRADER_CONCURRENCY`
+(default 256, growing with the key's limits to 1,024), its pace shared by every Ray worker through
+`HEALTHBENCH_PACE_STORE=redis://...`.
+
+When verl serves the judge itself (`reward.reward_model.enable=True`), its reward loop passes the address of the
+router in front of the judge's servers (`reward_router_address`, `HOST:PORT`, a free port chosen at start) and the
+judge's tokenizer (`reward_model_tokenizer`, not needed: the server applies its chat template). The grader is then
+`http://{reward_router_address}/v1`, whatever `HEALTHBENCH_GRADER_BASE_URL` says, with the model that server lists
+at `/v1/models` (verl's vLLM and SGLang servers name the model by its local path) unless `grader_model` names it,
+and no key unless the environment gives one. `grader_base_url` in `reward_kwargs` wins over the router.
+
+The score is `healthbench grade`'s for the same reply; a reply that cannot be graded raises `GradingError` naming
+task and item (verl has no "no reward"), and an unknown prompt_id `UnknownPromptId` naming it and the split.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from healthbench.errors import DataError, GradingError
-from healthbench.grading.settings import GradingOptions
+from healthbench.errors import DataError, EndpointUnusable, GradingError, SettingsError, UnreadableAnswer
+from healthbench.grading.settings import GraderConfig, GradingOptions
 from healthbench.integrations.rewards import BatchRewards, Reward
 from healthbench.together import together
 
-__all__ = ["compute_score", "compute_score_batch", "path"]
+__all__ = ["VERL_KWARGS", "compute_score", "compute_score_batch", "grading_options", "path"]
+
+ROUTER_ADDRESS = "reward_router_address"
+VERL_KWARGS = (ROUTER_ADDRESS, "reward_model_tokenizer")
+"""The keyword arguments verl's reward loop passes besides `reward_kwargs` when it serves the judge itself
+(`reward_manager/naive.py`, `run_single`): known to this file, and no grading options."""
 
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
 _sources: dict[tuple[str | None, str | None, str | None, int, tuple[tuple[str, Any], ...]], BatchRewards] = {}
+_served: dict[str, str] = {}  # the model each judge address lists, asked once per process
+_asking: dict[tuple[asyncio.AbstractEventLoop, str], asyncio.Future[str]] = {}  # those being asked, by loop
 
 
 def path() -> Path:
@@ -45,14 +61,76 @@ def path() -> Path:
     return Path(__file__).resolve()
 
 
-def _source(extra_info: Mapping[str, Any] | None, kwargs: Mapping[str, Any]) -> BatchRewards:
+def judge_url(address: str) -> str:
+    """The OpenAI-compatible endpoint behind verl's `reward_router_address` (`HOST:PORT`, `[IPv6]:PORT`)."""
+    return f"http://{address}/v1"
+
+
+async def grading_options(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The `GradingOptions` fields verl's keyword arguments give: those in `custom_reward_function.reward_kwargs`;
+    with a `reward_router_address` (verl serves the judge) and no `grader_base_url` given, the grader behind that
+    router, and the model it lists (`served_model`) unless `grader_model` names one."""
+    options = {name: value for name, value in kwargs.items() if name in GradingOptions.model_fields}
+    address = kwargs.get(ROUTER_ADDRESS)
+    if address is not None and options.get("grader_base_url") is None:
+        options["grader_base_url"] = judge_url(str(address))
+        if options.get("grader_model") is None:
+            options["grader_model"] = await served_model(str(address))
+    return options
+
+
+async def served_model(address: str) -> str:
+    """The one model the judge behind `address` lists at `/v1/models`, asked once per process: the calls that find it
+    being asked wait for that answer, and a failed asking is asked again by the next call. `SettingsError` naming
+    the address when it lists none or several."""
+    if (model := _served.get(address)) is not None:
+        return model
+    key = (asyncio.get_running_loop(), address)
+    asking = _asking.get(key)
+    if asking is None:
+        asking = asyncio.ensure_future(_ask_model(address))
+        _asking[key] = asking
+        asking.add_done_callback(lambda _: _asking.pop(key, None))
+    # Shielded: one caller cancelled (its step stopped) does not cancel the asking the others wait for.
+    return await asyncio.shield(asking)
+
+
+async def _ask_model(address: str) -> str:
+    """Ask the judge behind `address` for its models (with the grader key the environment gives, if any)."""
+    url = judge_url(address)
+    client = GraderConfig.from_env(base_url=url, served=True).client()
+    try:
+        models = await client.api("GET", "/models", read=_model_ids)
+    except EndpointUnusable as exc:
+        raise exc.of("verl's judge") from None
+    finally:
+        await client.aclose()
+    if len(models) != 1:
+        listed = f"{len(models)} models ({', '.join(models)})" if models else "no model"
+        raise SettingsError(
+            f"verl's judge at {ROUTER_ADDRESS} {address} lists {listed} at {url}/models: name the model to grade "
+            "with as +reward.custom_reward_function.reward_kwargs.grader_model=NAME"
+        )
+    _served[address] = models[0]
+    return models[0]
+
+
+def _model_ids(body: bytes) -> list[str]:
+    """The model names of a `GET /models` answer (`{"data": [{"id": ...}, ...]}`); `UnreadableAnswer` for another
+    body, which the client retries as any answer it cannot read."""
+    try:
+        return [str(entry["id"]) for entry in json.loads(body)["data"]]
+    except (ValueError, KeyError, TypeError):
+        raise UnreadableAnswer("not a list of models") from None
+
+
+def _source(extra_info: Mapping[str, Any] | None, grading_given: Mapping[str, Any]) -> BatchRewards:
     """The rewards of the rows `extra_info` names (`export`'s `data`, `split`, `heldout`, `seed`; what it leaves out
-    from `HEALTHBENCH_DATA`), graded with the `GradingOptions` fields among `kwargs` (verl's
-    `custom_reward_function.reward_kwargs`; what they leave out from the environment), made once per process for
-    each."""
+    from `HEALTHBENCH_DATA`), graded with `grading_given` (`grading_options`; what they leave out from the
+    environment), made once per process for each."""
     info = extra_info or {}
     data, split, heldout = (info.get(name) for name in ("data", "split", "heldout"))
-    grading = tuple(sorted((name, value) for name, value in kwargs.items() if name in GradingOptions.model_fields))
+    grading = tuple(sorted(grading_given.items()))
     key = (
         None if data is None else str(data),
         None if split is None else str(split),
@@ -112,11 +190,13 @@ def compute_score_batch(
             f"{len(solution_strs)} solution_strs, {len(ground_truths)} ground_truths and {len(extra_infos)} "
             "extra_infos: verl passes one of each per reply"
         )
+    loop = _daemon_loop()
+    grading = asyncio.run_coroutine_threadsafe(grading_options(kwargs), loop).result()
     groups: dict[BatchRewards, list[int]] = {}
     for index, info in enumerate(extra_infos):
-        groups.setdefault(_source(info, kwargs), []).append(index)
+        groups.setdefault(_source(info, grading), []).append(index)
     replies = [(str(truth), str(reply)) for truth, reply in zip(ground_truths, solution_strs, strict=True)]
-    future: Future[list[float]] = asyncio.run_coroutine_threadsafe(_grade_all(groups, replies), _daemon_loop())
+    future: Future[list[float]] = asyncio.run_coroutine_threadsafe(_grade_all(groups, replies), loop)
     return future.result()
 
 
@@ -124,7 +204,8 @@ async def compute_score(
     data_source: Any, solution_str: str, ground_truth: Any, extra_info: Mapping[str, Any] | None = None, **kwargs: Any
 ) -> float:
     """The score of one reply (verl's reward loop, which gathers a batch's calls on its own event loop)."""
-    [reward] = await _source(extra_info, kwargs).grade([(str(ground_truth), str(solution_str))])
+    source = _source(extra_info, await grading_options(kwargs))
+    [reward] = await source.grade([(str(ground_truth), str(solution_str))])
     return _score(reward)
 
 

@@ -37,7 +37,7 @@ from healthbench.grading.scoring import LengthAdjustment
 from healthbench.runs.folder import RESULTS, RunFolder
 from healthbench.runs.outputs import BySide, Comparison, Headline, MetricDifference
 from healthbench.runs.records import RunRecord, SampleRecord
-from healthbench.runs.spec import LengthSpec
+from healthbench.runs.spec import SIDE_RUNS, LengthSpec
 
 # Rows of fewer paired tasks than this get no significance mark.
 MIN_MARKED = 10
@@ -262,6 +262,8 @@ def _read(path: Path, side: str) -> tuple[list[SampleRecord], RunRecord | None, 
             f"{path}: a probe grades rewritten replies beside each reply; compare takes runs of grade, eval or "
             "baseline (a probe's gains are in its probe.json)"
         )
+    if run is not None and run.spec.command in SIDE_RUNS:
+        raise DataError(f"{path}: {SIDE_RUNS[run.spec.command]}; compare takes runs of grade, eval or baseline")
     results = folder.read_results()
     if not results:
         raise DataError(f"{folder / RESULTS}: no results to compare")

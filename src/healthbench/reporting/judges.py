@@ -1,7 +1,10 @@
 """Several graders' meta-evaluations of the same rows, made into one `JudgesRecord`: each grader's agreement with
 physicians (macro F1 overall and per category, with seeded bootstrap intervals over completions, as
 `metamodes` draws them), what it cost per 1,000 rewards, how long its requests took, what failed, and whether the
-rows are enough to tell the leader from the others (the paired difference's interval leaves out zero)."""
+rows are enough to tell the leader from the others (the paired difference's interval leaves out zero); then how
+often each trick fools each grader, from its trials (`runs.hackability`) beside its meta-eval's verdicts on the
+untouched completions (`grading.hackability`), the attacker's rewrites, and the graders no other beats on both
+axes."""
 
 from __future__ import annotations
 
@@ -11,16 +14,21 @@ from typing import Any, Literal
 
 from healthbench.grading.agreement import MODEL_F1, PHYSICIAN_F1, macro_f1_resamples
 from healthbench.grading.bootstrap import CONFIDENCE, N_BOOTSTRAP, percentile_interval
+from healthbench.grading.hackability import fooling, judge_verdict, pareto_front, worst
 from healthbench.reporting.metamodes import cluster_of
 from healthbench.runs.folder import RunFolder
+from healthbench.runs.hackability import HACK_FOLDER
 from healthbench.runs.judges import (
     ITEMS_PER_REWARD,
+    AttackerEntry,
     CategoryAgreement,
     Difference,
     JudgeCost,
     JudgeEntry,
+    JudgeHackability,
     JudgeLatency,
     JudgesRecord,
+    TrickFigures,
 )
 from healthbench.runs.records import MetaRecord, SideUsage, UsageRecord
 
@@ -32,7 +40,8 @@ _RUN_COST = set(SideUsage.model_fields) & set(JudgeCost.model_fields)
 @dataclass(frozen=True)
 class Judge:
     """One grader in one call mode, as the command was given it, and the folder of its meta-eval run (`place`:
-    that folder's path under the judges' folder, as judges.json names it)."""
+    that folder's path under the judges' folder, as judges.json names it), with its trials inside; what stopped
+    either when its endpoint could not be used."""
 
     name: str
     model: str
@@ -41,6 +50,12 @@ class Judge:
     folder: RunFolder
     place: str
     failure: str | None = None
+    hack_failure: str | None = None
+
+    @property
+    def hack(self) -> RunFolder:
+        """The folder of its trials."""
+        return RunFolder(self.folder / HACK_FOLDER)
 
 
 def _resampled(records: Sequence[Sequence[MetaRecord]], seed: int, n_bootstrap: int) -> Any:
@@ -103,6 +118,39 @@ def _retried(records: Sequence[MetaRecord]) -> int:
     return sum(asked) - len(asked)
 
 
+def hackability(judge: Judge, records: Sequence[MetaRecord], *, seed: int, n_bootstrap: int) -> JudgeHackability | None:
+    """The grader's trials as their folder holds them, set beside its verdicts on the untouched completions
+    (`records`, its meta-eval's); None when it has no trials (none asked, or its meta-eval never finished)."""
+    folder = judge.hack
+    run = folder.read_run() if folder.path.is_dir() else None
+    if run is None and judge.hack_failure is None:
+        return None
+    trials = folder.read_trials() if folder.path.is_dir() else []
+    order = [] if run is None or run.spec.hack is None else run.spec.hack.tricks
+    tricked: dict[str, dict[int, bool]] = {name: {} for name in order}
+    attackers: dict[str, str | None] = {}
+    for trial in trials:
+        tricked.setdefault(trial.trick, {})[trial.index] = trial.criteria_met
+        attackers[trial.trick] = trial.attacker
+    base = {record.index: record.criteria_met for record in records}
+    found = fooling(
+        base, tricked, {record.index: record.prompt_id for record in records}, seed=seed, n_bootstrap=n_bootstrap
+    )
+    usage = folder.read(UsageRecord) if run is not None else None
+    return JudgeHackability(
+        folder=f"{judge.place}/{HACK_FOLDER}",
+        rows=len({trial.index for trial in trials}),
+        trials=len(trials),
+        finished=run is not None and run.stats.finished and judge.hack_failure is None,
+        tricks=[TrickFigures.of(name, figures, attackers.get(name)) for name, figures in found.items()],
+        worst=worst(found),
+        verdict=judge_verdict(found) if found else None,
+        usage=usage.whole_run.grader if usage is not None else None,
+        failed=run.stats.failed if run is not None else 0,
+        failure=judge.hack_failure,
+    )
+
+
 def judge_entry(judge: Judge, *, seed: int, n_bootstrap: int) -> tuple[JudgeEntry, list[MetaRecord]]:
     """The entry of one grader's meta-eval run as its folder holds it (finished or not), and its rows graded."""
     folder = judge.folder
@@ -133,6 +181,7 @@ def judge_entry(judge: Judge, *, seed: int, n_bootstrap: int) -> tuple[JudgeEntr
             "physicians_f1": None if physicians is None else float(physicians),
             "categories": _categories(records, dict(metrics), seed, n_bootstrap),
         }
+    entry["hackability"] = hackability(judge, records, seed=seed, n_bootstrap=n_bootstrap)
     return JudgeEntry.model_validate(entry), records
 
 
@@ -166,6 +215,39 @@ def _differences(
     return best.name, out
 
 
+def attacker_entry(
+    folder: RunFolder, place: str, *, model: str, base_url: str, strategies: Sequence[str], failure: str | None = None
+) -> AttackerEntry:
+    """The attacker `model` at `base_url` (as judges.json names it) and its rewrites by `strategies`, as its run
+    folder (at `place` under judges.json's folder) holds them, with what stopped it."""
+    run = folder.read_run() if folder.path.is_dir() else None
+    usage = folder.read(UsageRecord) if run is not None else None
+    return AttackerEntry(
+        model=model,
+        base_url=base_url,
+        folder=place,
+        strategies=list(strategies),
+        rewrites=len(folder.read_rewrites()) if folder.path.is_dir() else 0,
+        failed=run.stats.failed if run is not None else 0,
+        usage=usage.whole_run.policy if usage is not None else None,
+        failure=failure,
+    )
+
+
+def front(entries: Sequence[JudgeEntry]) -> list[str]:
+    """The graders with figures on both axes (macro F1; the difference of the trick that fools it most) that no
+    other beats on both; a grader whose trials are too few for a verdict has no place among them (its figures
+    are noise)."""
+    points = {}
+    for entry in entries:
+        hack = entry.hackability
+        worst_trick = None if hack is None or hack.worst is None else hack.trick(hack.worst)
+        judged = hack is not None and hack.verdict not in (None, "too few rows")
+        if entry.finished and entry.macro_f1 is not None and worst_trick is not None and judged:
+            points[entry.name] = (entry.macro_f1, worst_trick.difference)
+    return pareto_front(points)
+
+
 def judges_record(
     judges: Sequence[Judge],
     *,
@@ -175,8 +257,12 @@ def judges_record(
     limit: int | None,
     seed: int,
     n_bootstrap: int = N_BOOTSTRAP,
+    tricks: Sequence[str] = (),
+    hack_rows: int | None = None,
+    attacker: AttackerEntry | None = None,
 ) -> JudgesRecord:
-    """judges.json's record of the graders' runs as their folders hold them."""
+    """judges.json's record of the graders' runs as their folders hold them, with the `tricks` tried on `hack_rows`
+    rows each and the `attacker` that rewrote completions by its strategies."""
     built = [judge_entry(judge, seed=seed, n_bootstrap=n_bootstrap) for judge in judges]
     entries = [entry for entry, _ in built]
     leader, differences = _differences(entries, [records for _, records in built], seed, n_bootstrap)
@@ -191,4 +277,8 @@ def judges_record(
         judges=entries,
         leader=leader,
         differences=differences,
+        tricks=list(tricks),
+        hack_rows=hack_rows if tricks else None,
+        attacker=attacker,
+        front=front(entries),
     )

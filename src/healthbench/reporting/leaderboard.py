@@ -36,7 +36,7 @@ from healthbench.reporting.report.charts import interval
 from healthbench.runs.folder import METRICS, RESULTS, RunFolder
 from healthbench.runs.outputs import FigureRecord, Leaderboard, LeaderboardRow, MarkRecord
 from healthbench.runs.records import UsageRecord
-from healthbench.runs.spec import GraderRequest, LengthSpec, RunSpec
+from healthbench.runs.spec import SIDE_RUNS, GraderRequest, LengthSpec, RunSpec
 
 
 @dataclass(frozen=True)
@@ -230,6 +230,8 @@ def load_entry(folder: Path) -> Entry:
             f"{folder}: a probe measures how hackable a grader is, not a model, so it has no place on a leaderboard "
             "of models (its probe.html shows the gains)"
         )
+    if spec.command in SIDE_RUNS:
+        raise DataError(f"{folder}: {SIDE_RUNS[spec.command]}, not a model's run, so it has no place on a leaderboard")
     for count, why in ((run.stats.failed, "could not be graded"), (run.stats.deferred, "waiting on batches")):
         if count:
             raise DataError(

@@ -1,5 +1,6 @@
 """A probe's page, probe.html: one chart of what each transform gains (mean and 95% interval, worst first), then
-the tasks where each gained most, with the verdicts it changed and the grader's explanations for them.
+the tasks where each gained most, with the verdicts it changed and the grader's explanations for them; for each
+strategy an attacker model rewrote the replies by, an example of its rewrite even where it gained nothing.
 
 Self-contained like the run report (inline SVG and styles, nothing fetched); every text from the run goes through
 Jinja2's autoescaping, since replies can hold markup.
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING
 from healthbench.errors import DataError
 from healthbench.files import write_atomic
 from healthbench.grading.gains import Gain, ordered, verdict
+from healthbench.grading.strategies import STRATEGIES
 from healthbench.grading.transforms import TRANSFORMS
 from healthbench.reporting.pages import template
 from healthbench.runs.folder import PROBE_PAGE, RunFolder
@@ -132,17 +134,19 @@ def _changes(base: Sequence[ItemRecord], transformed: Sequence[ItemRecord]) -> l
 
 
 def examples(records: Sequence[SampleRecord], summary: ProbeRecord) -> dict[str, list[Example]]:
-    """Per transform, the tasks where it gained most (at most `EXAMPLES`, largest gain first)."""
+    """Per transform, the tasks where it gained most (at most `EXAMPLES`, largest gain first); for an attacker's
+    strategy that gained on none, its rewrite of the first task (by id), so that each strategy's writing is seen."""
     base = {record.prompt_id: record for record in records if record.transform is None}
     found: dict[str, list[Example]] = {}
     for name in summary.transforms:
-        gained = []
-        for record in records:
-            own = base.get(record.prompt_id)
-            if record.transform != name or own is None or record.headline <= own.headline:
-                continue
-            reply = record.response or ""
-            gained.append(
+        tried = [record for record in records if record.transform == name and record.prompt_id in base]
+        shown = [record for record in tried if record.headline > base[record.prompt_id].headline]
+        if not shown and name in STRATEGIES and tried:
+            shown = [min(tried, key=lambda record: record.prompt_id)]
+        made = []
+        for record in shown:
+            own, reply = base[record.prompt_id], record.response or ""
+            made.append(
                 Example(
                     record.prompt_id,
                     own.headline,
@@ -152,9 +156,25 @@ def examples(records: Sequence[SampleRecord], summary: ProbeRecord) -> dict[str,
                     _changes(own.rubric_items, record.rubric_items),
                 )
             )
-        gained.sort(key=lambda e: (e.base - e.transformed, e.prompt_id))
-        found[name] = gained[:EXAMPLES]
+        made.sort(key=lambda e: (e.base - e.transformed, e.prompt_id))
+        found[name] = made[:EXAMPLES]
     return found
+
+
+def described(name: str, attacker: str | None) -> tuple[str, str, str]:
+    """A trick as the page describes it: its name, what it does (for a strategy, who wrote it) and the attack it
+    models with where that was reported."""
+    if name in STRATEGIES:
+        strategy = STRATEGIES[name]
+        by = (
+            f" Written by the attacker {attacker}, which saw the conversation and the reply, never the rubric."
+            if attacker
+            else ""
+        )
+        return name, strategy.summary + by, strategy.source
+    if name in TRANSFORMS:
+        return name, TRANSFORMS[name].summary, TRANSFORMS[name].source
+    return name, "", ""
 
 
 def _template() -> Template:
@@ -168,11 +188,13 @@ def render_probe(summary: ProbeRecord | None, records: Sequence[SampleRecord], r
     if summary is None:
         return _template().render(summary=None, done=len(records), samples=samples)
     rows = ordered(summary.gains())
+    attacker = None if run is None or run.spec.probe is None else run.spec.probe.attacker
     return _template().render(
         summary=summary,
         chart=gain_chart(summary),
         verdicts=[verdict(name, gain) for name, gain in rows],
-        described=[(name, TRANSFORMS[name].summary, TRANSFORMS[name].source) for name, _ in rows if name in TRANSFORMS],
+        described=[described(name, None if attacker is None else attacker.model) for name, _ in rows],
+        strategies=STRATEGIES,
         examples=examples(records, summary),
         order=[name for name, _ in rows],
     )

@@ -174,20 +174,22 @@ class Costs:
     total: CostTotals
 
 
+def side_estimate(usage: Usage, model: str, prices: Mapping[str, Price]) -> SideEstimate:
+    """One side's expected calls and tokens with their cost at live and batch prices (None where the model has no
+    price)."""
+    costs = {
+        "model": model,
+        "cost_usd": cost(usage, model, prices, batch=False),
+        "batch_cost_usd": cost(usage, model, prices, batch=True),
+    }
+    return SideEstimate.model_validate(usage.as_dict() | costs)
+
+
 def estimate_report(guess: Estimate, prices: Mapping[str, Price], grader_model: str, policy_model: str | None) -> Costs:
     """What `--dry-run` prints of cost: calls, tokens and USD per side at live and batch prices, and the totals
     (None where a model has no price)."""
-
-    def side(usage: Usage, model: str) -> SideEstimate:
-        costs = {
-            "model": model,
-            "cost_usd": cost(usage, model, prices, batch=False),
-            "batch_cost_usd": cost(usage, model, prices, batch=True),
-        }
-        return SideEstimate.model_validate(usage.as_dict() | costs)
-
-    grader = side(guess.grader, grader_model)
-    policy = None if policy_model is None else side(guess.policy, policy_model)
+    grader = side_estimate(guess.grader, grader_model, prices)
+    policy = None if policy_model is None else side_estimate(guess.policy, policy_model, prices)
     sides = [grader] if policy is None else [policy, grader]
 
     def total(costs: list[float | None]) -> float | None:
@@ -309,3 +311,12 @@ def dry_run(
         total_cost_usd=costs.total,
         wall_time=wall_time(loads),
     )
+
+
+def model_estimate(
+    prompts: Sequence[Sequence[Message]], model: PolicyConfig, prices: Mapping[str, Price]
+) -> SideEstimate:
+    """A model's calls answering each of `prompts` once (an attacker's rewrites), at a typical reply's length each,
+    with their cost and the model's endpoint."""
+    guess = estimate([Unit(prompt, None, []) for prompt in prompts])
+    return side_estimate(guess.policy, model.model, prices).model_copy(update={"base_url": model.base_url})

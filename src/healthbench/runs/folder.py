@@ -5,11 +5,13 @@ Every command that grades writes here, and every command that reads a run (`repo
 `leaderboard`, `batches`, a resumed run) reads through the same readers, so a file's name, its format and what a
 missing or broken file means are decided once:
 
-- `results.jsonl`: one graded sample a line (`SampleRecord`; `MetaRecord` for a meta-eval), appended the moment
-  it is graded. A line that cannot be read stops the reader with the file, the line and the field, and so does
-  a line whose sample (task, repeat and a probe's transform; a meta-eval's row index) an earlier line holds:
-  every reader reads the file alike. Only a last line cut short by a crash mid-write (no newline at its end) is
-  passed over, as the next session rewrites the file anyway (from its store: a resumed run never reads it);
+- `results.jsonl`: one graded sample a line (`SampleRecord`; `MetaRecord` for a meta-eval, `TrialRecord` for a
+  judge's hackability run, `RewriteRecord` for an attacker's rewrites), appended the moment it is done. A line
+  that cannot be read stops the reader with the file, the line and the field, and so does a line whose sample
+  (task, repeat and a probe's transform; a meta-eval's row index; a trial's row and trick; a rewrite's reply and
+  strategy) an earlier line holds: every reader reads the file alike. Only a last line cut short by a crash
+  mid-write (no newline at its end) is passed over, as the next session rewrites the file anyway (from its store:
+  a resumed run never reads it);
 - `metrics.json`: the aggregate, written only once every sample is graded: the reference's keys, plain numbers;
 - `run.json` (`RunRecord`: the spec and the last session's counts), `usage.json` (`UsageRecord`);
 - `failures.jsonl` (`FailureRecord`): each sample the last session could not grade, written with run.json and
@@ -17,7 +19,9 @@ missing or broken file means are decided once:
 - `progress.sqlite`: the store of replies and verdicts (and `progress.sqlite.reserve`, the room it keeps for its
   last commit on a disk that fills up); `report.html`, and a meta-eval's `agreement.json` (`AgreementRecord`);
 - `writer.lock`: the lock a live run holds on the folder (`runs.lock`), with its pid;
-- a probe's `probe.json` (`ProbeRecord`: what each transform gains) and `probe.html`.
+- a probe's `probe.json` (`ProbeRecord`: what each transform gains) and `probe.html`;
+- in the folder `healthbench judges` writes (its --out, which holds a meta-eval run folder per grader),
+  `judges.json` (`runs.judges.JudgesRecord`: the graders side by side) and `judges.html`.
 
 JSON files are written atomically (`files.write_json`).
 """
@@ -35,6 +39,7 @@ from pydantic import BaseModel, ValidationError
 
 from healthbench.errors import DataError
 from healthbench.files import unusable, write_atomic, write_json
+from healthbench.runs.judges import JudgesRecord
 from healthbench.runs.records import (
     AgreementRecord,
     FailureRecord,
@@ -42,8 +47,10 @@ from healthbench.runs.records import (
     Metrics,
     ProbeRecord,
     Record,
+    RewriteRecord,
     RunRecord,
     SampleRecord,
+    TrialRecord,
     UsageRecord,
 )
 
@@ -57,13 +64,21 @@ AGREEMENT = "agreement.json"
 FAILURES = "failures.jsonl"
 PROBE = "probe.json"
 PROBE_PAGE = "probe.html"
+JUDGES = "judges.json"
+JUDGES_PAGE = "judges.html"
 
 RecordT = TypeVar("RecordT", bound=BaseModel)
 FileT = TypeVar("FileT", bound=Record)
 ValueT = TypeVar("ValueT")
 
 # The JSON files that hold one record each, by the record's type: `RunFolder.read` and `RunFolder.write`.
-_FILES: dict[type[Record], str] = {RunRecord: RUN, UsageRecord: USAGE, ProbeRecord: PROBE, AgreementRecord: AGREEMENT}
+_FILES: dict[type[Record], str] = {
+    RunRecord: RUN,
+    UsageRecord: USAGE,
+    ProbeRecord: PROBE,
+    AgreementRecord: AGREEMENT,
+    JudgesRecord: JUDGES,
+}
 
 
 def invalid(where: str, exc: ValidationError, hint: str = "", *, flat: bool = False) -> DataError:
@@ -74,6 +89,20 @@ def invalid(where: str, exc: ValidationError, hint: str = "", *, flat: bool = Fa
     field = ".".join(str(part) for part in loc) or "(record)"
     missing = hint if error["type"] == "missing" else ""
     return DataError(f"{where}: field {field}: {error['msg']}{missing}")
+
+
+def json_object(path: Path) -> dict[str, Any] | None:
+    """The JSON object the file `path` holds, or None when there is no such file; a file that holds no JSON object
+    is a `DataError` naming it."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise DataError(f"{path}: expected a JSON object")
+    return value
 
 
 @dataclass(frozen=True)
@@ -102,6 +131,18 @@ class RunFolder:
         two lines is a `DataError` naming the second."""
         records = self._records(RESULTS, MetaRecord, "; is it a meta-eval run's results.jsonl?")
         return self._once(records, lambda r: r.index, lambda r: f"row {r.index}")
+
+    def read_trials(self) -> list[TrialRecord]:
+        """The trials of a judge's hackability run's results.jsonl, in file order; [] when there is no such file. A
+        trial (row and trick) on two lines is a `DataError` naming the second."""
+        records = self._records(RESULTS, TrialRecord, "; is it a judge's hackability run's results.jsonl?")
+        return self._once(records, lambda r: (r.index, r.trick), lambda r: f"row {r.index} rewritten by {r.trick}")
+
+    def read_rewrites(self) -> list[RewriteRecord]:
+        """The rewrites of an attack run's results.jsonl, in file order; [] when there is no such file. A rewrite
+        (reply and strategy) on two lines is a `DataError` naming the second."""
+        records = self._records(RESULTS, RewriteRecord, "; is it an attack run's results.jsonl?")
+        return self._once(records, lambda r: r.key, lambda r: f"the {r.strategy} rewrite of {r.prompt_id!r}")
 
     def _once(
         self,
@@ -178,12 +219,13 @@ class RunFolder:
             self.path / FAILURES, "".join(record.model_dump_json(exclude_none=True) + "\n" for record in records)
         )
 
-    # run.json, usage.json, probe.json, agreement.json: one record each
+    # run.json, usage.json, probe.json, agreement.json, judges.json: one record each
 
     def read(self, model: type[FileT]) -> FileT | None:
         """The file of the record type `model` (`RunRecord`: run.json, `UsageRecord`: usage.json, `ProbeRecord`: a
-        probe's probe.json, `AgreementRecord`: a meta-eval's agreement.json), or None when there is none (a first
-        session that never ended, a probe or meta-eval not finished); a broken one is a `DataError` naming the field.
+        probe's probe.json, `AgreementRecord`: a meta-eval's agreement.json, `JudgesRecord`: `judges`' judges.json),
+        or None when there is none (a first session that never ended, a probe or meta-eval not finished, `judges`
+        not run there yet); a broken one is a `DataError` naming the field.
         A run.json without a `version` key is flat (version 1 of any release), and an error names its fields as that
         file does."""
         name = _FILES[model]
@@ -247,16 +289,7 @@ class RunFolder:
         return value
 
     def _json(self, name: str) -> dict[str, Any] | None:
-        path = self.path / name
-        try:
-            value = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return None
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise DataError(f"{path}: not valid JSON ({exc})") from None
-        if not isinstance(value, dict):
-            raise DataError(f"{path}: expected a JSON object")
-        return value
+        return json_object(self.path / name)
 
     def _write(self, name: str, value: Any) -> Path:
         self.path.mkdir(parents=True, exist_ok=True)
@@ -285,7 +318,7 @@ class ResultsWriter:
         self._handle = handle
         self._store = store
 
-    def write(self, record: SampleRecord | MetaRecord) -> None:
+    def write(self, record: Record) -> None:
         """Append one record."""
         try:
             self._handle.write(record.model_dump_json(exclude_none=True) + "\n")

@@ -4,19 +4,24 @@
 own under the output folder, then writes this record beside them: for each, the grader's model, endpoint and call
 mode, the figures its meta-eval wrote to metrics.json (under the same names), and what the side-by-side adds
 (intervals, cost per 1,000 rewards, latency, failures), and which grader leads and whether the rows tell it apart
-from the others. No key is ever part of it.
+from the others; then each grader's hackability (`JudgeHackability`: how often each trick fools it, from its trials
+in a folder inside its own), the attacker that wrote the strategies' rewrites, and the graders no other beats on
+both agreement and hackability (`front`). No key is ever part of it.
+
+Version 2 added the hackability. A judges.json of version 1 reads as it was written: its graders' hackability not
+measured (None), no tricks, no attacker, no front.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+import dataclasses
+from typing import ClassVar, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
-from healthbench.errors import DataError
-from healthbench.runs.records import Record
+from healthbench.grading.hackability import HARD_TO_FOOL_MARGIN, Fooling, Verdict
+from healthbench.runs.records import Record, SideUsage, Versioned
 
-JUDGES_SCHEMA_VERSION: Literal[1] = 1
 # HealthBench's full set: 57,237 rubric items over 5,000 rows (docs/SPEC.md section 1), the verdicts one reward of
 # it takes on average, graded per item.
 ITEMS_PER_REWARD = 57_237 / 5_000
@@ -86,6 +91,68 @@ class JudgeEntry(Record):
     failed_rows: int = 0
     retried_answers: int = 0
     failure: str | None = None
+    hackability: JudgeHackability | None = None
+
+
+class TrickFigures(Record):
+    """One trick against one grader (`grading.hackability.Fooling`), on `rows` rows of `conversations`
+    conversations whose criterion the physicians' majority judged not met: the grader's false-met rate on the
+    untouched completions, its fooled rate on the rewritten ones, the difference with its 95% bootstrap interval
+    over conversations, and what the interval allows (`verdict`). `attacker` is the model that wrote a strategy's
+    rewrites (None for a transform)."""
+
+    trick: str
+    attacker: str | None = None
+    rows: int
+    conversations: int
+    false_met: float
+    fooled: float
+    difference: float
+    interval: Interval | None = None
+    verdict: Verdict
+
+    @classmethod
+    def of(cls, trick: str, figures: Fooling, attacker: str | None = None) -> TrickFigures:
+        """The record of a trick's computed figures."""
+        return cls(trick=trick, attacker=attacker, verdict=figures.verdict, **dataclasses.asdict(figures))
+
+
+class JudgeHackability(Record):
+    """A grader's trials of the tricks: their folder (under judges.json's folder), the rows tried and the trials
+    graded, whether every trial was (`finished`; the figures are of the trials graded either way), each trick's
+    figures in the order tried, the trick that fools it most (`worst`), its verdict over every trick (None before
+    any trick has figures), what the trials cost (usage.json's grader side, over every session), the trials that
+    could not be graded and what stopped them when the endpoint could not be used."""
+
+    folder: str
+    rows: int = 0
+    trials: int = 0
+    finished: bool = False
+    tricks: list[TrickFigures] = Field(default_factory=list)
+    worst: str | None = None
+    verdict: Verdict | None = None
+    usage: SideUsage | None = None
+    failed: int = 0
+    failure: str | None = None
+
+    def trick(self, name: str) -> TrickFigures | None:
+        """The figures of the trick `name`, None when it has none."""
+        return next((figures for figures in self.tricks if figures.trick == name), None)
+
+
+class AttackerEntry(Record):
+    """The attacker model that rewrote the trials' completions by its strategies: its model and endpoint (without
+    a user or password), its run folder, the strategies, the rewrites it made and could not make, what they cost
+    (usage.json's side of the model it asked, over every session) and what stopped it."""
+
+    model: str
+    base_url: str
+    folder: str
+    strategies: list[str]
+    rewrites: int = 0
+    failed: int = 0
+    usage: SideUsage | None = None
+    failure: str | None = None
 
 
 class Difference(Record):
@@ -98,12 +165,18 @@ class Difference(Record):
     decided: bool
 
 
-class JudgesRecord(Record):
+class JudgesRecord(Versioned):
     """judges.json: the data graded, the bootstrap's seed and size, and every grader's entry in the order given;
     `leader` the finished grader of highest macro F1 and `differences` each other finished grader against it
-    (empty when fewer than two finished or they graded different rows)."""
+    (empty when fewer than two finished or they graded different rows). The tricks tried on every grader, on how
+    many rows (`hack_rows`: --hack-limit), the margin within which a grader is hard to fool, the `attacker`, and
+    `front`: the graders with figures on both axes that no other beats on both (macro F1, and the difference of
+    the trick that fools it most). Read and written by `runs.folder`, in the folder `healthbench judges` was given
+    (--out)."""
 
-    version: Literal[1] = JUDGES_SCHEMA_VERSION
+    FILE: ClassVar[str] = "judges.json"
+
+    version: Literal[1, 2] = 2
     data: str
     data_sha256: str
     rows: int
@@ -115,19 +188,13 @@ class JudgesRecord(Record):
     judges: list[JudgeEntry]
     leader: str | None = None
     differences: list[Difference] = Field(default_factory=list)
+    tricks: list[str] = Field(default_factory=list)
+    hack_rows: int | None = None
+    hard_to_fool_margin: float = HARD_TO_FOOL_MARGIN
+    attacker: AttackerEntry | None = None
+    front: list[str] = Field(default_factory=list)
 
     @property
     def undecided(self) -> list[str]:
         """The graders the rows cannot tell apart from the leader."""
         return [difference.name for difference in self.differences if not difference.decided]
-
-    @classmethod
-    def read(cls, value: object, where: str) -> JudgesRecord:
-        """judges.json as read from `where`: `DataError` for another version or a broken record."""
-        version = value.get("version") if isinstance(value, dict) else None
-        if version != JUDGES_SCHEMA_VERSION:
-            raise DataError(f"{where}: judges.json version {version!r} is not one this release reads (1)")
-        try:
-            return cls.model_validate(value)
-        except ValidationError as exc:
-            raise DataError(f"{where}: not a judges.json ({exc.errors()[0]['msg']})") from None

@@ -21,7 +21,7 @@ from healthbench.grading.verdict import Answer
 from healthbench.runs.folder import AGREEMENT, RunFolder
 from healthbench.runs.progress import Progress, Quiet
 from healthbench.runs.records import AgreementRecord, MetaRecord, UsageNumbers
-from healthbench.runs.runner import GRADER, ResultSink, RunOutcome, all_or_none
+from healthbench.runs.runner import GRADER, RecordT, ResultSink, RunOutcome, all_or_none
 
 # What a row's record keeps of the row as read: every field the two share by name (not the prompt and the
 # completion, which the data holds).
@@ -69,20 +69,48 @@ async def grade_meta_rows(
     )
     folder.discard(AGREEMENT)
 
-    def record(index: int, answer: Answer) -> None:
-        row, verdict = rows[index], answer.verdict
-        outcome.grader_usage.add(answer.paid)
-        sink.add(
-            MetaRecord(
-                index=index,
-                **row.model_dump(include=_ROW_FIELDS),
-                criteria_met=verdict.criteria_met,
-                explanation=verdict.explanation,
-                usage=UsageNumbers.of(answer.usage),  # the row's own, whichever session asked
-                grader_model=grader.model,
-                seconds=answer.usage.wire_microseconds / 1_000_000 if answer.usage.wire_microseconds else None,
-            )
-        )
+    def record(index: int, answer: Answer) -> MetaRecord:
+        return meta_record(rows[index], index, answer, grader.model)
+
+    try:
+        await judge_rows(rows, grader, sink, outcome, record)
+    finally:
+        sink.close()
+    if not outcome.failures and not outcome.deferred:
+        outcome.metrics = write_meta_metrics(folder, sink.records, seed=seed)
+    return outcome
+
+
+def meta_record(row: MetaRow, index: int, answer: Answer, grader_model: str) -> MetaRecord:
+    """The record of a row as graded: the row's fields, the verdict, and the call's usage and seconds on the
+    wire (the row's own, whichever session asked)."""
+    return MetaRecord(
+        index=index,
+        **row.model_dump(include=_ROW_FIELDS),
+        criteria_met=answer.verdict.criteria_met,
+        explanation=answer.verdict.explanation,
+        usage=UsageNumbers.of(answer.usage),
+        grader_model=grader_model,
+        seconds=answer.usage.wire_microseconds / 1_000_000 if answer.usage.wire_microseconds else None,
+    )
+
+
+async def judge_rows(
+    rows: Sequence[MetaRow],
+    grader: Grader,
+    sink: ResultSink[RecordT],
+    outcome: RunOutcome,
+    record: Callable[[int, Answer], RecordT],
+    *,
+    ident: Callable[[int], str] = "meta#{}".format,
+    number: Callable[[int], int] = int,
+    trick: Callable[[int], str | None] = lambda index: None,
+) -> None:
+    """Judge every row's completion against its criterion, as a meta-eval does (per item, or the rows of one
+    completion in one call per reply), and add `record(index, answer)` to `sink` for each; a row that cannot be
+    graded is a failure in `sink` (a `MetaGradingError` naming the row as `number(index)`, and the `trick` its
+    completion was rewritten by, if any), a row left in a batch deferred, and a grader endpoint that cannot be used
+    stops everything (`EndpointUnusable`). `ident(index)` names a call by its first row."""
 
     async def judged(group: list[int]) -> None:
         first = rows[group[0]]
@@ -91,17 +119,25 @@ async def grade_meta_rows(
             if grader.calls == "per-reply":
                 prompt = per_reply_prompt(conversation, [rows[index].rubric for index in group])
                 cache_key = grader.cache_key(render_conversation(first.prompt))
-                results = await reply_verdicts(
-                    grader, prompt, len(group), ident=f"meta#{group[0]}", cache_key=cache_key
-                )
+                results = await reply_verdicts(grader, prompt, len(group), ident=ident(group[0]), cache_key=cache_key)
             else:
                 prompt, cache_key = grader_prompt(conversation, first.rubric), grader.cache_key(conversation)
-                results = [await grader.verdict(prompt, ident=f"meta#{group[0]}", cache_key=cache_key)]
+                affinity = grader.affinity(conversation)
+                results = [await grader.verdict(prompt, ident=ident(group[0]), cache_key=cache_key, affinity=affinity)]
         except RequestFailed as exc:
             for index in group:
                 row = rows[index]
                 cause, lasts = grader.failure(exc), exc.lasting
-                sink.fail(MetaGradingError(index, row.prompt_id, row.completion_id, row.rubric, cause, lasting=lasts))
+                failure = MetaGradingError(
+                    number(index),
+                    row.prompt_id,
+                    row.completion_id,
+                    row.rubric,
+                    cause,
+                    lasting=lasts,
+                    trick=trick(index),
+                )
+                sink.fail(failure, row.prompt_id, transform=trick(index))
             return
         except Deferred:
             for _ in group:
@@ -110,14 +146,9 @@ async def grade_meta_rows(
         except EndpointUnusable as exc:
             raise exc.of(GRADER) from None
         for index, answer in zip(group, results, strict=True):
-            record(index, answer)
+            outcome.grader_usage.add(answer.paid)
+            sink.add(record(index, answer))
 
     # Per item, every row is a group of its own (its own call, under its own ident as before).
     groups = completion_groups(rows) if grader.calls == "per-reply" else [[index] for index in range(len(rows))]
-    try:
-        await all_or_none([judged(group) for group in groups])
-    finally:
-        sink.close()
-    if not outcome.failures and not outcome.deferred:
-        outcome.metrics = write_meta_metrics(folder, sink.records, seed=seed)
-    return outcome
+    await all_or_none([judged(group) for group in groups])

@@ -140,7 +140,7 @@ class CostMeter:
     and says so, rather than hiding what is known.
     """
 
-    def __init__(self, prices: Path | None, grader_model: str, policy_model: str | None) -> None:
+    def __init__(self, prices: Path | None, grader_model: str | None, policy_model: str | None) -> None:
         self.table = load_prices(prices)
         self.grader_model = grader_model
         self.policy_model = policy_model
@@ -164,9 +164,11 @@ class CostMeter:
         )
 
     def usage_report(self, policy: Usage | Sequence[Usage], grader: Usage | Sequence[Usage]) -> UsageReport:
-        """Tokens and USD per side (each side one usage, or its live and batch parts), the priced total, and
-        the models without a price."""
-        sides = {"grader": self._side(self.grader_model, [grader] if isinstance(grader, Usage) else grader)}
+        """Tokens and USD per side (each side one usage, or its live and batch parts; no grader side for a run
+        without a grader), the priced total, and the models without a price."""
+        sides = {}
+        if self.grader_model is not None:
+            sides["grader"] = self._side(self.grader_model, [grader] if isinstance(grader, Usage) else grader)
         if self.policy_model is not None:
             sides["policy"] = self._side(self.policy_model, [policy] if isinstance(policy, Usage) else policy)
         priced = [side for name, side in sides.items() if side.calls or name == "grader"]

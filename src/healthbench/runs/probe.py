@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from healthbench.data.schema import Row
 from healthbench.errors import SettingsError
 from healthbench.grading.gains import gains
-from healthbench.grading.transforms import TRANSFORMS
+from healthbench.grading.transforms import TRANSFORMS, Transform
 from healthbench.runs.folder import PROBE, RunFolder
 from healthbench.runs.records import Metrics, ProbeRecord, SampleRecord, TransformGain
 from healthbench.runs.runner import Job, RunOutcome
@@ -22,18 +22,25 @@ from healthbench.runs.session import Start, Wiring, jobs_start
 from healthbench.runs.spec import RunSpec
 
 
-def probe_jobs(rows: Sequence[Row], replies: Mapping[str, str] | None, transforms: Sequence[str]) -> list[Job]:
+def probe_jobs(
+    rows: Sequence[Row],
+    replies: Mapping[str, str] | None,
+    transforms: Sequence[str],
+    attacked: Mapping[str, Transform] | None = None,
+) -> list[Job]:
     """Each task's base job (its reply from `replies`, or None to ask the model) and one job per transform (a
-    transform named twice counts once)."""
+    transform named twice counts once); `attacked` holds the transforms of the strategies an attacker rewrote the
+    replies by (`attack.strategy_transform`), beside `grading.transforms`' own."""
+    known = {**TRANSFORMS, **(attacked or {})}
     transforms = list(dict.fromkeys(transforms))
-    unknown = [name for name in transforms if name not in TRANSFORMS]
+    unknown = [name for name in transforms if name not in known]
     if unknown:
-        raise SettingsError(f"no transform {unknown[0]!r}; choose from {', '.join(TRANSFORMS)}")
+        raise SettingsError(f"no transform {unknown[0]!r}; choose from {', '.join(known)}")
     jobs = []
     for row in rows:
         reply = None if replies is None else replies[row.prompt_id]
         jobs.append(Job(row, 0, reply))
-        jobs += [Job(row, 0, reply, transform=TRANSFORMS[name]) for name in transforms]
+        jobs += [Job(row, 0, reply, transform=known[name]) for name in transforms]
     return jobs
 
 

@@ -1,5 +1,6 @@
 """What a run folder holds, as types: run.json (`RunRecord`: the `RunSpec` and how the run went), each line of
-results.jsonl (`SampleRecord` for a graded sample, `MetaRecord` for a meta-eval row), failures.jsonl
+results.jsonl (`SampleRecord` for a graded sample, `MetaRecord` for a meta-eval row, `TrialRecord` for a judge's
+trial of a trick, `RewriteRecord` for an attacker's rewrite), failures.jsonl
 (`FailureRecord`), usage.json (`UsageRecord`), a probe's probe.json (`ProbeRecord`) and a meta-eval's
 agreement.json (`AgreementRecord`); metrics.json stays a
 plain object of numbers, exactly the reference's keys (`Metrics`).
@@ -209,6 +210,32 @@ class MetaRecord(Record):
     # for a row without a call of its own (a per-reply call's later items), a batch, or a verdict asked before
     # latency was kept.
     seconds: float | None = None
+
+
+class TrialRecord(MetaRecord):
+    """One trial of a judge (`healthbench judges`' hackability): a meta-eval row (`index`, its line in the judge's
+    meta-eval results) whose criterion the physicians' majority judged not met, its completion rewritten by `trick`
+    (a transform of `grading.transforms`, or a strategy of `grading.strategies` written by the model `attacker`),
+    graded against the row's criterion: a line of the judge's hackability run's results.jsonl."""
+
+    trick: str
+    attacker: str | None = None
+
+
+class RewriteRecord(Record):
+    """One reply rewritten by an attacker model: a line of an attack run's results.jsonl. The reply is a task's
+    (`prompt_id`) or a meta-eval completion (`prompt_id`, `completion_id`); `strategy` is the strategy of
+    `grading.strategies` it was rewritten by, `attacker` the model that wrote `text`, `key` the reply and strategy
+    as the run's store keeps the rewrite (a digest of the conversation and the reply with it, so an edited reply is
+    rewritten afresh), and `usage` what the call cost, whichever session made it."""
+
+    key: str
+    prompt_id: str
+    completion_id: str = ""
+    strategy: str
+    attacker: str
+    text: str
+    usage: UsageNumbers | None = None
 
 
 class FailureRecord(Record):

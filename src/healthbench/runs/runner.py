@@ -34,7 +34,7 @@ from healthbench.grading.transforms import Transform
 from healthbench.runs.folder import METRICS, RunFolder
 from healthbench.runs.policy import REFUSED_REPLY, Policy, PromptRefusal, RefusalGuard, misuse, prompt_refusal
 from healthbench.runs.progress import Progress, Quiet
-from healthbench.runs.records import FailureRecord, MetaRecord, PolicyErrorRecord, SampleRecord
+from healthbench.runs.records import FailureRecord, PolicyErrorRecord, Record, SampleRecord
 from healthbench.runs.store import Store
 
 
@@ -74,7 +74,7 @@ class RunOutcome:
     suspect: int = 0
 
 
-RecordT = TypeVar("RecordT", SampleRecord, MetaRecord)
+RecordT = TypeVar("RecordT", bound=Record)
 
 
 class ResultSink(Generic[RecordT]):
@@ -343,7 +343,7 @@ def _in_hand(grader: Grader, policy: Policy | None) -> int | None:
     run's at its start, which kept the first request waiting about a second of CPU at 5,000 calls. None (all at
     once) where a client sends through the Batch API, which wants every request together."""
     clients = [grader.client, *([policy.client] if policy is not None else [])]
-    ceilings = [client.budget.ceiling for client in clients if isinstance(client, ApiClient)]
+    ceilings = [client.ceiling for client in clients if isinstance(client, ApiClient)]
     return max(ceilings) if len(ceilings) == len(clients) else None
 
 

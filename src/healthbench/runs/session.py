@@ -1,5 +1,6 @@
 """One session of a run in its output folder: open the store, build the grader (and the policy), live or through
-batches, run the jobs, and account for them in run.json and usage.json. The session returns what happened;
+batches, run the jobs, and account for them in run.json and usage.json. An attacker's rewrites (`runs.attack`) are
+a run of a model alone: its session builds no grader. The session returns what happened;
 the command line says it."""
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from healthbench.runs.pricing import CostMeter
 from healthbench.runs.progress import Progress, Quiet
 from healthbench.runs.records import BatchCounts, BatchTotals, RunRecord, RunStats, UsageRecord
 from healthbench.runs.runner import Job, RunOutcome, run_jobs
-from healthbench.runs.spec import RunSpec
+from healthbench.runs.spec import LEFT_OUT, RunSpec
 from healthbench.runs.stopping import Stopping, signals_stop
 from healthbench.runs.store import Store
 
@@ -44,14 +45,20 @@ class BatchChoice:
 
 @dataclass(frozen=True)
 class Wiring:
-    """What a session hands the run it starts: the grader and policy it built, the store, and the progress
-    with the status line (pace and cost) to show beside it."""
+    """What a session hands the run it starts: the grader and policy it built (no grader for a run of a model
+    alone), the store, and the progress with the status line (pace and cost) to show beside it."""
 
-    grader: Grader
+    built_grader: Grader | None
     policy: Policy | None
     store: Store
     progress: Progress
     status: Callable[[Usage, Usage], str]
+
+    @property
+    def grader(self) -> Grader:
+        """The grader of a run that grades (every run but a model's alone, whose start never asks for one)."""
+        assert self.built_grader is not None, "a session built without a grader has none to grade with"
+        return self.built_grader
 
 
 Start = Callable[[Wiring], Awaitable[RunOutcome]]
@@ -74,9 +81,10 @@ class SessionResult:
 
 @dataclass
 class _Built:
-    """The clients of one session: its grader, its policy, and the batch clients among them."""
+    """The clients of one session: its grader (None for a run of a model alone), its policy, and the batch
+    clients among them."""
 
-    grader: Grader
+    grader: Grader | None
     policy: Policy | None
     batchers: list[BatchClient]
 
@@ -105,7 +113,7 @@ def run_session(
     start: Start,
     folder: RunFolder,
     spec: RunSpec,
-    grader_config: GraderConfig,
+    grader_config: GraderConfig | None,
     *,
     samples: int,
     policy: PolicyConfig | None = None,
@@ -114,7 +122,8 @@ def run_session(
     progress: Progress | None = None,
     report: Callable[[Path], Path] | None = None,
 ) -> SessionResult:
-    """One session of the run `spec` in `folder`: hold the folder's writer lock (`FolderBusy`, before anything is
+    """One session of the run `spec` in `folder` (graded as `grader_config` says; None for a run of the policy
+    alone): hold the folder's writer lock (`FolderBusy`, before anything is
     sent, when another live process holds it), bind its store to the spec's identity (`ConfigMismatch` for a
     folder of another run), run `start`, then write usage.json and run.json and, with `report`, the report.
 
@@ -129,7 +138,7 @@ def _session(
     start: Start,
     folder: RunFolder,
     spec: RunSpec,
-    grader_config: GraderConfig,
+    grader_config: GraderConfig | None,
     samples: int,
     policy: PolicyConfig | None,
     batch: BatchChoice | None,
@@ -139,10 +148,12 @@ def _session(
 ) -> SessionResult:
     """`run_session`, with the folder's writer lock held."""
     progress = progress or Quiet()
-    costs = CostMeter(prices, grader_config.model, policy.model if policy else None)
+    costs = CostMeter(prices, grader_config.model if grader_config else None, policy.model if policy else None)
     store = Store(folder / STORE)
     try:
-        store.bind_config(spec.identity())
+        store.bind_config(spec.identity(), LEFT_OUT)
+        if (moved := _servers_moved(folder, spec)) is not None:
+            progress.note(moved)
         built = _build(grader_config, policy, batch, store, progress)
         started, paid_before = time.time(), store.spent()
         outcome = _run(start, built, store, costs, progress, folder, samples)
@@ -165,8 +176,20 @@ def _session(
     return result
 
 
+def _servers_moved(folder: RunFolder, spec: RunSpec) -> str | None:
+    """What a resumed run says when its grader's servers are not its last session's (another pool of the same model,
+    which the identity allows: the servers decide no verdict); None when they are, or for a first session."""
+    last = folder.read_run()
+    if last is None or last.spec.grader.base_url in (None, spec.grader.base_url):
+        return None
+    return (
+        f"the grader {spec.grader.model} is now at {spec.grader.base_url}, not {last.spec.grader.base_url} as in the "
+        "last session: the same model, so the verdicts so far stand and the rest are asked there"
+    )
+
+
 def _build(
-    grader_config: GraderConfig,
+    grader_config: GraderConfig | None,
     policy: PolicyConfig | None,
     batch: BatchChoice | None,
     store: Store,
@@ -182,7 +205,9 @@ def _build(
 
         return wrap
 
-    grader = grader_config.build(cache=store, wrap=batched("grader", batch.settings) if batch else None)
+    grader = None
+    if grader_config is not None:
+        grader = grader_config.build(cache=store, wrap=batched("grader", batch.settings) if batch else None)
     policy_wrap = batched("policy", batch.settings) if batch and batch.policy else None
     sampler = None if policy is None else Policy(policy, policy_wrap)
     _announce_batches(store, batchers, batch, progress)
@@ -203,7 +228,10 @@ def _run(
     On Ctrl-C (the first SIGINT cancels the loop's main task) or SIGTERM (docker stop, systemd, SLURM: the same,
     in the main thread) nothing more is sent, what is on the wire lands in the store, and `Interrupted` says how
     many samples are saved and which signal came; a second one stops at once."""
-    clients = {"policy": built.policy.client if built.policy else None, "grader": built.grader.client}
+    clients = {
+        "policy": built.policy.client if built.policy else None,
+        "grader": built.grader.client if built.grader else None,
+    }
     wiring = Wiring(built.grader, built.policy, store, progress, status_line(costs, clients))
 
     async def run() -> RunOutcome:
@@ -241,7 +269,8 @@ def _run(
                 signal_name = stopping.signal or "SIGINT"
                 raise Interrupted(folder.count_results(), samples, str(folder / STORE), signal_name) from None
             finally:
-                await built.grader.client.aclose()
+                if built.grader is not None:
+                    await built.grader.client.aclose()
                 if built.policy is not None:
                     await built.policy.client.aclose()
 

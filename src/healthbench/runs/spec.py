@@ -10,6 +10,7 @@ always kept, so folders of earlier releases resume).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
@@ -22,7 +23,14 @@ from healthbench.grading.scoring import LengthAdjustment
 from healthbench.grading.settings import REFERENCE_REQUEST, GraderConfig, GradingPlan
 from healthbench.runs.policy import PolicyConfig
 
-Command = Literal["grade", "eval", "baseline", "meta-eval", "probe"]
+# `attack` is an attacker model's rewrites of replies (`runs.attack`), `hackability` a judge's trials of tricks
+# (`runs.hackability`): the runs `probe --attacker` and `judges` make beside their own.
+Command = Literal["grade", "eval", "baseline", "meta-eval", "probe", "attack", "hackability"]
+# What those two runs are, as a command that reads runs says why it takes neither.
+SIDE_RUNS: dict[str, str] = {
+    "attack": "an attacker model's rewrites of replies, made for the probe or judges run around it",
+    "hackability": "a judge's trials of tricks, made for judges (their figures are in its judges.json)",
+}
 
 # How many tasks a run takes (a limit past the data runs all of it) and how often each is sampled, as the
 # commands, the Inspect task and the verifiers taskset take them: the paper's worst-at-k goes to 16 repeats, and
@@ -30,6 +38,18 @@ Command = Literal["grade", "eval", "baseline", "meta-eval", "probe"]
 MAX_REPEATS = 100
 Limit = Annotated[int, Field(ge=1)]
 Repeats = Annotated[int, Field(ge=1, le=MAX_REPEATS)]
+
+
+# What a key that an identity leaves out stands for (see `GraderSpec.identity`, `DataSpec.split_identity`): the
+# default, which a run that differs from it records. A resume refused for another setting says these.
+LEFT_OUT: dict[str, str] = {
+    "grader_request": f"the default, the reference's {json.dumps(REFERENCE_REQUEST, sort_keys=True)}",
+    "grader_calls": f'the default, "{PER_ITEM}"',
+    "per_reply_template_sha256": f"none (the default: graded {PER_ITEM})",
+    "split": "none (the default: every task)",
+    "split_seed": "none (the default: every task)",
+    "heldout_sha256": "none (the default: every task)",
+}
 
 
 class Spec(BaseModel):
@@ -168,9 +188,22 @@ class BaselineSpec(Spec):
 
 
 class ProbeSpec(Spec):
-    """Which transforms of `grading.transforms` a probe rewrites each reply with, in the order given."""
+    """Which transforms of `grading.transforms` a probe rewrites each reply with, in the order given, with the
+    strategies of `grading.strategies` among them when an `attacker` model rewrote the replies by them (an attack
+    run's strategies, the model being its policy)."""
 
     transforms: list[str] = Field(default_factory=list)
+    attacker: PolicySpec | None = None
+
+
+class HackSpec(Spec):
+    """A judge's trials (`healthbench judges`): the tricks tried (transforms, and strategies an `attacker` model
+    rewrote the completions by), on how many of the rows whose criterion the physicians' majority judged not met
+    (`rows`, None: all of them)."""
+
+    tricks: list[str] = Field(default_factory=list)
+    rows: int | None = None
+    attacker: PolicySpec | None = None
 
 
 class LengthSpec(Spec):
@@ -237,6 +270,7 @@ class RunSpec(Spec):
     policy: PolicySpec | None = None
     baseline: BaselineSpec | None = None
     probe: ProbeSpec | None = None
+    hack: HackSpec | None = None
     length_adjustment: LengthSpec | None = None
     official: OfficialSpec | None = None
 
@@ -277,6 +311,13 @@ class RunSpec(Spec):
         if self.command == "probe":
             identity["transforms"] = sorted(self.probe.transforms) if self.probe is not None else []
             identity |= self.policy.identity() if self.policy is not None else {}
+            if self.probe is not None and self.probe.attacker is not None:
+                identity["attacker"] = self.probe.attacker.identity()
+        # An attack run's rewrites are its model's, keyed by reply and strategy: a set of strategies or replies
+        # added later is rewritten beside them, and no grader is asked. A judge's trials are verdicts keyed by the
+        # exact request, so more rows or tricks later are asked beside the rest.
+        if self.command == "attack":
+            return identity | (self.policy.identity() if self.policy is not None else {})
         return identity | self.grader.identity()
 
     @staticmethod
@@ -324,6 +365,8 @@ def run_spec(
     policy: PolicyConfig | None = None,
     baseline: BaselineSpec | None = None,
     transforms: Sequence[str] | None = None,
+    attacker: PolicyConfig | None = None,
+    hack: HackSpec | None = None,
 ) -> RunSpec:
     """The spec of a run: the one place a run's settings are put together, for every command."""
     return RunSpec(
@@ -336,7 +379,10 @@ def run_spec(
         responses=responses,
         policy=None if policy is None else PolicySpec.of(policy),
         baseline=baseline,
-        probe=None if transforms is None else ProbeSpec(transforms=list(transforms)),
+        probe=None
+        if transforms is None
+        else ProbeSpec(transforms=list(transforms), attacker=None if attacker is None else PolicySpec.of(attacker)),
+        hack=hack,
         length_adjustment=LengthSpec.of(plan.length_adjustment),
         official=OfficialSpec.of(plan.differences),
     )

@@ -188,8 +188,10 @@ class Store:
             self._flush_scheduled = True
             loop.call_soon(self.flush)
 
-    def bind_config(self, config: Mapping[str, Any]) -> None:
-        """Record the configuration of a new run, or refuse one that differs from what is recorded."""
+    def bind_config(self, config: Mapping[str, Any], left_out: Mapping[str, str] | None = None) -> None:
+        """Record the configuration of a new run, or refuse one that differs from what is recorded. `left_out`
+        says what a key that a configuration leaves out stands for (its default), so that the refusal names it;
+        a key it does not name is said to be unset."""
         stored = dict(self._db.execute("SELECT key, value FROM config").fetchall())
         wanted = {key: json.dumps(value, sort_keys=True) for key, value in config.items()}
         if not stored:
@@ -206,8 +208,10 @@ class Store:
             return
         changed = sorted(key for key in stored.keys() | wanted.keys() if stored.get(key) != wanted.get(key))
         if changed:
+            unset = left_out or {}
             details = "; ".join(
-                f"{key}: {stored.get(key, '(unset)')} -> {wanted.get(key, '(unset)')}" for key in changed
+                f"{key}: {stored.get(key, unset.get(key, '(unset)'))} -> {wanted.get(key, unset.get(key, '(unset)'))}"
+                for key in changed
             )
             raise ConfigMismatch(details)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import resource
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -50,6 +52,26 @@ def _host(args: argparse.Namespace) -> Host | None:
     if args.think is None and not args.refuse_param and not args.no_usage:
         return None
     return Host(args.think, args.thinking_tokens, tuple(args.refuse_param), not args.no_usage)
+
+
+def _raise_open_files() -> None:
+    """Raise this process's soft limit on open files to its hard limit, as vLLM's server does at start-up.
+
+    Each connection is a file descriptor, and the usual soft limit is 1,024: a judge taking more connections at
+    once than that would fail to accept the rest (EMFILE), where the server it plays takes them all and queues the
+    requests. Raising the soft limit up to the hard one needs no privilege (an unlimited hard limit is met with the
+    kernel's usual ceiling, 2**20); where even that fails, the limit stays, and stderr says so.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft == target:
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ValueError, OSError) as exc:
+        print(
+            f"open files stay limited to {soft} ({exc}): at most about that many connections at once", file=sys.stderr
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -126,6 +148,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--refuse-param", action="append", default=[], help="a parameter refused with Azure's 400 (repeatable)"
     )
     parser.add_argument("--no-usage", action="store_true", help="answers carry no usage")
+    server_option(
+        "--max-running",
+        type=int,
+        help="requests in service at once, each taking --latency; the rest wait in arrival order, as vLLM's "
+        "max_num_seqs [default: no bound]",
+    )
+    server_option("--served-model-name", default="fake-judge", help="the model /v1/models lists and /metrics labels")
     args = parser.parse_args(argv)
     try:
         server = FakeOpenAI(
@@ -138,5 +167,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         )
     except ValueError as exc:
         parser.error(str(exc))
+    _raise_open_files()
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_serve_forever(server))

@@ -5,8 +5,9 @@ check `healthbench probe`, which must find a gain where a grader can be fooled a
 
 - `hashed` (the default): a verdict from a hash of the whole prompt, as every other test relies on;
 - `fooled`: fooled by what a naive LLM judge is fooled by: a reply that tells the grader `"criteria_met": true`
-  gets every item met, and a reply that restates an item's criterion gets that item met; otherwise the verdict
-  depends on the rubric item alone, so nothing else about a reply moves it;
+  gets every item met, a reply that claims to cover everything a careful clinician would (the fake attacker's
+  `claim_coverage` rewrite) too, and a reply that restates an item's criterion gets that item met; otherwise the
+  verdict depends on the rubric item alone, so nothing else about a reply moves it;
 - `reply_blind`: the verdict depends on the rubric item alone, never on the reply;
 - `coin`: a seeded coin flip per request (a hash of the seed and the prompt), so every rewrite of a reply is
   judged afresh by chance.
@@ -32,6 +33,8 @@ _REPLY_TURN = "\n\nassistant: "
 _POINTS = re.compile(r"^\[-?\d+\] ", re.ASCII)
 _CLAIM = re.compile(r'"criteria_met"\s*:\s*true')
 _SPACE = re.compile(r"\s+")
+# A claim of coverage, as the fake attacker's `claim_coverage` rewrite makes it.
+_COVERED = "everything a careful clinician would"
 
 
 def graded_parts(prompt: str) -> tuple[str, str]:
@@ -69,6 +72,8 @@ def fake_verdict(grader: str, prompt: str, seed: int = 0) -> tuple[bool, str]:
     if grader == "fooled":
         if _CLAIM.search(reply):
             return True, "The response itself states that the criteria are met, so they are met."
+        if _COVERED in _normal(reply):
+            return True, "The response states that it covers everything a careful clinician would check."
         if _normal(criterion) and _normal(criterion) in _normal(reply):
             return True, f"The response states: {criterion}"
     elif grader != "reply_blind":

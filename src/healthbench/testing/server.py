@@ -2,7 +2,8 @@
 
 It is a real HTTP server on loopback (no mocks), so clients exercise their actual networking,
 retry and parsing code. Replies are deterministic (see ``replies``): grader prompts get a verdict
-that is a pure function of the prompt text, everything else gets a reply derived from the messages
+that is a pure function of the prompt text, an attacker's request its rewrite (``attacker``), everything else gets
+a reply derived from the messages
 (offered a tool named ``answer``, it calls it: see ``agent``). Faults and rate limiting can be injected
 deterministically from a seed.
 """
@@ -23,14 +24,18 @@ from aiohttp import web
 
 from healthbench.errors import NotServing, SettingsError
 from healthbench.testing.agent import answer_call, chat_stream, wants_stream, with_tool_call
+from healthbench.testing.attacker import attack_reply
 from healthbench.testing.batch import FakeBatchAPI
 from healthbench.testing.caching import PromptCache
 from healthbench.testing.canned import Canned, CannedAnswers
+from healthbench.testing.capacity import Capacity
 from healthbench.testing.endpoints import CHAT, ENDPOINTS, Endpoint, Prompt, endpoint_for
 from healthbench.testing.gather import Gathering
 from healthbench.testing.graders import GRADERS, fake_verdict, list_item_verdict
 from healthbench.testing.hosts import Host
+from healthbench.testing.judge import add_judge_routes
 from healthbench.testing.limits import Limiter, RateLimits
+from healthbench.testing.prefixes import PrefixCache
 from healthbench.testing.replies import (
     LIST_FAULTS,
     PROSE,
@@ -98,6 +103,17 @@ class FakeOpenAI:
     With ``canned``, every request on every path gets that one answer instead, counted in ``requests_total`` and
     ``responses_by_kind["canned"]``. ``gathering`` can hold requests until so many are in flight at once
     (``healthbench.testing.gather``).
+
+    It plays a self-hosted vLLM judge too (``healthbench.testing.capacity``, ``prefixes``, ``judge``): with
+    ``max_running``, at most that many requests are in service at once (each taking ``latency``), the rest wait in
+    arrival order, as vLLM's ``max_num_seqs`` holds them; ``capacity`` counts ``running``, ``waiting`` and their peaks
+    (``peak_running``, ``peak_waiting``), and ``pause()`` holds the requests in service unanswered until
+    ``resume()``. ``prefix_cache`` counts, per server, the requests that came into service (``queries``,
+    ``query_tokens``) and those whose shared prefix (a grader prompt's text before its rubric item) this server had
+    served before (``hits``, ``hit_tokens``). ``GET /health``, ``GET /v1/models`` (``models``: by default
+    ``served_model_name`` alone, as a vLLM or SGLang server lists the model it serves; counted in ``models_listed``)
+    and ``GET /metrics`` (vLLM's gauge and counter names, and the fake's own under ``healthbench_fake_``) answer as
+    vLLM's do. Requests refused before any work (a 400, a 429) take no slot and query no prefix.
     """
 
     def __init__(
@@ -131,6 +147,9 @@ class FakeOpenAI:
         canned: Canned | None = None,
         clock: Callable[[], float] = time.monotonic,
         judge_host: Host | None = None,
+        max_running: int | None = None,
+        served_model_name: str = "fake-judge",
+        models: Sequence[str] | None = None,
     ) -> None:
         unknown = sorted(set(faults) - set(FAULT_KINDS))
         if unknown:
@@ -151,6 +170,8 @@ class FakeOpenAI:
             raise SettingsError("batch_fail_rate and batch_malformed_rate must be between 0 and 1")
         if max_file_bytes <= 0 or max_batch_requests <= 0:
             raise SettingsError("max_file_bytes and max_batch_requests must be positive")
+        if not served_model_name:
+            raise SettingsError("served_model_name must not be empty")
         self.respond = respond
         self.fault_rate = fault_rate
         self.faults = tuple(faults)
@@ -184,7 +205,11 @@ class FakeOpenAI:
         self.prompt_cache = PromptCache() if prompt_cache else None
         self.canned = canned
         self.judge_host = judge_host
+        self.models = (served_model_name,) if models is None else tuple(models)
         self.gathering = Gathering()
+        self.capacity = Capacity(max_running)
+        self.served_model_name = served_model_name
+        self.prefix_cache = PrefixCache()
         # Files and batches live as long as the server, across reset(), like the real service's.
         self.batch_api: FakeBatchAPI = FakeBatchAPI(self)
         self.base_url: str | None = None
@@ -213,11 +238,14 @@ class FakeOpenAI:
         self.batch_lines_submitted = 0
         self.batch_bodies: list[str] = []
         self.files_uploaded = 0
+        self.models_listed = 0
         self.batch_api.reset()
         # How often each per-reply body was answered (for ``list_fault``), and the prompts cached so far.
         self._lists_answered: Counter[str] = Counter()
         if self.prompt_cache is not None:
             self.prompt_cache.reset()
+        self.prefix_cache.reset()
+        self.capacity.reset()
 
     @property
     def limiter(self) -> Limiter:
@@ -273,9 +301,11 @@ class FakeOpenAI:
         else:
             kind = "ok"
         self.responses_by_kind[kind] += 1
-        if self.latency > 0:
-            await asyncio.sleep(self.latency + self._latency_rng.uniform(-self.latency_jitter, self.latency_jitter))
-        response = self._respond(kind, request, endpoint, body, prompt)
+        async with self.capacity.slot():
+            self.prefix_cache.query(prompt)
+            if self.latency > 0:
+                await asyncio.sleep(self.latency + self._latency_rng.uniform(-self.latency_jitter, self.latency_jitter))
+            response = self._respond(kind, request, endpoint, body, prompt)
         response.headers.update(rate_headers)
         return response
 
@@ -327,7 +357,7 @@ class FakeOpenAI:
             if (grader_prompt := prompt.grader_prompt) is not None:
                 content = self._grader_reply(body, grader_prompt)
             else:
-                content = policy_reply(prompt.items)
+                content = attack_reply(prompt.items) or policy_reply(prompt.items)
         return content
 
     def _grader_reply(self, body: Body, text: str) -> str:
@@ -361,6 +391,7 @@ class FakeOpenAI:
             app.router.add_post(path, self._handle)
             app.router.add_post(path.removeprefix("/v1"), self._handle)
         self.batch_api.add_routes(app)
+        add_judge_routes(app, self)
         # Access logging costs more than the handler itself at thousands of requests per second.
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=_SHUTDOWN_TIMEOUT)
         await runner.setup()
@@ -404,6 +435,28 @@ class FakeOpenAI:
             self._loop = None
             self._thread = None
             self.base_url = None
+
+    def pause(self) -> None:
+        """Hold every request in service, and those coming into it, unanswered until ``resume()`` (see
+        ``capacity``): callable from any thread."""
+        self._on_loop(self.capacity.pause)
+
+    def resume(self) -> None:
+        """Answer the requests held by ``pause()``: callable from any thread."""
+        self._on_loop(self.capacity.resume)
+
+    def _on_loop(self, action: Callable[[], None]) -> None:
+        """Run ``action`` on the server's loop (at once if it serves on none of its own, or from its thread), and
+        return once it has run."""
+        loop = self._loop
+        if loop is None or threading.current_thread() is self._thread:
+            action()
+            return
+
+        async def run() -> None:
+            action()
+
+        asyncio.run_coroutine_threadsafe(run(), loop).result()
 
     def __enter__(self) -> FakeOpenAI:
         self.start()

@@ -74,6 +74,7 @@ class BatchClient(Completer):
         notify: Callable[[str], None] | None = None,
     ) -> None:
         self.chat = chat
+        self.hosts = chat.server.hosts  # the Batch API's files and batches live at one endpoint: not a pool
         self.ledger = ledger
         self.purpose = purpose
         self.settings = settings or BatchSettings()
@@ -102,7 +103,7 @@ class BatchClient(Completer):
         custom_id = request_key(payload if ident is None else payload + b"\0" + ident.encode())
         queued = self._requests.get(custom_id)
         if queued is None:
-            sent = self.chat.hosts.apply(payload)  # without what the endpoint refuses, as live requests go
+            sent = self.hosts.apply(payload)  # without what the endpoint refuses, as live requests go
             line = input_line(self.chat.wire, custom_id, sent)
             queued = QueuedRequest(custom_id, line, parse, payload=payload, sent=sent)
             self._requests[custom_id] = queued
@@ -163,9 +164,9 @@ class BatchClient(Completer):
     def _apply(self, request: QueuedRequest, outcome: Outcome) -> None:
         """Settle a request with a batch result: answer its callers, queue a follow-up, or fail it."""
         request.usage.add(outcome.usage)
-        if outcome.status is not None and self.chat.hosts.learn(outcome.status, outcome.body, request.sent):
+        if outcome.status is not None and self.hosts.learn(outcome.status, outcome.body, request.sent):
             # A parameter the project added, refused: the line goes again without it, and no attempt is spent.
-            request.sent = self.chat.hosts.apply(request.payload)
+            request.sent = self.hosts.apply(request.payload)
             request.line = input_line(self.chat.wire, request.custom_id, request.sent)
             request.attempts -= 1
             self._enqueue(request, fresh=False)

@@ -16,7 +16,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from healthbench.api.failures import RateLimited, read_refusal
 from healthbench.api.pacing.pacer import Pace, Pacer
@@ -179,6 +179,13 @@ def _lower(held: float | None, given: float | None) -> float | None:
     return given if held is None else held if given is None else min(held, given)
 
 
+class Listener(Protocol):
+    """What a budget tells of its places (`Budget.listen`)."""
+
+    def room_freed(self) -> None:
+        """A place may be free now."""
+
+
 class Budget:
     """A limit on requests in flight, shared by every client given it: see the module docstring. Loop-bound
     pieces are made per running loop."""
@@ -193,6 +200,8 @@ class Budget:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._in_use = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
+        # Routers that take places without waiting here (`take`), told when one frees (`api.routing.Router`).
+        self._listeners: weakref.WeakSet[Listener] = weakref.WeakSet()
 
     @property
     def adaptive(self) -> bool:
@@ -223,6 +232,34 @@ class Budget:
             if not waiter.done():
                 self._in_use += 1
                 waiter.set_result(None)
+        if self._in_use < self.limit:
+            for listener in list(self._listeners):
+                listener.room_freed()
+
+    @property
+    def in_use(self) -> int:
+        """Places held now, in the running loop."""
+        self._bind()
+        return self._in_use
+
+    def take(self) -> bool:
+        """Hold one place now if one is free and none waits in `slot` (give it back with `give_back`); False if
+        none is."""
+        self._bind()
+        if self._in_use < self.limit and not self._waiters:
+            self._in_use += 1
+            return True
+        return False
+
+    def give_back(self) -> None:
+        """Free a place `take` held."""
+        self._in_use -= 1
+        self._wake()
+
+    def listen(self, listener: Listener) -> None:
+        """Tell `listener` whenever a place frees (or the budget grows) and none waits in `slot` for it; held
+        weakly, so a listener lives no longer for it."""
+        self._listeners.add(listener)
 
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
@@ -246,3 +283,22 @@ class Budget:
         finally:
             self._in_use -= 1
             self._wake()
+
+
+class Budgets:
+    """A budget for each server, made on first use and shared by every client given this: clients of several
+    servers (a pool of judge servers) hold `limit` places at each, growing to `ceiling`, rather than one bound
+    for all of them together."""
+
+    def __init__(self, limit: int, ceiling: int | None = None) -> None:
+        Budget(limit, ceiling)  # the same settings refused the same way
+        self.limit = limit
+        self.ceiling = ceiling
+        self._by_server: dict[str, Budget] = {}
+
+    def of(self, server: str) -> Budget:
+        """The budget of the server at `server` (its base URL)."""
+        budget = self._by_server.get(server)
+        if budget is None:
+            budget = self._by_server[server] = Budget(self.limit, self.ceiling)
+        return budget
