@@ -55,7 +55,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from healthbench.testing.limits import RateLimits, WindowKind
-from tests.pacesim import COST, simulate
+from tests.pacesim import COST, PLAIN_BAR, simulate
 
 RATE = 100.0
 WINDOWS = {1.0: RATE, 10.0: RATE, 60.0: 20.0}
@@ -137,8 +137,6 @@ def issue38(seeds: int, rows: str) -> None:
                     )
 
 
-# Issue 47's bar: (share of rate x wall, share refused) with refused requests not counted, and counted.
-BARS = {False: (0.90, 0.03), True: (0.85, 0.05)}
 TASKS = 200  # eval's policy calls in issue 47's rows
 
 
@@ -176,7 +174,7 @@ def issue47(seeds: int, rows: str) -> None:
                     for seed in range(SEED, SEED + seeds)
                 ]
                 shares = [(run.answered / (RATE * run.seconds), run.share_refused) for run in runs]
-                bar, most = BARS[counted]
+                bar, most = PLAIN_BAR[counted]
                 short = "" if all(s >= bar and r < most for s, r in shares) else " (below the bar)"
                 share, refused = (sum(column) / seeds for column in zip(*shares, strict=True))
                 print(

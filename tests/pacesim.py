@@ -47,6 +47,9 @@ class Run:
 
 # An eval's shape: each policy answer is graded against a task's rubric items, twelve on a median HealthBench task.
 ITEMS = 12
+# Issue 47's bar for an eval against the plainest limiter (`RateLimits.plain`): (share of rate x wall, most refused)
+# with refused requests not counted, and counted.
+PLAIN_BAR = {False: (0.90, 0.03), True: (0.85, 0.05)}
 POLICY_CONCURRENCY = 32  # eval's default for the model's calls
 
 

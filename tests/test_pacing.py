@@ -20,7 +20,7 @@ from healthbench.api.ratesignals import request_cost
 from healthbench.errors import QuotaExhausted
 from healthbench.testing import FakeOpenAI
 from healthbench.testing.limits import Limiter, RateLimits, WindowKind
-from tests.pacesim import COST, SLOW_DOWN, Run, simulate
+from tests.pacesim import COST, PLAIN_BAR, SLOW_DOWN, Run, simulate
 
 RATE = 100.0  # requests a second, or the same in tokens
 
@@ -65,11 +65,6 @@ def test_the_hard_limiter_is_met_by_a_loaded_client_and_late_refusals(dimension:
     # sent meanwhile are refused too, each one deeper into debt.
     run = simulate(_limits("hard", dimension, headers, True), refusal_latency=0.3, arrival=0.05)
     _meets_the_bar(run, headers)
-
-
-# Issue 47's bar for an eval against the plainest limiter (`RateLimits.plain`): (share of rate x wall, most refused)
-# with refused requests not counted and counted.
-PLAIN_BAR = {False: (0.90, 0.03), True: (0.85, 0.05)}
 
 
 @pytest.mark.parametrize("counted", [False, True])
