@@ -17,10 +17,10 @@ cannot show:
   spent), although this process's starts of it over the window before the refused one, widened by `_LATE` for a
   start's way to the limiter, were under `_OWN` of a window's worth of that limit. A limit that counts one key
   refuses it only once its starts have filled its budget: a bucket once they have spent it, a sliding log or a
-  fixed window once the window holds a budget's worth. In the simulation (`tests/pacesim.py`, eval's shape, twelve
-  limiter kinds with 429s at once or 300 ms late, three seeds each) the first such refusal of two keys sharing the
-  limit came at 80-93% of the window's worth on the plainest limiter, 36-97% over all kinds (71 of 72 runs joined);
-  keys with limits of their own were refused at no less than 98% of it (none of 72 runs joined);
+  fixed window once the window holds a budget's worth. In the pace's simulation (eval's shape, twelve limiter
+  kinds with 429s at once or 300 ms late, three seeds each) the first such refusal of two keys sharing the limit
+  came at 80-93% of the window's worth on the plainest limiter, 36-97% over all kinds (71 of 72 runs joined); keys
+  with limits of their own were refused at no less than 98% of it (none of 72 runs joined);
 - nor had it started, since its first start, more than the most generous limit of that size lets through (its rate
   since then, and a whole window's worth to start with): a key whose own burst ran a limit into debt is refused
   for a while with few starts of its own in the window (the hard limiter at 500 requests a minute, after the
