@@ -83,6 +83,7 @@ def simulate(
     one_key: bool = True,
     siblings: bool = True,
     apart: bool = False,
+    unseen: float = 0.0,
 ) -> Run:
     """`calls` grader calls in each of `processes` processes, `concurrency` at once in each, 300 +/- 100 ms
     latency; a limiter's 429s come back after `refusal_latency` (at once, by default), requests reach it up to
@@ -96,7 +97,8 @@ def simulate(
     gate each (a policy key and a grader key that one limiter counts together, as an organization's keys are):
     siblings at one endpoint, as `keygates` makes them (`pacing.siblings`), or, with `siblings` False, keys whose
     gates cannot see each other (as in two processes); with `apart`, each key has a limiter of its own (two
-    organizations' keys)."""
+    organizations' keys); `unseen` requests a second of a sender this process cannot see (another process using the
+    first key) spend the first key's limiter while the run lasts."""
     limiter = kind(limits, now=0.0) if limits is not None else None
     rng = random.Random(seed)
     common = LocalPace(shared=True) if shared else None
@@ -166,9 +168,17 @@ def simulate(
 
     for index in range(processes):
         pump(index, 0.0)
+    if unseen:
+        push(0.0, "unseen", 0)
     while events:
         now, _, what, index, data = heapq.heappop(events)
         proc = procs[index]
+        if what == "unseen":
+            if limiters[0] is not None:
+                limiters[0].admit(GRADER_BODY, now)
+            if any(event[2] != "unseen" for event in events):
+                push(now + 1 / unseen, "unseen", 0)
+            continue
         if what == "send":
             send(index, now)
         elif what == "arrive":

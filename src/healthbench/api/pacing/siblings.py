@@ -11,28 +11,31 @@ policy's starts, took twenty seconds to regrow to the limit it now had to itself
 seed, 8.4% refused. Paced through one state, as one key's clients are, the two keys send at one pace, whichever
 starts, and one key has the whole of it while the other sends nothing.
 
-The evidence that two keys share a limit (`share_a_limit`), each piece of it what a limit that counts only one key
-cannot show:
-- a key refused by a limit (one its 429 names: its message's numbers, a limiter's own retry hint, headers showing it
-  spent), although this process's starts of it over the window before the refused one, widened by `_LATE` for a
-  start's way to the limiter, were under `_OWN` of a window's worth of that limit. A limit that counts one key
-  refuses it only once its starts have filled its budget: a bucket once they have spent it, a sliding log or a
-  fixed window once the window holds a budget's worth. In the pace's simulation (eval's shape, twelve limiter
-  kinds with 429s at once or 300 ms late, three seeds each) the first such refusal of two keys sharing the limit
-  came at 80-93% of the window's worth on the plainest limiter, 36-97% over all kinds (71 of 72 runs joined); keys
-  with limits of their own were refused at no less than 98% of it (none of 72 runs joined);
-- nor had it started, since its first start, more than the most generous limit of that size lets through (its rate
-  since then, and a whole window's worth to start with): a key whose own burst ran a limit into debt is refused
-  for a while with few starts of its own in the window (the hard limiter at 500 requests a minute, after the
-  first window of twenty);
-- another key at the endpoint was refused by a limit of the same dimension and size within that window, and the two
-  keys' starts together over the window reach the limit (`AT_PACE_MIN` of a window's worth).
+The evidence that two keys share a limit (`share_a_limit`), each piece of it what limits of one key each cannot show:
+- each key was refused by a limit (one its 429 names: its message's numbers, a limiter's own retry hint, headers
+  showing it spent) within one window of the other, limits of the same dimension and size, although this
+  process's starts of it over the window before its refused one, widened by `_LATE` for a start's way to the
+  limiter, were under `_OWN` of a window's worth of that limit. A limit that counts one key refuses it only once its
+  starts have filled its budget: a bucket once they have spent it, a sliding log or a fixed window once the window
+  holds a budget's worth. In the pace's simulation (eval's shape, twelve limiter kinds with 429s at once or 300 ms
+  late, three seeds each) the first such refusal of two keys sharing the limit came at 80-93% of the window's worth
+  on the plainest limiter, 36-97% over all kinds (70 of 72 runs joined); keys with limits of their own were refused
+  at no less than 98% of it (none of 72 runs joined). Both keys, not one: a key that a sender this process cannot
+  see spends too (another process using it, a notebook) is refused short of its limit as well; taken alone, that
+  joined it to a key refused at a limit of its own beside it in 41 of 90 simulated runs (the plainest, the hard, a
+  sliding-log and a fixed-window limiter, 20-60 requests a second unseen), asked of both keys in none;
+- nor had either key started, since its first start, more than the most generous limit of that size lets through
+  (its rate since then, and a whole window's worth to start with): a key whose own burst ran a limit into debt is
+  refused for a while with few starts of its own in the window (the hard limiter at 500 requests a minute, after
+  the first window of twenty);
+- the two keys' starts together over the window before the refused one reach the limit (`AT_PACE_MIN` of a
+  window's worth).
 
 Two keys that show it pace through one state from then on, the one of the key whose slot sorts first (the same
 choice in every process). Keys whose paces other processes share through a store (the store has seen other
 processes use them lately) are never joined: this process sees only its own starts of them, not the key's. Keys
-wrongly taken to share a limit are paced together under one: slower, never refused, as two models on one key are
-(`keygates`).
+wrongly taken to share a limit (two keys that senders this process cannot see each spend, refused together) are
+paced together under one: slower, never refused, as two models on one key are (`keygates`).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from __future__ import annotations
 import weakref
 from typing import Generic, Protocol, TypeVar
 
-from healthbench.api.pacing.pacer import Pacer
+from healthbench.api.pacing.pacer import Pacer, Refused
 from healthbench.api.pacing.state import AT_PACE_MIN, WINDOW
 
 S = TypeVar("S")
@@ -66,11 +69,18 @@ def share_a_limit(one: Pacer, other: Pacer) -> bool:
     if (refused.dimension, refused.per_minute) != (theirs.dimension, theirs.per_minute):
         return False
     budget = refused.per_minute / 60 * WINDOW
-    since, until, dimension = refused.started - WINDOW - _LATE, refused.started, refused.dimension
-    own = one.started_between(since, until, dimension)
-    both = own + other.started_between(since, until, dimension)
-    alone = one.started_alone(refused.at, refused.per_minute, dimension)
-    return own < _OWN * budget and alone < 1 and both >= AT_PACE_MIN * budget
+    since, until = refused.started - WINDOW - _LATE, refused.started
+    both = one.started_between(since, until, refused.dimension) + other.started_between(since, until, refused.dimension)
+    return _short(one, refused) and _short(other, theirs) and both >= AT_PACE_MIN * budget
+
+
+def _short(pacer: Pacer, refused: Refused) -> bool:
+    """Whether `pacer`'s key was refused as `refused` says with its own starts short of the limit: under `_OWN` of
+    a window's worth over the window before the refused one, and not past what the limit lets through since its
+    first start."""
+    budget = refused.per_minute / 60 * WINDOW
+    own = pacer.started_between(refused.started - WINDOW - _LATE, refused.started, refused.dimension)
+    return own < _OWN * budget and pacer.started_alone(refused.at, refused.per_minute, refused.dimension) < 1
 
 
 class Siblings(Generic[S]):
