@@ -6,7 +6,8 @@ Against the fake grader answering in `--latency` seconds (1 s by default, one gr
 settings unless a row says otherwise:
 
 - TRL dataset mode: a real `GRPOTrainer` on the CPU with the tiny local policy, `--steps` steps of 16 completions
-  (two tasks of at most 15 rubric items, eight generations each: at most 240 calls, within the default budget),
+  (two tasks of at most 15 rubric items, eight generations each; the tiny policy's eight are one text, which the
+  reward grades once and reuses, so a step is at most 30 calls, where it was 240 before the reuse),
   the reward function `integrations.trl.reward_function()`: the seconds TRL waits on it each step. The first step
   is a new key's first (its pace's slow start); the later ones are warm. A second run gives the key's limit
   (`grader_rpm`, `--rpm`), so a new key's pace starts without its slow start.
@@ -135,7 +136,9 @@ def trl_dataset_mode(
     pairs = [[(pid, reply_text(c)) for pid, c in zip(ids, comps, strict=True)] for ids, comps, _ in seen]
     return {
         "spent": spent,
-        "items": [sum(items[pid] for pid in ids) for ids, _, _ in seen],
+        # The items graded: a completion the step holds more than once (the tiny policy's are all one text) is
+        # graded once, its copies reusing its verdicts.
+        "items": [sum(items[pid] for pid, _ in set(step)) for step in pairs],
         "pairs": [pair for step in pairs for pair in step],
         "rewards": [r for _, _, rewards in seen for r in rewards],
     }

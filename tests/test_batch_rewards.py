@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
+from healthbench.data.source import TaskSource
 from healthbench.errors import GradingError, SettingsError, UnknownPromptId
 from healthbench.integrations import verl as verl_rewards
-from healthbench.integrations.rewards import BatchRewards, data_source, task_rows
+from healthbench.integrations.rewards import BatchRewards, task_rows
 from healthbench.integrations.trl import reward_function
 from healthbench.testing import FakeOpenAI
 from tests.conftest import write_jsonl
@@ -118,9 +119,10 @@ def test_rows_come_from_the_environment_once_per_process(
     data: Path, grader: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HEALTHBENCH_DATA", str(data))
-    assert data_source(None) == (None, str(data))
-    assert data_source("hard") == ("hard", None) and data_source("subset:full") == ("full", None)
-    assert task_rows() is task_rows(str(data))  # one load for the same data
+    # A string names a subset when it is one (as run.json names it too), else a file; a Path is a file.
+    assert TaskSource.given("hard") == TaskSource.named("hard") == TaskSource.given("subset:hard")
+    assert TaskSource.given(str(data)) == TaskSource.given(data) == TaskSource.file(data)
+    assert task_rows() is task_rows(str(data)) is task_rows(data)  # one load for the same data
     assert set(BatchRewards().tasks.by_id) == {row["prompt_id"] for row in ROWS}
 
 
@@ -216,7 +218,10 @@ def test_verl_reward_loop_form_is_a_coroutine_matching_grade(data: Path, grader:
     async def loop() -> list[float]:
         return list(
             await asyncio.gather(
-                *(verl_rewards.compute_score("healthbench", reply, pid, dict(info), extra=1) for pid, reply in pairs)
+                *(
+                    verl_rewards.compute_score("healthbench", reply, pid, dict(info), reward_model_tokenizer=None)
+                    for pid, reply in pairs
+                )
             )
         )
 

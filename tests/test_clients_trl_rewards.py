@@ -106,8 +106,13 @@ def test_a_grpo_step_in_dataset_mode_gets_grades_rewards(grader: FakeOpenAI, tmp
     [logged] = [entry for entry in trainer.state.log_history if "healthbench/ungraded" in entry]
     assert logged["healthbench/ungraded"] == GENERATIONS
     axes = {f"healthbench/{name.removeprefix('axis:')}" for name in graded[replies[good[0]]]["metrics"]}
-    means = {name for name in logged if name.startswith("healthbench/") and name != "healthbench/ungraded"}
+    counts = {"healthbench/ungraded", "healthbench/grader_calls", "healthbench/reused_calls"}
+    means = {name for name in logged if name.startswith("healthbench/") and name not in counts}
     assert means and means <= axes
+    # The same completion text more than once in the step is graded once: its other copies reuse its verdicts.
+    items = len(graded[replies[good[0]]]["rubric_items"])
+    assert logged["healthbench/grader_calls"] == items * len(by_reply)
+    assert logged["healthbench/grader_calls"] + logged["healthbench/reused_calls"] == items * GENERATIONS
 
 
 def test_a_prompt_id_outside_the_split_stops_the_step_naming_it(grader: FakeOpenAI, tmp_path: Path) -> None:

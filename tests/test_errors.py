@@ -12,13 +12,16 @@ from healthbench.errors import (
     ConfigMismatch,
     DataError,
     EndpointError,
+    GradingError,
     HealthBenchError,
     NotGraded,
     OutputError,
     PolicyMisuse,
     QuotaExhausted,
+    ReplyGradingError,
     ServeError,
     SettingsError,
+    UnknownPromptId,
     UnknownTask,
 )
 from healthbench.runs.policy import PolicyConfig
@@ -91,8 +94,26 @@ def test_messages_with_facts_as_fields() -> None:
     assert str(PolicyMisuse.refused_request("http://x/v1", "HTTP 401: bad key")) == (
         "http://x/v1 refused a request to the model (HTTP 401: bad key); no score is written."
     )
-    assert str(UnknownTask("test", "p9")) == "no task with split 'test' and prompt_id 'p9'"
-    assert str(UnknownTask("dev", splits=("test", "hard"))) == "no task with split 'dev': the splits are 'test', 'hard'"
+    assert str(UnknownTask("p9", "test")) == "prompt_id 'p9' is not in split 'test'"
+    assert str(UnknownTask("p9", "dev", splits=("test", "hard"))) == (
+        "prompt_id 'p9' is not in split 'dev': there is no such split here (the splits are 'test', 'hard')"
+    )
+    assert str(UnknownTask("p9", "test", splits=("test", "hard"))) == "prompt_id 'p9' is not in split 'test'"
+    # One fact, one error: the trainers' rewards' name for it is the same class.
+    assert UnknownPromptId is UnknownTask
+
+
+def test_a_grading_error_redacted_keeps_its_class_and_lasting() -> None:
+    key = "sk-secret-0123456789"
+    plain = GradingError("t1", "Says rest.", f"HTTP 400: bad key {key}", lasting=True)
+    redacted = plain.redacted(key)
+    assert type(redacted) is GradingError and redacted.lasting and key not in str(redacted)
+    assert "[redacted]" in redacted.cause and redacted.criterion == "Says rest."
+    whole = ReplyGradingError("t1", 12, f"echoed {key}", lasting=True)
+    redacted = whole.redacted(key)
+    assert type(redacted) is ReplyGradingError and redacted.lasting and redacted.items == 12
+    assert key not in str(redacted) and "its 12 rubric items" in str(redacted)
+    assert plain.redacted("other") is plain and plain.redacted(None) is plain
 
 
 def test_a_validator_raises_the_packages_error() -> None:

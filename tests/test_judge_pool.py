@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,44 @@ def results(out: Path) -> list[str]:
     return [json.loads(line)["prompt_id"] for line in (out / "results.jsonl").read_text().splitlines()]
 
 
+class Grading:
+    """`healthbench grade` in a process of its own, its output read as it comes, so that a test can act on the
+    servers mid-run; killed on exit if it is still running."""
+
+    def __init__(self, *args: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "healthbench", *args, "--no-progress"],
+            env={**os.environ, **ENV},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=lambda: self.lines.extend(self.process.stdout or ()), daemon=True)
+        self._reader.start()
+        self._deadline = time.monotonic() + _PATIENCE
+
+    def until(self, reached: Callable[[], bool], what: str) -> None:
+        """Wait, bounded, until `reached()` (or the run ends); `what` says what never came."""
+        while not reached() and self.process.poll() is None:
+            assert time.monotonic() < self._deadline, what
+            time.sleep(0.05)  # polling for a state the servers reach, not timing anything
+
+    def finish(self) -> tuple[int, str]:
+        """The run's exit status and output, once it ends (bounded)."""
+        self.process.wait(timeout=_PATIENCE * 2)
+        self._reader.join(timeout=_PATIENCE)
+        return self.process.returncode, "".join(self.lines)
+
+    def __enter__(self) -> Grading:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
 def test_a_pool_grades_as_one_server_with_each_replys_items_on_one_judge(tmp_path: Path) -> None:
     rows = pool_rows(60)
     data, answers, replies = files(tmp_path, rows)
@@ -95,34 +134,14 @@ def test_a_server_that_dies_mid_run_is_taken_out_and_its_requests_go_to_the_othe
         dying.pause()
         assert dying.base_url and living.base_url
         dead = dying.base_url
-        command = [
-            sys.executable,
-            "-m",
-            "healthbench",
-            *grade_args(data, answers, out, [dead, living.base_url]),
-        ]
-        process = subprocess.Popen(
-            [*command, "--concurrency", "3", "--no-progress"],
-            env={**os.environ, **ENV},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        lines: list[str] = []
-        reader = threading.Thread(target=lambda: lines.extend(process.stdout or ()), daemon=True)
-        reader.start()
-        deadline = time.monotonic() + _PATIENCE
-        while dying.capacity.running < 3 and process.poll() is None:
-            assert time.monotonic() < deadline, "the first judge never filled up"
-            time.sleep(0.05)
-        dying.stop()  # every request it holds is cut off unanswered
-        process.wait(timeout=_PATIENCE * 2)
-        reader.join(timeout=_PATIENCE)
+        with Grading(*grade_args(data, answers, out, [dead, living.base_url]), "--concurrency", "3") as grading:
+            grading.until(lambda: dying.capacity.running == 3, "the first judge never filled up")
+            dying.stop()  # every request it holds is cut off unanswered
+            status, output = grading.finish()
     finally:
         dying.stop()
         living.stop()
-    output = "".join(lines)
-    assert process.returncode == 0, output
+    assert status == 0, output
     check_against_reference(out, rows, replies)
     assert sorted(results(out)) == sorted(replies)
     assert living.requests_total == calls  # the dead judge answered nothing: the living one graded every item once
@@ -234,33 +253,49 @@ def test_a_server_that_comes_back_is_tried_and_taken_back_in(tmp_path: Path) -> 
         living.start()
         living.pause()  # it holds what it takes: the run cannot end before the first server is back
         assert living.base_url
-        command = [sys.executable, "-m", "healthbench", *grade_args(data, answers, out, [down, living.base_url])]
-        process = subprocess.Popen(
-            [*command, "--concurrency", "4", "--no-progress"],
-            env={**os.environ, **ENV},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        lines: list[str] = []
-        reader = threading.Thread(target=lambda: lines.extend(process.stdout or ()), daemon=True)
-        reader.start()
-        deadline = time.monotonic() + _PATIENCE
-        while not any("is out of the pool" in line for line in lines) and process.poll() is None:
-            assert time.monotonic() < deadline, "the first server was never taken out"
-            time.sleep(0.05)
-        revived.start()
-        while revived.requests_total == 0 and process.poll() is None:
-            assert time.monotonic() < deadline, "the first server was never tried again"
-            time.sleep(0.05)
-        living.resume()
-        process.wait(timeout=_PATIENCE * 2)
-        reader.join(timeout=_PATIENCE)
+        with Grading(*grade_args(data, answers, out, [down, living.base_url]), "--concurrency", "4") as grading:
+            taken_out = "the first server was never taken out"
+            grading.until(lambda: any("is out of the pool" in line for line in grading.lines), taken_out)
+            revived.start()
+            grading.until(lambda: revived.requests_total > 0, "the first server was never tried again")
+            living.resume()
+            status, output = grading.finish()
     finally:
         living.stop()
         revived.stop()
-    output = "".join(lines)
-    assert process.returncode == 0, output
+    assert status == 0, output
     assert f"judge server {down} is back in the pool" in output
     check_against_reference(out, rows, replies)
     assert revived.requests_total + living.requests_total == len(rows) * len(ITEMS)  # none asked twice
+
+
+def test_a_server_whose_answers_cannot_be_used_is_taken_out_while_the_others_grade(tmp_path: Path) -> None:
+    """One server of two without the JSON its siblings give (a wrong chat template, say): too few of the pool's
+    answers for the pool to be unusable, so the server alone goes out, and the run ends as one server's would."""
+    rows = pool_rows(30)
+    data, answers, replies = files(tmp_path, rows)
+    with FakeOpenAI(fault_rate=1.0, faults=["prose"]) as prose, FakeOpenAI() as good:
+        assert prose.base_url and good.base_url
+        bad, out = prose.base_url, tmp_path / "out"
+        result = CliRunner().invoke(main, grade_args(data, answers, out, [bad, good.base_url]), env=ENV)
+    assert result.exit_code == 0, result.output
+    message = " ".join(result.output.split())
+    assert f"judge server {bad} is out of the pool (12 of its first 12 answers could not be used" in message
+    check_against_reference(out, rows, replies)
+
+
+def test_a_password_in_a_pools_url_is_never_shown(tmp_path: Path) -> None:
+    rows = pool_rows(2)
+    data, answers, _ = files(tmp_path, rows)
+    first, second = dead_url(), dead_url()
+    secret = "hunter2-secret"
+    pool = [first.replace("http://", f"http://user:{secret}@"), second.replace("http://", f"http://user:{secret}@")]
+    # The URL's password authorises its requests (HTTP Basic, as a router may want): no key beside it.
+    keyless = {**ENV, "HEALTHBENCH_GRADER_API_KEY": "", "OPENAI_API_KEY": ""}
+    result = CliRunner().invoke(main, grade_args(data, answers, tmp_path / "out", pool), env=keyless)
+    assert result.exit_code != 0 and "every server of the pool is out" in result.output
+    assert secret not in result.output and first in " ".join(result.output.split())
+    # With a key too, the two ways to authorise are refused in one line before anything is sent.
+    both = CliRunner().invoke(main, grade_args(data, answers, tmp_path / "other", pool), env=ENV)
+    assert both.exit_code != 0 and "a user and password in its URL, and a key" in " ".join(both.output.split())
+    assert secret not in both.output and "Traceback" not in both.output

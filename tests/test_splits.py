@@ -147,6 +147,25 @@ def test_unknown_prompt_id_names_both() -> None:
     assert (error.prompt_id, error.split) == ("p9", "train")
 
 
+def test_one_reading_of_data_subset_split_heldout_and_seed(tmp_path: Path) -> None:
+    from healthbench.data.source import TaskSource
+
+    data = tmp_path / "rows.jsonl"
+    data.write_text(json.dumps(make_row("a")) + "\n", encoding="utf-8")
+    chosen = TaskSource.chosen(str(data), split="train", heldout=data, seed=3)
+    assert (chosen.path, chosen.split, chosen.heldout, chosen.split_seed) == (data, "train", data, 3)
+    assert TaskSource.chosen() == TaskSource.named("full") == TaskSource.chosen("subset:full")
+    assert TaskSource.chosen(subset="hard").subset == "hard"
+    with pytest.raises(SettingsError, match="give `data` or `subset`, not both"):
+        TaskSource.chosen(data, "full")
+    with pytest.raises(SettingsError, match="`heldout` goes with `split`"):
+        TaskSource.chosen(data, heldout=data)
+    with pytest.raises(SettingsError, match="`heldout` goes with `data`"):
+        TaskSource.chosen(split="train", heldout=data)
+    with pytest.raises(SettingsError, match="`split` splits the full set or a `data` file, not the hard subset"):
+        TaskSource.chosen("hard", split="train")
+
+
 def test_the_sample_rows(sample_path: Path) -> None:
     rows = load_rows(sample_path)
     assigned = assign_splits(rows)

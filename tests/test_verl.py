@@ -21,7 +21,7 @@ import pytest
 from healthbench.data.loading import load_rows
 from healthbench.data.source import TaskSource
 from healthbench.data.splits import assign_splits
-from healthbench.errors import GradingError, UnknownPromptId
+from healthbench.errors import GradingError, SettingsError, UnknownPromptId
 from healthbench.integrations.export import export_split
 from healthbench.integrations.rewards import close_graders
 from healthbench.testing import FakeOpenAI
@@ -118,13 +118,17 @@ def batch(parquet: Path, pairs: list[tuple[str, str]], tok: Any, ground_truth: s
     )
 
 
-def config(path: str, name: str, tokenizer_path: Path, manager: str = "naive") -> Any:
-    """The parts of verl's trainer config its reward code reads (verl/trainer/config/ppo_trainer.yaml's names)."""
+def config(
+    path: str, name: str, tokenizer_path: Path, manager: str = "naive", settings: dict[str, Any] | None = None
+) -> Any:
+    """The parts of verl's trainer config its reward code reads (verl/trainer/config/ppo_trainer.yaml's names);
+    `settings` the reward's `reward_kwargs` (else `grader_max_attempts=2`)."""
+    kwargs = settings if settings is not None else {"grader_max_attempts": 2}
     return OmegaConf.create(
         {
             "actor_rollout_ref": {"model": {"path": str(tokenizer_path), "tokenizer_path": None}},
             "reward": {
-                "custom_reward_function": {"path": path, "name": name, "reward_kwargs": {"grader_max_attempts": 2}},
+                "custom_reward_function": {"path": path, "name": name, "reward_kwargs": kwargs},
                 "reward_manager": {"name": manager, "source": "register"},
                 "reward_model": {"enable": False},
             },
@@ -182,3 +186,31 @@ def test_the_reward_loop_worker_scores_each_reply_as_grade(grader: FakeOpenAI, t
     with pytest.raises(UnknownPromptId, match=rf"{heldout}.*'train'"):
         worker.loop.run_until_complete(scored(batch(parquet, [(train[0], REPLIES[0])], tok, ground_truth=heldout)))
     worker.loop.run_until_complete(close_graders())  # a Ray worker's loop lives as long as its process
+
+
+def test_a_misspelled_reward_kwarg_is_refused_naming_it_before_any_grader_call(
+    grader: FakeOpenAI, tmp_path: Path
+) -> None:
+    """verl's own loader and managers hand the file `reward_kwargs` as they are: a misspelling is refused with
+    TRL's words, where verl 0.9.1 used to ignore it and grade with the default."""
+    get_custom_reward_fn = importlib.import_module("verl.trainer.ppo.reward").get_custom_reward_fn
+    batch_manager = importlib.import_module("verl.workers.reward_manager.batch").BatchRewardManager
+    reward_loop_worker = importlib.import_module("verl.experimental.reward_loop.reward_loop").RewardLoopWorker
+
+    _, parquet, train, _ = exported(tmp_path)
+    tok = tokenizer(tmp_path / "tokenizer")
+    misspelled = {"grader_modle": "gpt-4.1-2025-04-14"}
+    said = r"`grader_modle` is no setting of the reward \(did you mean `grader_model`\?\)"
+    path = reward_file()
+    compute = get_custom_reward_fn(config(path, "compute_score_batch", tmp_path / "tokenizer", settings=misspelled))
+    manager = batch_manager(tok, num_examine=0, compute_score=compute)
+    with pytest.raises(SettingsError, match=said):
+        manager(batch(parquet, [(train[0], REPLIES[0])], tok))
+    worker = reward_loop_worker(config(path, "compute_score", tmp_path / "tokenizer", settings=misspelled))
+
+    async def scored(proto: Any) -> list[dict[str, Any]]:
+        return list(await worker.compute_score_batch(proto))
+
+    with pytest.raises(SettingsError, match=said):
+        worker.loop.run_until_complete(scored(batch(parquet, [(train[0], REPLIES[0])], tok)))
+    assert grader.requests_total == 0

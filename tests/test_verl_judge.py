@@ -138,16 +138,18 @@ def listening(router_address: str) -> str:
         time.sleep(0.05)  # polling for the router to listen, not timing anything
 
 
+# Eight rollouts of one task, a GRPO group, each its own text: the trainers' rewards grade an identical text once.
+GROUP = [f"{reply} (rollout {n})" for n in range(4) for reply in REPLIES]
+
+
 def as_grade(tmp: Path, data: Path, prompt_id: str) -> list[float]:
-    """`healthbench grade`'s score for each of `REPLIES` to task `prompt_id`, graded by `JUDGE` on a fake of its own
-    (a run grades a task once: a run per reply)."""
+    """`healthbench grade`'s score for each reply of `GROUP` to task `prompt_id`, graded by `JUDGE` on a fake of its
+    own (a run grades a task once: a run per reply)."""
     flags = ("--grader-model", JUDGE)
     with FakeOpenAI() as reference:
         assert reference.base_url
         url = reference.base_url
-        found = [
-            graded_by_cli(tmp, data, {prompt_id: reply}, url, f"grade{n}", flags) for n, reply in enumerate(REPLIES)
-        ]
+        found = [graded_by_cli(tmp, data, {prompt_id: reply}, url, f"grade{n}", flags) for n, reply in enumerate(GROUP)]
     return [one[prompt_id]["score"] for one in found]
 
 
@@ -172,7 +174,7 @@ def test_the_reward_loop_grades_through_verls_router_as_grade(judges: Judges, tm
     # As `RewardLoopManager` makes each of its workers: the config and the router's address.
     worker = reward_loop_worker(config, router)
     assert worker.reward_model_tokenizer is not None  # passed to the reward file with the address
-    replies = [(train[0], reply) for reply in REPLIES] * 4  # eight replies to one task: a GRPO group
+    replies = [(train[0], reply) for reply in GROUP]
 
     async def scored(proto: Any) -> list[dict[str, Any]]:
         return list(await worker.compute_score_batch(proto))
@@ -181,7 +183,7 @@ def test_the_reward_loop_grades_through_verls_router_as_grade(judges: Judges, tm
     worker.loop.run_until_complete(close_graders())  # a Ray worker's loop lives as long as its process
     judged_as_verl_serves_it(judges, len(replies), workers=1)
     scores = as_grade(tmp_path, data, train[0])
-    assert [output["reward_score"] for output in outputs] == pytest.approx(scores * 4, abs=1e-9)
+    assert [output["reward_score"] for output in outputs] == pytest.approx(scores, abs=1e-9)
 
 
 @needs_redis
@@ -200,7 +202,7 @@ def test_two_ray_reward_workers_grade_through_the_router_sharing_its_pace(
     monkeypatch.setenv("HEALTHBENCH_PACE_STORE", redis.url)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(reward_loop, "RewardModelManager", judges.manager())
-    replies = [(train[0], reply) for reply in REPLIES] * 4
+    replies = [(train[0], reply) for reply in GROUP]
     ray.init(num_cpus=2, include_dashboard=False)
     try:
         manager = reward_loop.RewardLoopManager(config)  # verl's: the router, then two reward workers as actors
@@ -217,7 +219,7 @@ def test_two_ray_reward_workers_grade_through_the_router_sharing_its_pace(
     assert len(pids) == 2
     scores = as_grade(tmp_path, data, train[0])
     # verl's rm_scores put each reply's score on its last token, as float32.
-    assert result.batch["rm_scores"].sum(dim=1).tolist() == pytest.approx(scores * 4, abs=1e-6)
+    assert result.batch["rm_scores"].sum(dim=1).tolist() == pytest.approx(scores, abs=1e-6)
 
 
 def within(seconds: float, work: Callable[[], T]) -> T:

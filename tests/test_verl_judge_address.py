@@ -78,7 +78,8 @@ def test_the_router_address_grades_with_the_model_its_server_lists_asked_once(da
             ["healthbench"] * len(ROWS), replies, truths, [info(data)] * len(ROWS), **given
         )
         assert judge.models_listed == 1
-        assert judge.requests_total == 2 * calls
+        # The same replies again within the reuse window: their verdicts are reused, nothing is paid twice.
+        assert judge.requests_total == calls
     expected = as_grade_scores(tmp_path, data, JUDGE)
     assert scores == pytest.approx(expected, abs=1e-9)
     assert batch == pytest.approx(expected, abs=1e-9)

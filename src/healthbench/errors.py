@@ -61,27 +61,36 @@ class DownloadFailed(DataError):
 
 
 class UnknownTask(DataError):
-    """A task asked for by a split and prompt id that the rows at hand do not have: the message names both, and
-    the splits there are when the split itself is not one."""
+    """A task asked for by a prompt_id that a split of the rows at hand does not have (a reward asked for a task of
+    another split or of other data, a task spec a client made up): the message names both, and the splits there
+    are when the split itself is not one (`splits`: those there are, given when `split` may be none of them).
+    `UnknownPromptId` is the same error, by the name the trainers' rewards first raised it under."""
 
-    def __init__(self, split: object, prompt_id: object = None, *, splits: tuple[str, ...] = ()) -> None:
-        if splits:
+    def __init__(self, prompt_id: object, split: object, *, splits: tuple[str, ...] = ()) -> None:
+        said = f"prompt_id {prompt_id!r} is not in split {split!r}"
+        if splits and split not in splits:
             shown = ", ".join(repr(name) for name in splits)
-            super().__init__(f"no task with split {split!r}: the splits are {shown}")
-        else:
-            super().__init__(f"no task with split {split!r} and prompt_id {prompt_id!r}")
-        self.split = split
-        self.prompt_id = prompt_id
-
-
-class UnknownPromptId(DataError):
-    """A prompt_id that is not among a split's tasks (a reward asked for a task of another split, or of no data
-    at all): the message names the prompt_id and the split."""
-
-    def __init__(self, prompt_id: str, split: str) -> None:
-        super().__init__(f"prompt_id {prompt_id!r} is not in split {split!r}")
+            said += f": there is no such split here (the splits are {shown})"
+        super().__init__(said)
         self.prompt_id = prompt_id
         self.split = split
+
+
+UnknownPromptId = UnknownTask
+
+
+class NotAReply(DataError):
+    """What a trainer's reward was given in place of a reply (None, a number, an empty list of messages, a message
+    without text): which one of the step it is (its place, and its task) and what it was, refused before any grader
+    call wherever a reward is asked for (TRL, verl, `/rewards`, `/openrlhf`)."""
+
+    def __init__(self, index: int, prompt_id: object, given: object) -> None:
+        super().__init__(
+            f"reply {index} (task {prompt_id}) is not a reply: {_clipped(repr(given), 100)}; a reply is its text, or a "
+            "conversation's messages whose last holds it as its content"
+        )
+        self.index = index
+        self.prompt_id = prompt_id
 
 
 class RunBeingWritten(DataError):
@@ -270,6 +279,16 @@ class GradingError(NotGraded):
         self.cause = cause
         self.lasting = lasting
 
+    def redacted(self, secret: str | None) -> GradingError:
+        """The same error (its class, its `lasting`) with `secret` taken out of its cause: a grader key an endpoint
+        echoed in an error body, which must not reach a log or a client. Itself when the cause does not hold it."""
+        if not secret or secret not in self.cause:
+            return self
+        return self._with_cause(self.cause.replace(secret, "[redacted]"))
+
+    def _with_cause(self, cause: str) -> GradingError:
+        return GradingError(self.prompt_id, self.criterion, cause, lasting=self.lasting)
+
 
 class ReplyGradingError(GradingError):
     """A reply whose rubric, asked in one grader call (`per-reply`), got no valid list of verdicts: which task, how
@@ -286,6 +305,9 @@ class ReplyGradingError(GradingError):
         self.cause = cause
         self.items = items
         self.lasting = lasting
+
+    def _with_cause(self, cause: str) -> GradingError:
+        return ReplyGradingError(self.prompt_id, self.items, cause, lasting=self.lasting)
 
 
 class SampleError(NotGraded):
@@ -434,18 +456,19 @@ class OverLimit(ServeError):
     grade, a group of too many candidates): nothing of it was graded. The message names the bound and the flag
     that sets it."""
 
+    # The setting that bounds a reply's length, as a server's bound names it; the in-process rewards name theirs.
+    SERVED_REPLY_BOUND = "healthbench serve --max-reply-chars"
+
     @staticmethod
-    def reply_cause(chars: int, most: int) -> str:
-        """Why a reply of `chars` characters is not graded by a server that grades `most`."""
-        return (
-            f"the reply is {chars:,} characters, more than this server grades: at most {most:,} "
-            "(healthbench serve --max-reply-chars)"
-        )
+    def reply_cause(chars: int, most: int, setting: str = SERVED_REPLY_BOUND) -> str:
+        """Why a reply of `chars` characters is not graded where `setting` (named in the message) bounds a reply to
+        `most`."""
+        return f"the reply is {chars:,} characters, more than is graded: at most {most:,} ({setting})"
 
     @classmethod
-    def reply(cls, prompt_id: str, chars: int, most: int) -> OverLimit:
+    def reply(cls, prompt_id: str, chars: int, most: int, setting: str = SERVED_REPLY_BOUND) -> OverLimit:
         """A reply to task `prompt_id` too long to grade."""
-        return cls(f"task {prompt_id}: {cls.reply_cause(chars, most)}")
+        return cls(f"task {prompt_id}: {cls.reply_cause(chars, most, setting)}")
 
     @classmethod
     def group(cls, size: int, most: int) -> OverLimit:

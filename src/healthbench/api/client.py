@@ -49,14 +49,16 @@ from healthbench.api.pacing.gate import Budget as Budget  # re-exported: made wi
 from healthbench.api.pacing.gate import Budgets as Budgets  # re-exported: made with clients
 from healthbench.api.ratesignals import DEFAULT_OUTPUT_CAP, output_cap, request_cost
 from healthbench.api.retrying import (
-    RETRY_STATUSES as RETRY_STATUSES,  # re-exported: what is worth asking again
-)
-from healthbench.api.retrying import (
+    LIMITLESS,
     AttemptFailed,
     Failure,
     Health,
     Kind,
     log_retry,
+    unusable_answers,
+)
+from healthbench.api.retrying import (
+    RETRY_STATUSES as RETRY_STATUSES,  # re-exported: what is worth asking again
 )
 from healthbench.api.retrying import Retries as Retries  # re-exported: made with clients
 from healthbench.api.routing import Router, Server
@@ -126,6 +128,12 @@ class ApiClient(Completer):
         if isinstance(budget, Budget) and len(urls) > 1:
             raise SettingsError("one budget cannot serve a pool of servers: give each its own (`Budgets`)")
         self.base_url = ",".join(urls)
+        self.shown = ",".join(map(shown, urls))  # as it may be shown: no password, of any server
+        if api_key and self.shown != self.base_url:
+            raise SettingsError(
+                f"{self.shown} is given with a user and password in its URL, and a key: each is a way to authorise a "
+                "request (HTTP Basic from the URL, a Bearer token from the key), and a request carries one; give either"
+            )
         self.wire = api
         self.retry = retry or Retries()
         # Content-Type is set per request: a multipart upload (`api`) needs its own.
@@ -145,7 +153,7 @@ class ApiClient(Completer):
             # by URL: a URL is no host's identity (a server restarted on it, a port reused, may take other fields).
             hosts = Adaptations(shown(url + api.path))
             servers.append(Server(url, url + api.path, own, gate, hosts))
-        self.router = Router(servers)
+        self.router = Router(servers, self._redact)
         self.servers = self.router.servers
         self.concurrency = sum(server.budget.floor for server in self.servers)
         self.default_output_cap = default_output_cap
@@ -159,7 +167,7 @@ class ApiClient(Completer):
     def server(self) -> Server:
         """The server of a client of one (the Batch API's, whose files and batches live at one endpoint)."""
         if self.router.pooled:
-            raise SettingsError(f"{shown(self.base_url)} is a pool of servers, and this needs one endpoint")
+            raise SettingsError(f"{self.shown} is a pool of servers, and this needs one endpoint")
         return self.servers[0]
 
     @property
@@ -185,9 +193,10 @@ class ApiClient(Completer):
         return AttemptFailed(failure)
 
     async def _attempt(self, server: Server, payload: bytes, cost: int, alone: bool) -> Reading:
-        """One exchange with `server`, whose place the caller holds and this frees once the answer is read."""
-        session = self._bind()
+        """One exchange with `server`, whose place the caller holds and this frees once the answer is read (whatever
+        happens first)."""
         try:
+            session = self._bind()
             ticket = await server.gate.start(cost)
             payload = server.hosts.outgoing(payload, alone)  # as learned by the time it goes
             try:
@@ -233,34 +242,22 @@ class ApiClient(Completer):
         while True:
             server = await self.router.acquire(affinity)
             if server is None:
-                raise AttemptFailed(Failure(Kind.UNREACHABLE, f"every server of the pool is out: {self.router.out()}"))
+                everyone = f"every server of the pool is out: {self.router.out()}"
+                if self.router.lasting():  # what no wait cures, at every server: the run stops now
+                    raise self.unusable(everyone, refused=True)
+                raise AttemptFailed(Failure(Kind.UNREACHABLE, everyone))
+            held = True  # the place at the server, until `_attempt` (which frees it whatever happens) has it
             told = False
             try:
                 turn = await server.hosts.turn(payload)
                 try:
+                    held = False
                     reading = await self._attempt(server, payload, cost, alone=turn is not None)
                 except AttemptFailed as exc:
-                    # Only a request sent with an added parameter says whether the host takes it (a policy's says
-                    # nothing, nor an answer that is no refusal).
-                    sent = exc.sent
-                    failure = exc.failure
-                    if sent and server.hosts.carried(sent) and server.hosts.learn(failure.status, failure.body, sent):
-                        told = True
-                        self.router.answered(server)
-                        continue
                     told = True
-                    lasting = failure.rule.unusable and not failure.retried
-                    self.router.failed(server, failure, lasting=lasting)
-                    if not (self.router.pooled and (lasting or Breaker.counts(failure))):
-                        raise
-                    if self.router.elsewhere(server):
-                        exc.failover = True
-                        raise
-                    # The last server of a pool to go out: the call fails as one endpoint's would, naming them all.
-                    everyone = dataclasses.replace(
-                        failure, cause=f"every server of the pool is out: {self.router.out()}"
-                    )
-                    raise AttemptFailed(everyone, exc.sent) from None
+                    if self._adapted(server, exc):
+                        continue
+                    raise self._judged(server, exc) from None
                 finally:
                     if turn is not None:
                         turn.release()
@@ -270,8 +267,37 @@ class ApiClient(Completer):
                 self.router.answered(server)
                 return reading, server
             finally:
+                if held:
+                    self.router.release(server)
                 if not told:
                     self.router.abandoned(server)
+
+    def _adapted(self, server: Server, exc: AttemptFailed) -> bool:
+        """Whether the failed attempt was a refusal of a parameter this project added, now left out at `server`
+        (`hosts.Adaptations.learn`): the request goes again. Only a request sent with an added parameter says whether
+        the host takes it (a policy's says nothing, nor an answer that is no refusal)."""
+        sent, failure = exc.sent, exc.failure
+        if sent and server.hosts.carried(sent) and server.hosts.learn(failure.status, failure.body, sent):
+            self.router.answered(server)
+            return True
+        return False
+
+    def _judged(self, server: Server, exc: AttemptFailed) -> AttemptFailed:
+        """The failed attempt at `server` told to its breaker, as the retry loop takes it: at once at another server of
+        a pool when the failure was the server's and another takes requests (`failover`); when the pool's last server
+        goes out, the call fails as one endpoint's would, naming them all."""
+        failure = exc.failure
+        lasting = failure.rule.unusable and not failure.retried
+        self.router.failed(server, failure, lasting=lasting)
+        if failure.kind is Kind.UNUSABLE_CONTENT:
+            self.router.content(server, failure)  # an answer with nothing to use (no content): the server's doing?
+        if not (self.router.pooled and (lasting or Breaker.counts(failure))):
+            return exc
+        if self.router.elsewhere(server):
+            exc.failover = True
+            return exc
+        everyone = dataclasses.replace(failure, cause=f"every server of the pool is out: {self.router.out()}")
+        return AttemptFailed(everyone, exc.sent)
 
     async def _complete(self, request: Request, parse: Callable[[str], T]) -> tuple[T, Usage]:
         """Send one request (a body, or its JSON bytes) to this client's API and parse its content, with retries.
@@ -286,28 +312,35 @@ class ApiClient(Completer):
 
         async def attempt() -> T:
             try:
-                reading, _ = await self._routed(payload, cost, request.affinity)
+                reading, server = await self._routed(payload, cost, request.affinity)
                 self._health.answered()
                 usage.add(reading.usage)
                 try:
                     parsed = parse(reading.content)
                 except InvalidResponse as exc:
-                    if reading.cut:
-                        raise AttemptFailed(Failure(Kind.CUT_SHORT, cut_short(reading, exc))) from None
-                    raise AttemptFailed(Failure(Kind.UNUSABLE_CONTENT, str(exc))) from None
+                    why = cut_short(reading, exc) if reading.cut else str(exc)
+                    failure = Failure(Kind.CUT_SHORT if reading.cut else Kind.UNUSABLE_CONTENT, why)
+                    self.router.content(server, failure)
+                    raise AttemptFailed(failure) from None
             except AttemptFailed as exc:
                 failure = exc.failure
-                if failure.kind in (Kind.UNUSABLE_CONTENT, Kind.CUT_SHORT) and self._health.content(usable=False):
+                # A pool's servers are judged each by its breaker (`router.content`): the pool stops once all are out.
+                unusable = failure.kind in (Kind.UNUSABLE_CONTENT, Kind.CUT_SHORT) and not self.router.pooled
+                if unusable and self._health.content(usable=False):
                     health, cap = self._health, output_cap(request.parsed())
-                    said = _unusable_answers(failure, health.unusable_answers, health.answers, cap)
+                    said = unusable_answers(failure, health.unusable_answers, health.answers, cap)
                     raise self.unusable(said, refused=True) from None
                 raise
+            self.router.content(server, None)
             self._health.content(usable=True)
             return parsed
 
         try:
             with self._in_flight.call():
-                target = f"POST {shown(self.base_url + self.wire.path)}"
+                where = (
+                    f"{self.shown}{self.wire.path}" if not self.router.pooled else f"{self.wire.path} at {self.shown}"
+                )
+                target = f"POST {where}"
                 return await self._with_retries(attempt, target, "a request"), usage
         except QuotaExhausted as exc:
             raise exc.at(self.base_url) from None
@@ -320,11 +353,14 @@ class ApiClient(Completer):
         json_body: Any = None,
         form: Callable[[], aiohttp.FormData] | None = None,
         read: Callable[[bytes], T],
+        bulk: bool = True,
     ) -> T:
         """One call to another endpoint of the same API (`/files`, `/batches`), under the same retry table;
         returns what `read` makes of the body of a 2xx answer (`InvalidResponse` for a body it cannot read:
         retried, and counted against an endpoint that has not answered usably yet). `form` builds a multipart
-        body afresh for each attempt."""
+        body afresh for each attempt. `bulk`: a file of hundreds of megabytes may come or go, so no bound on the whole
+        but a stalled read; else a small answer, under this client's own timeout."""
+        timeout = _BULK if bulk else self._timeout
         server = self.server
         url = server.base_url + path
 
@@ -335,12 +371,12 @@ class ApiClient(Completer):
             try:
                 async with server.budget.slot():
                     self._health.check()  # found unusable while this one waited: it is not sent
-                    async with session.request(method, url, data=data, headers=headers, timeout=_BULK) as response:
+                    async with session.request(method, url, data=data, headers=headers, timeout=timeout) as response:
                         body = await response.read()
                         status = response.status
                         response_headers = response.headers
             except TRANSPORT as exc:
-                raise self._transport(exc, _BULK, server.base_url) from None
+                raise self._transport(exc, timeout, server.base_url) from None
             if status == 429 and read_refusal(body, response_headers).quota:
                 raise QuotaExhausted(self.base_url)
             if not 200 <= status < 300:
@@ -379,7 +415,7 @@ class ApiClient(Completer):
                 raise self._unusable(failure, asked, first=self._health.failures) from None
             if failure.kind is Kind.RATE_LIMITED and (waited := self._health.limited()) is not None:
                 cause = f"answered nothing but 429 (rate limited) for {waited:.0f} s, naming no limit it would lift at"
-                raise self.unusable(f"{cause}: the last, {failure.cause}; {_LIMITLESS}", refused=False) from None
+                raise self.unusable(f"{cause}: the last, {failure.cause}; {LIMITLESS}", refused=False) from None
             if not failure.retried or number >= min(bound, failure.rule.attempts or bound):
                 if failure.rule.unusable:
                     raise self._unusable(failure, asked) from None
@@ -419,7 +455,7 @@ class ApiClient(Completer):
         """`EndpointUnusable` for this endpoint for `cause` (what it did, in words), held for the calls after it
         (`retrying.Health`): one line, the URL without a password, never the key."""
         line = self._redact(" ".join(cause.split()))
-        return self._health.found(EndpointUnusable(shown(self.base_url), line, refused=refused))
+        return self._health.found(EndpointUnusable(self.shown, line, refused=refused))
 
     def halt(self) -> None:
         """Send nothing more (the user stopped the run): a request not yet sent waits until it is cancelled, and
@@ -437,29 +473,6 @@ class ApiClient(Completer):
             await self._session.close()
         self._session = None
         self._loop = None
-
-
-_LIMITLESS = (
-    "a key whose limit is zero or whose quota is spent, or a gateway that refuses every request; check the key's "
-    "limits and the endpoint, then run the same command again"
-)
-
-
-def _unusable_answers(failure: Failure, unusable: int, seen: int, cap: int | None) -> str:
-    """Why an endpoint whose first answers cannot be used is unusable, in words, with what cures it (`cap`: the
-    requests' output cap)."""
-    said = f"answers, but {unusable} of its first {seen} answers could not be used (the last: {failure.cause})"
-    if failure.kind is Kind.CUT_SHORT:
-        now = f", {cap:,} tokens now" if cap is not None else ""
-        return (
-            f"{said}: asking again does not cure an output cap that ends the answers; give the grader a larger one "
-            f"(`grader_max_output_tokens`{now}) or less reasoning effort"
-        )
-    return (
-        f"{said}: a model that thinks before it answers needs its server's reasoning parser (vLLM and SGLang: "
-        "--reasoning-parser) or an output cap its thinking fits (`grader_max_output_tokens`); otherwise check the "
-        "chat template the server applies, or choose a model that follows the prompt's JSON format"
-    )
 
 
 def describe_pace(clients: Mapping[str, Completer | None]) -> str:

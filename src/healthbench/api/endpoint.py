@@ -57,6 +57,12 @@ def is_openai(base_url: str) -> bool:
     return any(urlsplit(url.strip()).hostname == _OPENAI_HOST for url in base_url.split(","))
 
 
+def is_http_url(url: str) -> bool:
+    """Whether `url` is one a client can send to: http:// or https:// (in any case), then a host."""
+    parts = urlsplit(url)
+    return parts.scheme.lower() in ("http", "https") and bool(parts.hostname)
+
+
 def base_urls(base_url: str) -> tuple[str, ...]:
     """The servers a `base_url` setting names: one, or several serving one model, comma-separated (a pool)."""
     return tuple(url.strip().rstrip("/") for url in base_url.split(","))

@@ -268,3 +268,26 @@ class Health:
         """Hold `verdict` (see `check`) and return it."""
         self._verdict = (verdict, self._clock() + VERDICT_HOLDS)
         return verdict
+
+
+LIMITLESS = (
+    "a key whose limit is zero or whose quota is spent, or a gateway that refuses every request; check the key's "
+    "limits and the endpoint, then run the same command again"
+)
+
+
+def unusable_answers(failure: Failure, unusable: int, seen: int, cap: int | None) -> str:
+    """Why an endpoint whose first answers cannot be used is unusable, in words, with what cures it (`cap`: the
+    requests' output cap)."""
+    said = f"answers, but {unusable} of its first {seen} answers could not be used (the last: {failure.cause})"
+    if failure.kind is Kind.CUT_SHORT:
+        now = f", {cap:,} tokens now" if cap is not None else ""
+        return (
+            f"{said}: asking again does not cure an output cap that ends the answers; give the grader a larger one "
+            f"(`grader_max_output_tokens`{now}) or less reasoning effort"
+        )
+    return (
+        f"{said}: a model that thinks before it answers needs its server's reasoning parser (vLLM and SGLang: "
+        "--reasoning-parser) or an output cap its thinking fits (`grader_max_output_tokens`); otherwise check the "
+        "chat template the server applies, or choose a model that follows the prompt's JSON format"
+    )

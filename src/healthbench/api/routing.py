@@ -12,8 +12,12 @@ one server, and keeps two aims at once:
   reach that server. A request carries an affinity (the reply's `prompt_cache_key`); the first of an affinity to go
   makes that server its home, and the others wait for a place there. A server with room takes, in this order: a
   request whose home it is; the oldest affinity not yet homed (it becomes its home); else, so that no server idles
-  while others have a queue, the oldest request waiting for the most crowded server (a prefix miss, counted).
+  while another has a queue it cannot serve now, the oldest request waiting for the most crowded server (a prefix
+  miss, counted).
 
+Places are had two ways: at once (`Budget.take`) while nobody waits for one, else by waiting in the router's queues
+while the router claims places at its servers' budgets (`Budget.claim`); a budget shared by several routers (serve's
+graders of several keys) offers each free place to its claimants in turn, so no key's requests wait without bound.
 A server that goes out (its breaker opens) gives its waiting requests back to be homed elsewhere; what it had in
 flight fails and is asked again (the client's retry). A client of one server is a plain queue in arrival order.
 """
@@ -28,7 +32,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from healthbench.api.breaker import Breaker, State
+from healthbench.api.breaker import Breaker, Change, State
 from healthbench.api.failures import shown
 from healthbench.api.hosts import Adaptations
 from healthbench.api.pacing import Gate
@@ -53,15 +57,19 @@ class Server:
     gate: Gate
     hosts: Adaptations
     breaker: Breaker = field(default_factory=Breaker)
+    shown: str = field(init=False)
+    """The server as it may be shown: without a password."""
 
-    @property
-    def shown(self) -> str:
-        """The server as it may be shown (no password)."""
-        return shown(self.base_url)
+    def __post_init__(self) -> None:
+        self.shown = shown(self.base_url)
 
     def load(self) -> float:
         """Its places in use against its budget."""
         return self.budget.in_use / self.budget.limit
+
+    def has_room(self) -> bool:
+        """Whether it takes a request now: open, with a free place."""
+        return self.breaker.open() and self.budget.in_use < self.budget.limit
 
 
 class _Route(enum.Enum):
@@ -80,31 +88,26 @@ class _Waiter:
 
 @dataclass
 class RouteCounts:
-    """What a router did: places handed out by server (`sent`, by base URL), and of those with an affinity, how many
-    went to its home once it had one (`at_home`) and how many found none yet (`homed`: a reply's first) or went
-    elsewhere (`away`: taken by a server that would have idled)."""
+    """What a router did with requests that carry an affinity: how many found no home yet (`homed`: a reply's
+    first, which its server's prefix cache cannot serve), went to their home (`at_home`) or elsewhere (`away`: taken
+    by a server that would have idled)."""
 
-    sent: dict[str, int] = field(default_factory=dict)
     homed: int = 0
     at_home: int = 0
     away: int = 0
 
-    @property
-    def home_share(self) -> float | None:
-        """The share of requests with an affinity that went where one of theirs had gone before: those a prefix
-        cache can serve (None before any)."""
-        total = self.homed + self.at_home + self.away
-        return self.at_home / total if total else None
-
 
 class Router:
-    """Places at `servers` for requests, as the module docstring says. Loop-bound pieces are made per running loop,
-    as `Budget` makes its own."""
+    """Places at `servers` for requests, as the module docstring says. `redact` takes the key out of what a line it
+    logs quotes. Loop-bound pieces are made per running loop, as `Budget` makes its own."""
 
-    def __init__(self, servers: Sequence[Server], clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, servers: Sequence[Server], redact: Callable[[str], str], clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.servers = list(servers)
         self.pooled = len(self.servers) > 1
         self.counts = RouteCounts()
+        self._redact = redact
         self._clock = clock
         self._loop: asyncio.AbstractEventLoop | None = None
         self._queues: dict[Server, deque[_Waiter]] = {}
@@ -113,8 +116,6 @@ class Router:
         self._waiting = 0
         self._soon: asyncio.Handle | None = None
         self._timer: asyncio.TimerHandle | None = None
-        for server in self.servers:
-            server.budget.listen(self)
 
     def _bind(self) -> asyncio.AbstractEventLoop:
         loop = asyncio.get_running_loop()
@@ -128,7 +129,7 @@ class Router:
         return loop
 
     async def acquire(self, affinity: str | None) -> Server | None:
-        """A place at a server for one request, held until `release`; None when every server is out (`all_out`)."""
+        """A place at a server for one request, held until `release`; None when every server is out."""
         loop = self._bind()
         affinity = affinity if self.pooled else None
         if not self._waiting:
@@ -144,12 +145,16 @@ class Router:
         else:
             self._fresh.setdefault(affinity if affinity is not None else waiter, deque()).append(waiter)
         self._waiting += 1
+        if self._waiting == 1:
+            for server in self.servers:
+                server.budget.claim(self)
         self._later()
         try:
             return await waiter.future
         except asyncio.CancelledError:
             if waiter.future.done() and not waiter.future.cancelled() and (server := waiter.future.result()):
-                self.release(server)  # granted as it was cancelled: give the place back
+                self.abandoned(server)  # granted as it was cancelled: an out server's trial may go again
+                self.release(server)
             raise
 
     def _at_once(self, affinity: str | None) -> Server | None:
@@ -168,13 +173,12 @@ class Router:
         """Count a place handed out at `server` (its breaker told: an out server's trial) for a request of
         `affinity`, which goes to its home (`HOME`), makes `server` its home (`NEW`) or goes elsewhere (`AWAY`)."""
         server.breaker.sent()
-        self.counts.sent[server.base_url] = self.counts.sent.get(server.base_url, 0) + 1
         if affinity is None:
             return server
-        if how == _Route.HOME:
+        if how is _Route.HOME:
             self.counts.at_home += 1
             self._homes.move_to_end(affinity)
-        elif how == _Route.AWAY:
+        elif how is _Route.AWAY:
             self.counts.away += 1
         else:
             self.counts.homed += 1
@@ -188,41 +192,48 @@ class Router:
         """Free the place a request held at `server`."""
         server.budget.give_back()
 
-    def room_freed(self) -> None:
-        """A budget of one of the servers has room (`Budget.listen`)."""
-        if self._waiting and self._loop is not None:
+    def offered(self, budget: Budget) -> bool:
+        """A place at `budget` (`Budget.claim`): put the request its server takes next there, if there is one."""
+        if not self._waiting:
+            return False
+        server = next(server for server in self.servers if server.budget is budget)
+        found = self._next_for(server) if server.breaker.open() else None
+        if found is not None:
+            waiter, how = found
+            self._waiting -= 1
+            waiter.future.set_result(self._granted(server, waiter.affinity, how))
+            # What is left may be another server's to take, now that this one has filled: looked at after this turn.
             self._later()
+        if not self._waiting:
+            for each in self.servers:
+                each.budget.withdraw(self)
+        return found is not None
 
     def _later(self) -> None:
         """Hand out places once the requests arriving in this turn of the loop are all queued: the items of a reply
         arrive together, and are homed together."""
-        if self._soon is None and self._loop is not None:
+        if self._soon is None and self._loop is not None and self._waiting:
             self._soon = self._loop.call_soon(self._dispatch)
 
     def _dispatch(self) -> None:
-        """Fill every open server's free places from the waiting requests, least loaded server first."""
+        """Offer every open server's free places, least loaded server first, again while any is taken (a server that
+        had nothing to take may have a queue to take from once the others have filled); with every server out, the
+        waiting requests fail now, and a dispatch is due when the first may be tried again."""
         self._soon = None
+        while self._waiting and any([server.budget.offer() for server in sorted(self.servers, key=Server.load)]):
+            pass
+        if not self._waiting:
+            return
         now = self._clock()
-        while self._waiting:
-            now = self._clock()
-            for server in sorted(self.servers, key=Server.load):
-                if server.breaker.open(now) and server.budget.take():
-                    break
-            else:
-                break
-            found = self._next_for(server)
-            if found is None:
-                server.budget.give_back()
-                break
-            waiter, how = found
-            self._waiting -= 1
-            waiter.future.set_result(self._granted(server, waiter.affinity, how))
-        if self._waiting and not any(server.breaker.open(now) for server in self.servers):
-            self._all_out(now)
+        if not any(server.breaker.open(now) for server in self.servers):
+            for waiter in self._drain():
+                waiter.future.set_result(None)
+        self._due()
 
     def _next_for(self, server: Server) -> tuple[_Waiter, _Route] | None:
         """The request `server` takes next, and how (`_granted`): its own, else the first of the oldest affinity not
-        homed (homed here, the others queued here), else the oldest of the longest queue; None if nobody waits."""
+        homed (homed here, the others queued here), else the oldest of the longest queue whose own server cannot
+        take it now; None if nobody waits that it should take."""
         own = self._queues[server]
         if (waiter := self._first(own)) is not None:
             return waiter, _Route.HOME
@@ -231,8 +242,8 @@ class Router:
             if (waiter := self._first(group)) is not None:
                 own.extend(group)
                 return waiter, _Route.NEW
-        crowded = max(self._queues.values(), key=len)
-        if (waiter := self._first(crowded)) is not None:
+        stuck = [queue for other, queue in self._queues.items() if queue and not other.has_room()]
+        if stuck and (waiter := self._first(max(stuck, key=len))) is not None:
             return waiter, _Route.AWAY
         return None
 
@@ -245,34 +256,31 @@ class Router:
             self._waiting -= 1
         return None
 
-    def _all_out(self, now: float) -> None:
-        """Every server is out: the waiting requests fail now (each is asked again as its retry table says), and a
-        dispatch is due when the first server may be tried again."""
-        for waiter in self._drain():
-            waiter.future.set_result(None)
-        back = min(server.breaker.back_at for server in self.servers)
-        if self._timer is None and self._loop is not None:
-            self._timer = self._loop.call_later(max(0.0, back - now), self._retry)
-
-    def _retry(self) -> None:
-        self._timer = None
-        self._later()
+    def _due(self) -> None:
+        """One timer for the earliest time an out server may be tried again, while requests wait."""
+        out = [server.breaker.back_at for server in self.servers if server.breaker.state is State.OUT]
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if out and self._loop is not None:
+            self._timer = self._loop.call_later(max(0.0, min(out) - self._clock()), self._later)
 
     def _drain(self) -> list[_Waiter]:
-        """Every live waiter, taken out of the queues."""
+        """Every live waiter, taken out of the queues (the router claims no place any more)."""
         waiters = [waiter for queue in self._queues.values() for waiter in queue]
         waiters += [waiter for group in self._fresh.values() for waiter in group]
         for queue in self._queues.values():
             queue.clear()
         self._fresh.clear()
         self._waiting = 0
+        for server in self.servers:
+            server.budget.withdraw(self)
         return [waiter for waiter in waiters if not waiter.future.done()]
 
     def answered(self, server: Server) -> None:
         """A request at `server` was answered as an API answers (a usable answer, or a refusal of that request)."""
-        if self.pooled and server.breaker.answered():
-            log.warning("judge server %s is back in the pool", server.shown)
-            self._later()
+        if self.pooled:
+            self._changed(server, server.breaker.answered())
 
     def failed(self, server: Server, failure: Failure, *, lasting: bool = False) -> None:
         """A request at `server` failed as `failure` says (`lasting`: what no wait cures). A failure that does not
@@ -283,27 +291,46 @@ class Router:
         if not (lasting or Breaker.counts(failure)):
             self.answered(server)
             return
-        if not server.breaker.failed(failure, lasting=lasting):
-            return
+        self._changed(
+            server, server.breaker.failed(failure, self._redact(" ".join(failure.cause.split())), lasting=lasting)
+        )
+
+    def content(self, server: Server, failure: Failure | None) -> None:
+        """An answer of `server` whose content could be used (`failure` None) or not (`breaker.Breaker.content`):
+        a pool's server whose first answers cannot be used is taken out, as one that does not answer is."""
+        if self.pooled:
+            self._changed(server, server.breaker.content(failure, self._redact))
+
+    def _changed(self, server: Server, change: Change) -> None:
+        """Say what `change` did to `server`, in one line: back in (its requests are taken again), or out (what waited
+        for it is homed elsewhere, and it is looked at again when it may be tried)."""
+        if change is Change.BACK:
+            log.warning("judge server %s is back in the pool", server.shown)
+            self._later()
+        elif change is Change.OUT:
+            self._taken_out(server)
+
+    def _taken_out(self, server: Server) -> None:
+        """Say that `server` is out, home what waited for it elsewhere, and look again when it may be tried."""
         log.warning(
             "judge server %s is out of the pool (%s); tried again in %.0f s, meanwhile its requests go to the others",
             server.shown,
-            " ".join(failure.cause.split()),
+            server.breaker.cause,
             server.breaker.cool_down,
         )
-        if self._loop is not None:
-            queue = self._queues.get(server)
-            while queue:  # from the newest, each put first: the oldest ends up first, groups kept together
-                waiter = queue.pop()
-                key = waiter.affinity if waiter.affinity is not None else waiter
-                if key in self._fresh:
-                    self._fresh[key].appendleft(waiter)
-                else:
-                    self._fresh[key] = deque([waiter])
-                self._fresh.move_to_end(key, last=False)
-            self._later()
-            back = server.breaker.back_at - self._clock()
-            self._loop.call_later(max(0.0, back), self._later)
+        if self._loop is None:
+            return
+        queue = self._queues.get(server)
+        while queue:  # from the newest, each put first: the oldest ends up first, groups kept together
+            waiter = queue.pop()
+            key = waiter.affinity if waiter.affinity is not None else waiter
+            if key in self._fresh:
+                self._fresh[key].appendleft(waiter)
+            else:
+                self._fresh[key] = deque([waiter])
+            self._fresh.move_to_end(key, last=False)
+        self._later()
+        self._due()
 
     def abandoned(self, server: Server) -> None:
         """A request at `server` ended with no outcome (cancelled)."""
@@ -314,6 +341,10 @@ class Router:
         """Whether another server than `server` takes requests now: a request that failed there goes to it at once."""
         now = self._clock()
         return self.pooled and any(other is not server and other.breaker.open(now) for other in self.servers)
+
+    def lasting(self) -> bool:
+        """Whether every server is out for what no wait cures (a refusal, or answers that cannot be used)."""
+        return all(server.breaker.state is not State.IN and server.breaker.lasting for server in self.servers)
 
     def out(self) -> str:
         """Why each server is out, in words, for a request that found them all so."""

@@ -8,6 +8,7 @@ import math
 from typing import Any, get_args
 
 import click
+from pydantic.fields import FieldInfo
 
 
 class _FiniteRange(click.FloatRange):
@@ -25,14 +26,18 @@ _BOUNDS = {"ge": ("min", False), "gt": ("min", True), "le": ("max", False), "lt"
 
 
 def bounded(setting: Any) -> click.ParamType[Any]:
-    """The flag type of a number setting typed `Annotated[int | float, Field(ge=..., le=...)]`: its range read from
-    the setting's own type, so a flag refuses, before anything is built, what the library's settings would refuse
-    (and says the range in `--help`); a float flag refuses inf and nan besides."""
-    kind, *extras = get_args(setting)
+    """The flag type of a number setting typed `Annotated[int | float, Field(ge=..., le=...)]`, or of a settings
+    model's field of such a type (`ServeLimits.model_fields["reply_chars"]`): its range read from the setting's
+    own type, so a flag refuses, before anything is built, what the library's settings would refuse (and says the
+    range in `--help`); a float flag refuses inf and nan besides."""
+    if isinstance(setting, FieldInfo):
+        kind, constraints = setting.annotation, list(setting.metadata)
+    else:
+        kind, *extras = get_args(setting)
+        constraints = [constraint for extra in extras for constraint in getattr(extra, "metadata", ())]
     limits: dict[str, Any] = {}
-    for extra in extras:
-        for constraint in getattr(extra, "metadata", ()):
-            for name, (side, is_open) in _BOUNDS.items():
-                if (value := getattr(constraint, name, None)) is not None:
-                    limits[side], limits[f"{side}_open"] = value, is_open
+    for constraint in constraints:
+        for name, (side, is_open) in _BOUNDS.items():
+            if (value := getattr(constraint, name, None)) is not None:
+                limits[side], limits[f"{side}_open"] = value, is_open
     return click.IntRange(**limits) if kind is int else _FiniteRange(**limits)

@@ -62,10 +62,7 @@ def export(
     A manifest beside the files (.healthbench-export.json) names the data, the heldout rows and the seed: a later
     export into the same --out must split the same way, or it is refused naming the difference (so no task is in
     one file's train and another's heldout)."""
-    if data is not None and subset is not None:
-        raise click.UsageError("give at most one of --data PATH or --subset NAME")
-    tasks = TaskSource.file(data) if data is not None else TaskSource.named(subset or "full")
-    tasks = tasks.splitting(None, heldout, split_seed)
+    tasks = TaskSource.chosen(data, subset).splitting(None, heldout, split_seed)
     if not tasks.splittable:
         raise click.UsageError(f"--split splits the full set or a --data file, not the {subset} subset")
     with data_flag_offered():

@@ -11,7 +11,7 @@ import click
 from healthbench.cli.bounds import bounded
 from healthbench.cli.execute import execute, grading_command, print_estimate, unit
 from healthbench.cli.options import RunFlags, length_options, policy_from_flags, run_options, sampling_options
-from healthbench.cli.tasks import data_options, load_tasks, said_limit
+from healthbench.cli.tasks import data_options, read_tasks, said_limit
 from healthbench.data.responses import load_responses
 from healthbench.data.schema import Row
 from healthbench.data.select import select_rows
@@ -66,7 +66,7 @@ def grade(
 ) -> None:
     """Grade fixed replies to the tasks both the data and the replies name; results.jsonl grows as samples
     finish, then metrics.json is written."""
-    rows, data = load_tasks(tasks)
+    rows, data = read_tasks(tasks)
     replied, replies = replied_rows(rows, responses, strict)
     jobs = [Job(row, 0, replies[row.prompt_id]) for row in replied]
     if run.dry_run:
@@ -130,7 +130,7 @@ def evaluate(
         timeout=timeout,
         policy_errors=policy_errors,
     )
-    all_rows, data = load_tasks(tasks)
+    all_rows, data = read_tasks(tasks)
     said_limit(limit, len(all_rows), "tasks in the data")
     rows = select_rows(all_rows, limit)
     if run.dry_run:

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from urllib.parse import urlsplit, urlunsplit
 
 import click
+
+from healthbench.api.endpoint import base_urls, is_http_url
+from healthbench.api.failures import shown
 
 _URL_AT = re.compile(r"@(?=https?://)", re.IGNORECASE)
 _SCHEME = re.compile(r"^https?://", re.IGNORECASE)
@@ -43,9 +45,9 @@ def parse_model(text: str, flag: str) -> GraderChoice:
             )
         return GraderChoice(text, model, None)
     # Several servers of one model (a pool), comma-separated, each a URL.
-    urls = [url.strip() for url in parts[1].split(",")]
+    urls = base_urls(parts[1])
     for url in urls:
-        if not _SCHEME.match(url) or not urlsplit(url).hostname:
+        if not is_http_url(url):
             raise click.BadParameter(f"{text!r}: {url!r} names no host (MODEL@http://HOST:PORT/v1)", param_hint=flag)
     # A scheme's case means nothing (RFC 3986): HTTP://host and http://host are one endpoint.
     return GraderChoice(text, model, ",".join(_SCHEME.sub(lambda m: m.group(0).lower(), url) for url in urls))
@@ -54,10 +56,4 @@ def parse_model(text: str, flag: str) -> GraderChoice:
 def shown_url(url: str) -> str:
     """An endpoint (or a pool's, comma-separated) as judges.json and the page name it: without a user or password
     it may carry."""
-    shown = []
-    for one in url.split(","):
-        parts = urlsplit(one)
-        host = parts.hostname or ""
-        netloc = host if parts.port is None else f"{host}:{parts.port}"
-        shown.append(urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment)))
-    return ",".join(shown)
+    return ",".join(map(shown, base_urls(url)))

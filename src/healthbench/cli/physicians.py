@@ -14,7 +14,7 @@ from healthbench.cli.execute import execute, grading_command, print_estimate, un
 from healthbench.cli.failures import user_errors
 from healthbench.cli.options import RunFlags, length_options, meta_grading, options, run_options
 from healthbench.cli.render import Bar, download_bar, finish
-from healthbench.cli.tasks import data_flag_offered, data_options, load_tasks, said_limit
+from healthbench.cli.tasks import data_flag_offered, data_options, read_tasks, said_limit
 from healthbench.data.loading import load_meta_rows
 from healthbench.data.schema import MetaRow
 from healthbench.data.select import select_rows
@@ -61,7 +61,7 @@ def baseline(
         raise click.UsageError(
             "--references: Group 1 physicians were shown no reference completions; use --group 2 or 3"
         )
-    rows, data = load_tasks(tasks)
+    rows, data = read_tasks(tasks)
     professional = tasks.kind == PROFESSIONAL or any(row.physician_response is not None for row in rows)
     if group is None and not professional:
         raise click.UsageError("--group is required: which physicians' completions to grade (1, 2 or 3)")

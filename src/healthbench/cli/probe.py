@@ -22,7 +22,7 @@ from healthbench.cli.bounds import bounded
 from healthbench.cli.execute import execute, grading_command, print_estimate
 from healthbench.cli.grading import replied_rows
 from healthbench.cli.options import RunFlags, length_options, policy_from_flags, run_options, sampling_options
-from healthbench.cli.tasks import data_options, load_tasks, said_limit
+from healthbench.cli.tasks import data_options, read_tasks, said_limit
 from healthbench.data.schema import Row
 from healthbench.data.select import select_rows
 from healthbench.data.source import TaskSource
@@ -165,7 +165,7 @@ def probe(
         if batch is None:
             raise click.UsageError("--policy-batch needs --batch")
         batch = dataclasses.replace(batch, policy=True)
-    rows, data = load_tasks(tasks)
+    rows, data = read_tasks(tasks)
     replies = None
     if responses is not None:
         rows, replies = replied_rows(rows, responses, strict, limit)

@@ -25,7 +25,8 @@ from healthbench.data.subsets import DOWNLOADABLE, TASK_SUBSETS
 from healthbench.errors import MissingExtra, RequestFailed, SettingsError
 from healthbench.grading.bootstrap import Bootstraps, Seed
 from healthbench.grading.settings import GraderConfig, GradingOptions
-from healthbench.integrations.openreward.deployment import ENVIRONMENT, ENVIRONMENTS, SERVED_CONCURRENCY
+from healthbench.integrations.openreward.deployment import ENVIRONMENT, ENVIRONMENTS
+from healthbench.integrations.rewardsetup import SERVED_CONCURRENCY
 from healthbench.reporting.report import rebuild, unfinished, write_meta_report, write_report
 from healthbench.runs.folder import PROBE, PROBE_PAGE, RESULTS, STORE, RunFolder
 from healthbench.runs.lock import refuse_if_written
@@ -282,12 +283,11 @@ def serve(
         raise MissingExtra("serve", exc.name or "", "serve", how="bash scripts/dev serve sets it up") from None
 
     access, limits = access_from_flags(flags)
-    if heldout is not None and data is None:
-        raise click.UsageError("--heldout goes with --data: the full set's heldout split is HealthBench Hard")
+    # The data's training splits, as `load_splits` parts them: a heldout file goes with a file of data.
+    source = TaskSource.chosen(data).splitting(None, heldout, split_seed)
     # The test split from a file is graded by its kind: Professional's settings for a file in its schema.
     kinds: dict[str, str | None] = {}
     if data is not None:
-        source = TaskSource.file(data)
         professional_note(source)
         kinds["test"] = source.kind
     try:
@@ -325,7 +325,7 @@ def serve(
     )
 
 
-# serve's grader budget starts higher than the grading commands' (see deployment.SERVED_CONCURRENCY), which the
+# serve's grader budget starts higher than the grading commands' (see rewardsetup.SERVED_CONCURRENCY), which the
 # shared --concurrency help cannot say.
 for _option in serve.params:
     if _option.name == "grader_concurrency" and isinstance(_option, click.Option):

@@ -16,13 +16,15 @@ from healthbench.integrations.openreward.access import (
     NO_AUTH_VARIABLE,
     TOKEN_VARIABLE,
     Access,
-    BatchSize,
-    GroupSize,
-    ReplyChars,
-    RequestBytes,
     ServeLimits,
     ServerTokens,
 )
+
+
+def limit_flag(name: str) -> str:
+    """`serve`'s flag of the `ServeLimits` field `name`: `--max-reply-chars` for `reply_chars`."""
+    return f"--max-{name.replace('_', '-')}"
+
 
 access_options = options(
     click.option(
@@ -48,34 +50,16 @@ access_options = options(
         help="Serve beyond loopback without a token: for a server behind a network that lets only your clients in "
         f"(the OpenReward platform's authenticates every request) [env: {NO_AUTH_VARIABLE}=1].",
     ),
-    click.option(
-        "--max-request-bytes",
-        type=bounded(RequestBytes),
-        default=ServeLimits().request_bytes,
-        show_default=True,
-        help="A request body larger than this is refused (HTTP 413) before it is read.",
-    ),
-    click.option(
-        "--max-reply-chars",
-        type=bounded(ReplyChars),
-        default=ServeLimits().reply_chars,
-        show_default=True,
-        help="A reply longer than this (characters) fails without a grader call.",
-    ),
-    click.option(
-        "--max-group-size",
-        type=bounded(GroupSize),
-        default=ServeLimits().group_size,
-        show_default=True,
-        help="Most candidates a score_group grades; a larger group fails without a grader call.",
-    ),
-    click.option(
-        "--max-batch-size",
-        type=bounded(BatchSize),
-        default=ServeLimits().batch_size,
-        show_default=True,
-        help="Most replies one request to /rewards or /openrlhf grades (a trainer's step); a larger batch is refused "
-        "(HTTP 413) without a grader call.",
+    # The bounds on a request: one flag per field of `ServeLimits`, its range, default and help the field's.
+    *(
+        click.option(
+            limit_flag(name),
+            type=bounded(field),
+            default=field.default,
+            show_default=True,
+            help=field.description,
+        )
+        for name, field in ServeLimits.model_fields.items()
     ),
 )
 
@@ -85,10 +69,5 @@ def access_from_flags(flags: dict[str, Any]) -> tuple[Access, ServeLimits]:
     from --auth-token-file, else $HEALTHBENCH_SERVER_TOKEN."""
     tokens = ServerTokens.load(flags.pop("auth_token_file"), os.environ)
     access = Access(host=flags.pop("host"), tokens=tokens, no_auth=flags.pop("no_auth"))
-    limits = ServeLimits(
-        request_bytes=flags.pop("max_request_bytes"),
-        reply_chars=flags.pop("max_reply_chars"),
-        group_size=flags.pop("max_group_size"),
-        batch_size=flags.pop("max_batch_size"),
-    )
+    limits = ServeLimits(**{name: flags.pop(f"max_{name}") for name in ServeLimits.model_fields})
     return access, limits

@@ -73,7 +73,7 @@ def data_flag_offered() -> Iterator[None]:
         raise exc.offering("pass --data PATH") from None
 
 
-def load_tasks(tasks: TaskSource) -> tuple[list[Row], DataSpec]:
+def read_tasks(tasks: TaskSource) -> tuple[list[Row], DataSpec]:
     """The rows (of the split, when one is chosen), and the data's spec: the sha256 of the file they came from (a
     run's identity includes its data) and the split with what decided it."""
     with data_flag_offered():
@@ -107,14 +107,11 @@ def professional_note(tasks: TaskSource) -> None:
 def chosen_tasks(
     data: Path | None, subset: str | None, split: str | None, heldout: Path | None, split_seed: int
 ) -> TaskSource:
-    """The tasks --data or --subset (exactly one given) and the split flags choose; `SettingsError` for a split of
-    data that is not split."""
+    """The tasks --data or --subset (exactly one given) and the split flags choose, as `TaskSource.chosen` reads
+    them; its `SettingsError` (a split of data that is not split, --heldout without --split) is said in flags."""
     if (data is None) == (subset is None):
         raise click.UsageError("give exactly one of --data PATH or --subset NAME")
-    if heldout is not None and split is None:
-        raise click.UsageError("--heldout goes with --split (it says which rows form the heldout split)")
-    tasks = TaskSource.file(data) if data is not None else TaskSource.named(subset or "full")
-    return tasks.splitting(split, heldout, split_seed)
+    return TaskSource.chosen(data, subset, split=split, heldout=heldout, seed=split_seed)
 
 
 def graded_tasks(func: F) -> F:

@@ -25,6 +25,8 @@ from healthbench.errors import SettingsError
 # The subset whose split is the official one, and the official file that is its heldout.
 SPLIT_SUBSET = "full"
 HELDOUT_SUBSET = "hard"
+# How run.json names an official subset as its data (`subset:full`).
+SUBSET_PREFIX = "subset:"
 
 
 @dataclass(frozen=True)
@@ -51,9 +53,33 @@ class TaskSource:
 
     @classmethod
     def given(cls, data: str | Path) -> TaskSource:
-        """An official subset by its name, else a file by its path (as `HEALTHBENCH_DATA` and `export`'s
-        `extra_info` name the data)."""
-        return cls.named(str(data)) if str(data) in TASK_SUBSETS else cls.file(data)
+        """The data as a library user, `HEALTHBENCH_DATA` and `export`'s `extra_info` name it: a `Path` is a file;
+        a string is an official subset by its name (or `subset:NAME`, as run.json names one), else a file's path."""
+        if isinstance(data, Path):
+            return cls.file(data)
+        name = data.removeprefix(SUBSET_PREFIX)
+        return cls.named(name) if name in TASK_SUBSETS else cls.file(data)
+
+    @classmethod
+    def chosen(
+        cls,
+        data: str | Path | None = None,
+        subset: str | None = None,
+        *,
+        split: str | None = None,
+        heldout: str | Path | None = None,
+        seed: int = 0,
+    ) -> TaskSource:
+        """The tasks a command, an adapter or a reward grades: `data` (see `given`) or `subset` (neither: the full
+        set), and of them `split` when one is named (`heldout` and `seed` as `splitting` takes them). The one
+        reading of these settings, so every caller refuses the same things: `data` with `subset`, `heldout`
+        without `split` (it would choose nothing), and what `splitting` refuses."""
+        if data is not None and subset is not None:
+            raise SettingsError(f"give `data` or `subset`, not both (data={str(data)!r}, subset={subset!r})")
+        if heldout is not None and split is None:
+            raise SettingsError("`heldout` goes with `split` (it says which rows form the heldout split)")
+        source = cls.given(data) if data is not None else cls.named(subset or SPLIT_SUBSET)
+        return source.splitting(split, heldout, seed)
 
     def splitting(self, split: str | None, heldout: str | Path | None = None, seed: int = 0) -> TaskSource:
         """The same data with a split chosen (or none: `heldout` and `seed` then say how `splits` parts it).
@@ -90,7 +116,7 @@ class TaskSource:
         set, None when the heldout is a seeded share of the data (or there is no split)."""
         if self.heldout is not None:
             return str(self.heldout)
-        return f"subset:{HELDOUT_SUBSET}" if self.subset == SPLIT_SUBSET else None
+        return f"{SUBSET_PREFIX}{HELDOUT_SUBSET}" if self.subset == SPLIT_SUBSET else None
 
     @property
     def kind(self) -> str | None:
@@ -106,7 +132,7 @@ class TaskSource:
     @property
     def name(self) -> str:
         """How run.json names the data: the file's path, or `subset:NAME`."""
-        return str(self.path) if self.path is not None else f"subset:{self.subset}"
+        return str(self.path) if self.path is not None else f"{SUBSET_PREFIX}{self.subset}"
 
     def all_rows(self, transfer: Transfer = unseen) -> list[Row]:
         """Every row of the data, whatever the split, checked (an official subset also against its hash and row

@@ -26,6 +26,8 @@ EXAMPLE_FAMILIES = ("theme", *PROFESSIONAL_SLICES)
 UNSLICED_FAMILIES = frozenset({"physician_agreed_category"})
 # Rubric-tag families, in the order they are shown; `axis` is the one every item carries.
 RUBRIC_FAMILIES = ("axis", "level", "cluster")
+# How an item's axis is tagged, and so how a task's per-axis scores are named (`axis:accuracy`).
+AXIS_PREFIX = "axis:"
 # What a leaderboard and the Inspect metrics break a headline down by.
 HEALTHBENCH_BREAKDOWN = ("theme", "axis")
 BREAKDOWN_FAMILIES = (*HEALTHBENCH_BREAKDOWN, *PROFESSIONAL_SLICES)

@@ -67,7 +67,8 @@ _PROMPT = "\0healthbench grader prompt\0"  # stands in for the prompt in a body,
 
 @dataclass(frozen=True)
 class GradedItem:
-    """A rubric item with the grader's verdict."""
+    """A rubric item with the grader's verdict: what grading returns, and what results.jsonl records for each item
+    (`runs.records.SampleRecord.rubric_items`, whose `ItemRecord` is this type), its fields in this order."""
 
     criterion: str
     points: int

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from healthbench.api.wire import Usage
 from healthbench.data.schema import Message, Row
+from healthbench.data.tags import AXIS_PREFIX
 from healthbench.grading.grader import GradedItem, Grader
 from healthbench.grading.prompt import transcript_with_reply
 from healthbench.grading.scoring import LengthAdjustment, task_metrics
@@ -50,6 +51,11 @@ class GradedSample:
     def score(self) -> float:
         """The unclipped task score."""
         return self.metrics["overall_score"]
+
+    @property
+    def axes(self) -> dict[str, float]:
+        """The task's per-axis scores (`axis:accuracy`, ...): those of the axes its rubric has items of."""
+        return {tag: value for tag, value in self.metrics.items() if tag.startswith(AXIS_PREFIX)}
 
     @property
     def reward(self) -> float:

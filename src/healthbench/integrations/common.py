@@ -23,7 +23,7 @@ from healthbench.data.select import select_rows
 from healthbench.data.source import TaskSource
 from healthbench.data.subsets import PROFESSIONAL
 from healthbench.data.tags import breakdown
-from healthbench.errors import DataError, DownloadFailed, SettingsError
+from healthbench.errors import DownloadFailed, SettingsError
 from healthbench.grading.bootstrap import Seed
 from healthbench.integrations.pool import GraderPool
 from healthbench.runs.spec import Limit, Repeats
@@ -68,23 +68,23 @@ def load_tasks(
     heldout: str | Path | None = None,
     split_seed: int = 0,
 ) -> Tasks:
-    """The rows to evaluate: a file in either task schema, else a named subset (default `full`); with `split`, the
-    rows of that training split (`data.splits`: `heldout` is the official hard file for the full set, or the rows
-    of the file `heldout` for `data`, else a seeded 20%; `split_seed` seeds the choice); `limit` of them chosen as
-    the reference chooses (`random.Random(0).sample`)."""
-    if data is not None and subset is not None:
-        raise DataError(f"give a data file or a subset, not both (data={str(data)!r}, subset={subset!r})")
+    """The rows to evaluate: `data` (a file in either task schema; a subset's name or `subset:NAME` as a string),
+    else a named subset (default `full`); with `split`, the rows of that training split (`data.splits`: `heldout`
+    is the official hard file for the full set, or the rows of the file `heldout` for `data`, else a seeded 20%;
+    `split_seed` seeds the choice), as `TaskSource.chosen` reads these settings; `limit` of them chosen as the
+    reference chooses (`random.Random(0).sample`)."""
     if limit is not None:
         sized(limit=limit)
-    if heldout is not None and split is None:
-        raise SettingsError("`heldout` goes with `split` (it says which rows form the heldout split)")
-    source = TaskSource.file(data) if data is not None else TaskSource.named(subset or "full")
-    source = source.splitting(split, heldout, split_seed)
+    return source_tasks(TaskSource.chosen(data, subset, split=split, heldout=heldout, seed=split_seed), limit)
+
+
+def source_tasks(source: TaskSource, limit: int | None = None) -> Tasks:
+    """The rows of `source` (see `load_tasks`), a file recognised as Professional's said as a warning."""
     if source.professional_file:
         logger.warning(
             "%s is in HealthBench Professional's schema, so it is graded as subset=professional is (its official "
             "grader and length adjustment, unless grading settings say otherwise)",
-            data,
+            source.path,
         )
     try:
         rows = source.rows()

@@ -1,195 +1,151 @@
-"""A training step's rewards in one grader round: every reply of the step graded at once, in this process, as
-`serve` grades (the TRL reward function and the verl reward file are thin layers over this).
+"""A training step's rewards in one grader round: every reply of the step graded at once, as `healthbench grade`
+grades each. `BatchRewards` is the one way a step is graded: in this process (the TRL reward function and the verl
+reward file are thin layers over it) and behind `serve`'s batch routes (`/rewards`, `/openrlhf`).
 
-A step's replies name their task by `prompt_id`. The rows come from a `data` argument, else `HEALTHBENCH_DATA` (a
-path, or a subset name: full, hard, consensus, professional), else the full set; they are loaded once per process
-and, when a split is named, restricted to it (`healthbench.data.splits`; the official full set's `heldout` is
-HealthBench Hard, as `export` makes it). A prompt_id not among them is `UnknownPromptId`, naming it and the split,
-before any grader call.
-
-The grader is `serve`'s: its settings from the arguments, else the environment variables `serve` reads
-(`GradingOptions.plan(..., served=True)`: `HEALTHBENCH_GRADER_API_KEY`, `HEALTHBENCH_GRADER_BASE_URL`,
-`HEALTHBENCH_GRADER_MODEL`, the SDK's `CHAT_*`, never `OPENAI_BASE_URL`), its pace shared through
-`HEALTHBENCH_PACE_STORE=redis://...` with every process naming it (many trainer ranks or Ray workers of one key
-pace as `serve` replicas do). Its budget is `serve`'s (`deployment.served_budget`): 256 calls in flight, growing
-with the key's limits up to 1,024; `concurrency` (or `HEALTHBENCH_GRADER_CONCURRENCY`) sets it, and then it stays
-there. A key whose limits are not known yet gets the step's calls at once within that budget, not the grading
-commands' slow start (`slow_start=True` or `HEALTHBENCH_GRADER_SLOW_START=1` restores it). Graders are leased from
-one `GraderPool` per process, so they stay warm across steps as long as the caller's event loop lives (a trainer's:
-TRL's daemon loop, verl's reward loop, or `verl.py`'s own).
+A step's replies name their task by `prompt_id`, looked up in the rows before any grader call: one not among them
+is `UnknownTask`, naming it and the split. In this process, the rows, the budget and the graders come from the
+arguments, else the environment variables `serve` reads (`rewardsetup`); the grader is `serve`'s, its settings from
+the arguments, else those variables (`GradingOptions.plan(..., served=True)`: `HEALTHBENCH_GRADER_API_KEY`,
+`HEALTHBENCH_GRADER_BASE_URL`, `HEALTHBENCH_GRADER_MODEL`, the SDK's `CHAT_*`, never `OPENAI_BASE_URL`), its pace
+shared through `HEALTHBENCH_PACE_STORE=redis://...` with every process naming it (many trainer ranks or Ray workers
+of one key pace as `serve` replicas do). Behind the routes, they are the server's: a split's rows, its settings and
+length adjustment, the server's own key, its one budget and its warm graders.
 
 Each reply's reward is `grade_sample`'s, exactly what `healthbench grade` gives for it: the unclipped task score
 (length-adjusted where the data's official settings say so, as HealthBench Professional's), with the task's
 per-axis scores. A reply one of whose items cannot be graded gets no reward: its `Reward` carries the
 `GradingError` naming task and item, and each caller turns that into what its framework defines (`None` in TRL,
-an error in verl). A failure of the whole grader (an endpoint no waiting can cure, a quota spent) raises.
+an error in verl, a null reward in `/rewards`, a failed request in `/openrlhf`). A failure of the whole grader (an
+endpoint no waiting can cure, a quota spent) raises.
 """
 
 from __future__ import annotations
 
-import asyncio
-import atexit
-import contextlib
-import functools
-import os
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import SecretStr, TypeAdapter, ValidationError
+from pydantic import SecretStr
 
-from healthbench.api.endpoint import Concurrency
+from healthbench.api.wire import Usage
 from healthbench.data.schema import Row
-from healthbench.data.subsets import TASK_SUBSETS
-from healthbench.errors import GradingError, SettingsError, UnknownPromptId
-from healthbench.grading.sample import grade_sample
-from healthbench.grading.settings import GraderConfig, GradingOptions
-from healthbench.integrations.common import load_tasks
-from healthbench.integrations.openreward.deployment import served_budget
+from healthbench.errors import GradingError, NotAReply, OverLimit
+from healthbench.grading.sample import GradedSample, grade_sample
+from healthbench.grading.scoring import LengthAdjustment
+from healthbench.grading.settings import GraderConfig
+from healthbench.grading.verdict import VerdictCache
+from healthbench.integrations.openreward.access import MAX_REPLY_CHARS
 from healthbench.integrations.pool import GraderPool
+from healthbench.integrations.reuse import Reuse
+from healthbench.integrations.rewardsetup import (
+    TaskRows,
+    budget_pool,
+    checked_grader,
+    close_at_exit,
+    close_graders,
+    grading_options,
+    reply_bound,
+    served_budget,
+    slow_start_from_env,
+    task_rows,
+)
+from healthbench.runs.outputs import RewardResult
 from healthbench.together import together
 
-DATA_VARIABLE = "HEALTHBENCH_DATA"
-CONCURRENCY_VARIABLE = "HEALTHBENCH_GRADER_CONCURRENCY"
-SLOW_START_VARIABLE = "HEALTHBENCH_GRADER_SLOW_START"  # serve's --grader-slow-start
-AXIS_PREFIX = "axis:"
-ALL_ROWS = "none (all rows of the data)"  # how an unknown prompt_id's error names no split
-EXIT_WAIT = 5.0  # seconds the graders of a trainer's loop may take to close as the process exits
+__all__ = ["BatchRewards", "Reward", "axis_means", "close_graders", "grade_reply", "reply_text", "task_rows"]
 
 
 @dataclass(frozen=True)
 class Reward:
     """One reply's reward: the signed task score and its per-axis scores (`axis:accuracy`, ...), or, for a reply
     that could not be graded, no reward and the `error` naming task and item (`failure`, the error itself, where
-    it was graded in this process)."""
+    it was graded in this process). `paid_calls` is the grader calls its grading paid for, `reused_calls` those
+    whose verdicts it reused (`reuse`)."""
 
     prompt_id: str
     reward: float | None
     axes: dict[str, float] = field(default_factory=dict)
     error: str | None = None
-    failure: GradingError | None = field(default=None, compare=False)
+    failure: GradingError | OverLimit | None = field(default=None, compare=False)
+    paid_calls: int = field(default=0, compare=False)
+    reused_calls: int = field(default=0, compare=False)
+
+    def result(self) -> RewardResult:
+        """The reward as `/rewards` answers it."""
+        return RewardResult(prompt_id=self.prompt_id, reward=self.reward, error=self.error, axes=self.axes)
+
+    @classmethod
+    def of(cls, result: RewardResult) -> Reward:
+        """The reward a `/rewards` answer's result says (its failure known only by its words)."""
+        if result.reward is None:
+            return cls(result.prompt_id, None, result.axes, error=result.error or "no reward")
+        return cls(result.prompt_id, result.reward, result.axes)
 
 
-@dataclass(frozen=True)
-class TaskRows:
-    """The rows a step's prompt_ids are looked up in, what they are (the kind whose official settings apply), and
-    the split they are (`ALL_ROWS` when none was chosen)."""
-
-    by_id: Mapping[str, Row]
-    kind: str | None
-    split: str
-
-    def row(self, prompt_id: str) -> Row:
-        """The row of `prompt_id`; `UnknownPromptId` naming it and the split when there is none."""
-        row = self.by_id.get(prompt_id) if isinstance(prompt_id, str) else None
-        if row is None:
-            raise UnknownPromptId(str(prompt_id), self.split)
-        return row
-
-
-def data_source(data: str | Path | None) -> tuple[str | None, str | None]:
-    """(subset, path) of `data`, else of `HEALTHBENCH_DATA`, else the full set: a subset's name or a file's path."""
-    chosen = str(data) if data is not None else os.environ.get(DATA_VARIABLE, "").strip() or "full"
-    if chosen.startswith("subset:"):  # how run.json names a subset
-        chosen = chosen.removeprefix("subset:")
-    return (chosen, None) if chosen in TASK_SUBSETS else (None, chosen)
+def reply_text(given: object, index: int = 0, prompt_id: object = None) -> str:
+    """The reply `given` holds, as every trainer's reward takes one: its text, or a conversation's messages
+    (TRL's conversational completions) whose last holds it as its content (text parts joined; none, for a message
+    of tool calls only, is the empty reply). `NotAReply` naming its place in the step (`index`) and its task for
+    anything else: None, a number, an empty list of messages, a message of another shape."""
+    if isinstance(given, str):
+        return given
+    if isinstance(given, Sequence) and given and isinstance(given[-1], Mapping):
+        content = given[-1].get("content")
+        if isinstance(content, str):
+            return content
+        if isinstance(content, list):
+            return "".join(str(part.get("text", "")) for part in content if isinstance(part, Mapping))
+        if content is None:
+            return ""
+    raise NotAReply(index, prompt_id, given)
 
 
-def task_rows(
-    data: str | Path | None = None, split: str | None = None, heldout: str | Path | None = None, seed: int = 0
-) -> TaskRows:
-    """The rows of `data` (see `data_source`), of `split` only when one is named (`data.splits`, as `export` and
-    `--split` choose it: the full set's heldout is the official hard file, a file's the rows of `heldout` when
-    given, else a seeded 20%; `seed` is the split's), loaded once per process for the same data, split, heldout and
-    seed."""
-    subset, path = data_source(data)
-    return _task_rows(subset, path, split, None if heldout is None else str(heldout), seed)
+async def grade_reply(
+    graders: GraderPool,
+    config: GraderConfig,
+    row: Row,
+    reply: str,
+    adjustment: LengthAdjustment | None,
+    *,
+    verdicts: VerdictCache | None = None,
+) -> GradedSample:
+    """`reply` graded as the reply to `row` with the warm grader of `config` (its key included) that `graders`
+    keeps, as `healthbench grade` grades it (`grade_sample`); with `verdicts`, a verdict kept there for the same
+    grader request is reused, not asked again (the trainers' rewards only: `reuse`). Its `GradingError` comes
+    without the key, which an endpoint may echo in an error body and which would end up in a log."""
+    key = config.api_key.get_secret_value() if config.api_key is not None else None
+    async with graders.lease(config) as grader:
+        if verdicts is not None:
+            grader = dataclasses.replace(grader, cache=verdicts)
+        try:
+            return await grade_sample(grader, row, reply, adjustment=adjustment)
+        except GradingError as exc:
+            raise exc.redacted(key) from None
 
 
-@functools.lru_cache(maxsize=16)
-def _task_rows(subset: str | None, path: str | None, split: str | None, heldout: str | None, seed: int) -> TaskRows:
-    tasks = load_tasks(subset, path, split=split, heldout=heldout, split_seed=seed)
-    return TaskRows({row.prompt_id: row for row in tasks.rows}, tasks.kind, split or ALL_ROWS)
-
-
-def budget_from_env(concurrency: int | None) -> int | None:
-    """The grader budget given, else `HEALTHBENCH_GRADER_CONCURRENCY`'s, checked against the range of `--concurrency`
-    (None: serve's default)."""
-    given: Any = concurrency
-    where = "`concurrency`"
-    if given is None:
-        said = os.environ.get(CONCURRENCY_VARIABLE, "").strip()
-        if not said:
-            return None
-        given, where = said, CONCURRENCY_VARIABLE
-    try:
-        return TypeAdapter(Concurrency).validate_python(given, strict=False)
-    except ValidationError as exc:
-        raise SettingsError(f"{where} is {given!r}: {exc.errors()[0]['msg']}") from None
-
-
-def slow_start_from_env(slow_start: bool | None) -> bool:
-    """`slow_start` if given, else `HEALTHBENCH_GRADER_SLOW_START`'s (unset: no slow start, as `serve`)."""
-    if slow_start is not None:
-        return slow_start
-    said = os.environ.get(SLOW_START_VARIABLE, "").strip()
-    if not said:
-        return False
-    try:
-        return TypeAdapter(bool).validate_python(said, strict=False)
-    except ValidationError as exc:
-        raise SettingsError(f"{SLOW_START_VARIABLE} is {said!r}: {exc.errors()[0]['msg']}") from None
-
-
-@functools.cache
-def _pool(concurrency: int, ceiling: int, slow_start: bool) -> GraderPool:
-    """The process's graders of one budget: every step, every source of rows, every loop draws on it."""
-    pool = GraderPool(concurrency, ceiling, slow_start=slow_start)
-    _pools.append(pool)
-    return pool
-
-
-_pools: list[GraderPool] = []
-
-
-async def close_graders() -> None:
-    """Close the running loop's graders (those of every budget): for a loop that will not end by itself, such as
-    one a caller keeps and runs step by step."""
-    for pool in _pools:
-        await pool.aclose()
-
-
-_closing: set[tuple[int, int]] = set()  # the (loop, pool) pairs whose graders are closed as the process exits
-
-
-def _close_at_exit(pool: GraderPool) -> None:
-    """Close the running loop's graders of `pool` as the process exits, if that loop is still running then: a
-    trainer's loop in a daemon thread (TRL's, verl.py's) is never ended, only stopped at exit, and its open HTTP
-    sessions would be reported unclosed. Registered from the loop itself, on its first step, so it runs before a
-    trainer's own exit hook (registered earlier) stops the loop. A loop that ends first (`asyncio.run`) closes them
-    itself (`GraderPool`)."""
-    loop = asyncio.get_running_loop()
-    if (id(loop), id(pool)) in _closing:
-        return
-    _closing.add((id(loop), id(pool)))
-
-    def close() -> None:
-        if loop.is_running() and not loop.is_closed():
-            with contextlib.suppress(Exception):  # at exit, a grader that will not close is not worth a traceback
-                asyncio.run_coroutine_threadsafe(pool.aclose(), loop).result(EXIT_WAIT)
-
-    atexit.register(close)
+# What the in-process rewards take besides `GradingOptions` fields and the rows: named by a setting's error.
+_OWN_SETTINGS = ("concurrency", "grader_api_key", "slow_start", "max_reply_chars")
+# How the in-process rewards' bound on a reply's length is named, in a reply's error.
+REPLY_BOUND = "`max_reply_chars`"
 
 
 class BatchRewards:
     """Grades a step's (prompt_id, reply) pairs at once (see the module docstring).
 
-    `grading` holds `GradingOptions` fields (`grader_model=...`, `grader_base_url=...`, `grader_rpm=...`);
-    `grader_api_key` the grader's key, else the environment's as `serve` reads it. A key whose limits are not known
-    yet is sent the step's calls at once, within the budget, unless `slow_start` (else `HEALTHBENCH_GRADER_SLOW_START`;
-    see `ApiClient`): a step is such a burst anyway, and the slow start would put the first step's rewards off by
-    four or five grader rounds.
+    Made from settings, in this process: the rows of `data`, `split`, `heldout` and `seed` (see
+    `rewardsetup.task_rows`); `grading` holds `GradingOptions` fields (`grader_model=...`, `grader_base_url=...`,
+    `grader_rpm=...`); `grader_api_key` the grader's key, else the environment's as `serve` reads it; `concurrency`
+    the budget (else `HEALTHBENCH_GRADER_CONCURRENCY`, else serve's); `max_reply_chars` the longest reply graded,
+    `serve`'s `--max-reply-chars` (50,000 characters by default). A key whose limits are not known yet is sent the
+    step's calls at once, within the budget, unless `slow_start` (else `HEALTHBENCH_GRADER_SLOW_START`; see
+    `ApiClient`): a step is such a burst anyway, and the slow start would put the first step's rewards off by a few
+    grader rounds. Bad data or settings fail here, before any step: a setting that is none, a grader endpoint that
+    is not a URL, no key for OpenAI's API (`rewardsetup.checked_grader`). `served` makes one of a server's splits.
+
+    A reply sent again within the reuse window, or twice in a step, is not graded again (`reuse`): its verdicts are
+    the ones already paid for, so the same text gets the same reward.
     """
 
     def __init__(
@@ -202,50 +158,110 @@ class BatchRewards:
         concurrency: int | None = None,
         grader_api_key: str | None = None,
         slow_start: bool | None = None,
+        max_reply_chars: int = MAX_REPLY_CHARS,
         **grading: Any,
     ) -> None:
-        self.tasks = task_rows(data, split, heldout, seed)
-        try:
-            options = GradingOptions(grader_concurrency=budget_from_env(concurrency), **grading)
-        except ValidationError as exc:
-            said = "; ".join(f"`{error['loc'][0]}`: {error['msg']}" for error in exc.errors())
-            raise SettingsError(said) from None
-        plan = options.plan(self.tasks.kind, served=True)
+        options = grading_options(concurrency, grading, _OWN_SETTINGS)
+        most = reply_bound(max_reply_chars)
+        tasks = task_rows(data, split, heldout, seed)
+        plan = options.plan(tasks.kind, served=True)
         config = plan.grader
         if grader_api_key:
             config = config.model_copy(update={"api_key": SecretStr(grader_api_key)})
-        config.check_pace_store()  # a shared pace out of reach: an error now, not a key overrun later
-        self.config: GraderConfig = config
-        self.adjustment = plan.length_adjustment
-        self.concurrency, self.ceiling = served_budget([config])
-        self._graders = _pool(self.concurrency, self.ceiling, slow_start_from_env(slow_start))
+        checked_grader(config)
+        concurrency, ceiling = served_budget([config])
+        graders = budget_pool(concurrency, ceiling, slow_start_from_env(slow_start))
+        self._bind(tasks, config, plan.length_adjustment, graders, in_process=True, reply_chars=most, bound=REPLY_BOUND)
 
-    async def grade(self, items: Sequence[tuple[str, str]]) -> list[Reward]:
-        """Every reply's reward, in order, all graded at once under the one budget. `UnknownPromptId` before any
-        grader call for a prompt_id not among the rows; a reply that cannot be graded gets a `Reward` without one."""
+    @classmethod
+    def served(
+        cls,
+        tasks: TaskRows,
+        config: GraderConfig,
+        adjustment: LengthAdjustment | None,
+        graders: GraderPool,
+        *,
+        reply_chars: int,
+        on_graded: Callable[[str, Usage, int], None] | None = None,
+    ) -> BatchRewards:
+        """The batch rewards of one split a server serves: its rows, its grader settings (the server's key) and
+        length adjustment, the server's graders (`graders`, of its one budget), its bound on a reply's length
+        (`--max-reply-chars`); `on_graded` is told of each reply graded or reused, with the grader model, what its
+        grading paid and the calls whose verdicts it reused (the server's usage log)."""
+        rewards = cls.__new__(cls)
+        rewards._bind(
+            tasks,
+            config,
+            adjustment,
+            graders,
+            in_process=False,
+            reply_chars=reply_chars,
+            bound=OverLimit.SERVED_REPLY_BOUND,
+            on_graded=on_graded,
+        )
+        return rewards
+
+    def _bind(
+        self,
+        tasks: TaskRows,
+        config: GraderConfig,
+        adjustment: LengthAdjustment | None,
+        graders: GraderPool,
+        *,
+        in_process: bool,
+        reply_chars: int,
+        bound: str,
+        on_graded: Callable[[str, Usage, int], None] | None = None,
+    ) -> None:
+        self.tasks = tasks
+        self.config = config
+        self.adjustment = adjustment
+        self.concurrency, self.ceiling = served_budget([config])
+        self.reply_chars = reply_chars
+        self._bound = bound  # the setting a reply's bound is, as its error names it
+        self._graders = graders
+        # A trainer's loop is only stopped at exit (its graders closed then); a server's loop ends and closes its own.
+        self._in_process = in_process
+        self._on_graded = on_graded
+        # What this grader's trainer rewards paid for, kept for the same replies sent again (`reuse`).
+        self.reuse = Reuse()
+
+    async def grade(self, items: Sequence[tuple[object, object]]) -> list[Reward]:
+        """Every reply's reward, in order, all graded at once under the one budget. Before any grader call:
+        `UnknownTask` for a prompt_id not among the rows, `NotAReply` for what is not a reply (`reply_text`); a
+        reply longer than the bound gets a `Reward` without one (`OverLimit`), as does a reply that cannot be
+        graded (`GradingError`)."""
         rows = [self.tasks.row(prompt_id) for prompt_id, _ in items]
+        replies = [reply_text(reply, index, prompt_id) for index, (prompt_id, reply) in enumerate(items)]
         if not rows:
             return []
-        _close_at_exit(self._graders)
-        async with self._graders.lease(self.config) as grader:
-            # A failure of the whole grader, or a cancellation from outside: no grader call outlives the step.
-            return await together(self._one(grader, row, reply) for row, (_, reply) in zip(rows, items, strict=True))
+        if self._in_process:
+            close_at_exit(self._graders)
+        # A failure of the whole grader, or a cancellation from outside: no grader call outlives the step.
+        return await together(self._one(row, reply) for row, reply in zip(rows, replies, strict=True))
 
-    async def _one(self, grader: Any, row: Row, reply: str) -> Reward:
+    async def _one(self, row: Row, reply: str) -> Reward:
+        if len(reply) > self.reply_chars:
+            refused = OverLimit.reply(row.prompt_id, len(reply), self.reply_chars, self._bound)
+            return Reward(row.prompt_id, None, error=str(refused), failure=refused)
         try:
-            sample = await grade_sample(grader, row, reply, adjustment=self.adjustment)
+            sample, joined = await self.reuse.shared((row.prompt_id, reply), lambda: self._graded(row, reply))
         except GradingError as exc:
-            failure = self._redacted(exc)
-            return Reward(row.prompt_id, None, error=str(failure), failure=failure)
-        axes = {tag: value for tag, value in sample.metrics.items() if tag.startswith(AXIS_PREFIX)}
-        return Reward(row.prompt_id, sample.reward, axes)
+            return Reward(row.prompt_id, None, error=str(exc), failure=exc)
+        paid = 0 if joined else sample.paid.calls
+        reused = sample.usage.calls - paid
+        if joined and self._on_graded is not None:
+            self._on_graded(self.config.model, Usage(), reused)
+        return Reward(row.prompt_id, sample.reward, sample.axes, paid_calls=paid, reused_calls=reused)
 
-    def _redacted(self, failure: GradingError) -> GradingError:
-        """The failure without the grader key (an endpoint may echo it in an error body, and it is logged)."""
-        key = self.config.api_key.get_secret_value() if self.config.api_key is not None else ""
-        if key and key in failure.cause:
-            return GradingError(failure.prompt_id, failure.criterion, failure.cause.replace(key, "[redacted]"))
-        return failure
+    async def _graded(self, row: Row, reply: str) -> GradedSample:
+        """`reply` graded once for every request that asks for it meanwhile, its verdicts kept for those after."""
+        sample = await grade_reply(
+            self._graders, self.config, row, reply, self.adjustment, verdicts=self.reuse.verdicts
+        )
+        if self._on_graded is not None:
+            self._on_graded(self.config.model, sample.paid, sample.usage.calls - sample.paid.calls)
+        return sample
 
 
 def axis_means(rewards: Sequence[Reward]) -> dict[str, float]:

@@ -16,17 +16,22 @@ budget: the key stays on the server.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 import aiohttp
+from pydantic import ValidationError
 
-from healthbench.errors import DataError, EndpointUnusable, RequestFailed, SettingsError
-from healthbench.integrations.rewards import AXIS_PREFIX, BatchRewards, Reward, axis_means
+from healthbench.api.endpoint import is_http_url
+from healthbench.data.tags import AXIS_PREFIX
+from healthbench.errors import DataError, EndpointUnusable, HealthBenchError, RequestFailed, SettingsError
+from healthbench.integrations.rewards import BatchRewards, Reward, axis_means, reply_text
+from healthbench.runs.outputs import ReplyItem, RewardResult, RewardsAnswer, RewardsRequest
 
-__all__ = ["reward_function"]
+__all__ = ["reply_text", "reward_function"]
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +42,7 @@ SERVER_TIMEOUT = 900.0  # seconds a step's request to `serve` may take: a step o
 class Grades(Protocol):
     """Where a step's rewards come from: this process's graders, or a server's."""
 
-    async def grade(self, items: Sequence[tuple[str, str]]) -> list[Reward]: ...
+    async def grade(self, items: Sequence[tuple[object, object]]) -> list[Reward]: ...
 
 
 RewardFunc = Callable[..., Coroutine[Any, Any, list[float | None]]]
@@ -78,6 +83,7 @@ def reward_function(
         source = ServedRewards(server_url, token, split, timeout)
     else:
         source = BatchRewards(data, split=split, heldout=heldout, seed=seed, concurrency=concurrency, **grading)
+    in_process = isinstance(source, BatchRewards)
 
     async def healthbench(
         prompts: Sequence[Any],
@@ -95,7 +101,7 @@ def reward_function(
             )
         if len(prompt_id) != len(completions):
             raise DataError(f"{len(completions)} completions but {len(prompt_id)} prompt_ids")
-        rewards = await source.grade([(pid, reply_text(c)) for pid, c in zip(prompt_id, completions, strict=True)])
+        rewards = await source.grade(list(zip(prompt_id, completions, strict=True)))
         for index, reward in enumerate(rewards):
             if reward.reward is None:
                 logger.warning("no reward for completion %d (%s)", index, reward.error)
@@ -103,6 +109,9 @@ def reward_function(
             for axis, mean in axis_means(rewards).items():
                 log_metric(f"{NAME}/{axis.removeprefix(AXIS_PREFIX)}", mean)
             log_metric(f"{NAME}/ungraded", float(sum(reward.reward is None for reward in rewards)))
+            if in_process:  # what the step paid for, and what it reused (a server says its own in its log)
+                log_metric(f"{NAME}/grader_calls", float(sum(reward.paid_calls for reward in rewards)))
+                log_metric(f"{NAME}/reused_calls", float(sum(reward.reused_calls for reward in rewards)))
         return [reward.reward for reward in rewards]
 
     # TRL logs a reward function's rewards under its __name__.
@@ -111,73 +120,79 @@ def reward_function(
     return healthbench
 
 
-def reply_text(completion: Any) -> str:
-    """The reply a completion holds: the text itself, or a conversational completion's last message's content (its
-    text parts joined, for content in parts)."""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, Sequence) and completion and isinstance(completion[-1], dict):
-        content = completion[-1].get("content")
-        if isinstance(content, str):
-            return content
-        if isinstance(content, list):
-            return "".join(part.get("text", "") for part in content if isinstance(part, dict))
-        if content is None:
-            return ""
-    raise DataError(f"a completion TRL passed is neither text nor a list of messages: {str(completion)[:100]!r}")
-
-
 class ServedRewards:
-    """A step's rewards from a running `healthbench serve` (`POST /rewards`, AREAS.md's contract): one request per
-    step, under the server's token; the server's key and budget grade it."""
+    """A step's rewards from a running `healthbench serve` (`POST /rewards`, docs/deploy.md's batch routes): one
+    request per step, under the server's token; the server's key and budget grade it."""
 
     def __init__(self, server_url: str, token: str | None, split: str, timeout: float) -> None:
+        if not is_http_url(server_url):
+            raise SettingsError(
+                f"`server_url` {server_url!r} is not a URL (it needs http:// or https://, then the server's host and "
+                "port: http://reward-host:8080)"
+            )
         self.url = server_url.rstrip("/") + "/rewards"
         self.headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.split = split
         self.timeout = aiohttp.ClientTimeout(total=timeout)
 
-    async def grade(self, items: Sequence[tuple[str, str]]) -> list[Reward]:
-        """The server's rewards for `items`, in order. An unknown split or prompt_id (HTTP 400) is a `DataError`
-        with the server's words; a server out of reach or refusing the token, `EndpointUnusable`."""
-        body = {"split": self.split, "items": [{"prompt_id": pid, "reply": reply} for pid, reply in items]}
+    async def grade(self, items: Sequence[tuple[object, object]]) -> list[Reward]:
+        """The server's rewards for `items`, in order, each reply read as the in-process rewards read it
+        (`reply_text`: `NotAReply` before anything is sent). What the server refuses is raised with its own
+        explanation: a refusal of the step (an unknown split or prompt_id, a batch over its bound) is a `DataError`;
+        a server out of reach, refusing the token or without a grader key, `EndpointUnusable`; a grader that cannot
+        grade or a failure of the server's, `RequestFailed`."""
+        replies = [
+            ReplyItem(prompt_id=str(prompt_id), reply=reply_text(reply, index, prompt_id))
+            for index, (prompt_id, reply) in enumerate(items)
+        ]
+        request = RewardsRequest(split=self.split, items=replies)
         try:
             async with (
                 aiohttp.ClientSession(timeout=self.timeout) as http,
-                http.post(self.url, json=body, headers=self.headers) as response,
+                http.post(self.url, json=request.model_dump(mode="json"), headers=self.headers) as response,
             ):
                 text = await response.text()
                 status = response.status
-                answer = await response.json(content_type=None) if status == 200 else None
         except aiohttp.ClientConnectionError as exc:
             raise EndpointUnusable(
                 self.url, f"cannot be reached: {exc}", refused=False, role="the reward server's"
             ) from None
         except TimeoutError:
             raise RequestFailed(f"the reward server {self.url} gave no answer in {self.timeout.total:g} s", 1) from None
-        if status == 400:
-            raise DataError(f"the reward server {self.url} refused the step: {text[:500]}")
+        if status != 200:
+            raise self._refusal(status, text)
+        return [Reward.of(result) for result in self._results(text, len(items))]
+
+    def _refusal(self, status: int, text: str) -> HealthBenchError:
+        """The error of an answer other than 200, with the server's own explanation (its JSON `detail`)."""
+        said = f"(HTTP {status}): {server_detail(text)}"
         if status in (401, 403):
-            raise EndpointUnusable(
-                self.url, f"refused the token (HTTP {status})", refused=True, role="the reward server's"
-            )
-        if answer is None:
-            raise RequestFailed(
-                f"the reward server {self.url} answered HTTP {status}", 1, status=status, body=text.encode()
-            )
-        return [self._reward(pid, result) for (pid, _), result in zip(items, _results(answer, len(items)), strict=True)]
+            return EndpointUnusable(self.url, f"refused the token {said}", refused=True, role="the reward server's")
+        if status == 503:
+            return EndpointUnusable(self.url, f"cannot grade {said}", refused=True, role="the reward server's")
+        if 400 <= status < 500:
+            return DataError(f"the reward server {self.url} refused the step {said}")
+        return RequestFailed(
+            f"the reward server {self.url} failed the step {said}", 1, status=status, body=text.encode()
+        )
 
-    def _reward(self, prompt_id: str, result: dict[str, Any]) -> Reward:
-        reward = result.get("reward")
-        axes = {str(tag): float(value) for tag, value in (result.get("axes") or {}).items()}
-        if reward is None:
-            return Reward(prompt_id, None, axes, error=str(result.get("error") or "no reward"))
-        return Reward(prompt_id, float(reward), axes)
+    def _results(self, text: str, count: int) -> list[RewardResult]:
+        """The answer's results, one per item sent; `DataError` for an answer of another shape."""
+        try:
+            results = RewardsAnswer.model_validate_json(text).results
+        except ValidationError:
+            results = None
+        if results is None or len(results) != count:
+            raise DataError(f"the reward server's answer is not {count} results: {text[:200]!r}")
+        return results
 
 
-def _results(answer: Any, count: int) -> list[dict[str, Any]]:
-    """The answer's results, one per item sent; `DataError` for an answer of another shape."""
-    results = answer.get("results") if isinstance(answer, dict) else None
-    if not isinstance(results, list) or len(results) != count or not all(isinstance(r, dict) for r in results):
-        raise DataError(f"the reward server's answer is not {count} results: {str(answer)[:200]!r}")
-    return results
+def server_detail(text: str) -> str:
+    """What a server said in an answer's body: its JSON `detail` (FastAPI's, and `serve`'s door's), else the body
+    itself, cut to 500 characters."""
+    try:
+        detail = json.loads(text).get("detail")
+    except (ValueError, AttributeError):
+        detail = None
+    said = detail if isinstance(detail, str) else text
+    return said[:500] or "(no body)"

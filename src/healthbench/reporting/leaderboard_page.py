@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from healthbench.files import write_atomic
 from healthbench.reporting.pages import template
 from healthbench.reporting.report.common import label
-from healthbench.runs.outputs import FigureRecord, Leaderboard, LeaderboardRow
+from healthbench.runs.outputs import FigureRecord, Leaderboard, Spread, interval_of
 
 if TYPE_CHECKING:
     from jinja2 import Template
@@ -31,8 +31,9 @@ def _value(figure: FigureRecord | None) -> str:
     return "—" if figure is None else f"{figure.value:.3f}"
 
 
-def _span(figure: FigureRecord | LeaderboardRow) -> str:
-    return "" if figure.ci_low is None or figure.ci_high is None else f"[{figure.ci_low:.3f}, {figure.ci_high:.3f}]"
+def _span(figure: Spread) -> str:
+    span = interval_of(figure)
+    return "" if span is None else f"[{span[0]:.3f}, {span[1]:.3f}]"
 
 
 def format_markdown(board: Leaderboard) -> str:
@@ -104,7 +105,7 @@ def render_page(board: Leaderboard) -> str:
     runs = board.runs
     rows = []
     for run in runs:
-        span = None if run.ci_low is None or run.ci_high is None else (run.ci_low, run.ci_high)
+        span = interval_of(run)
         whisker = None if span is None else (BAR_W * span[0], BAR_W * span[1])
         bar = BAR_W * min(max(run.score, 0.0), 1.0)
         rows.append(run.model_dump() | {"bar": bar, "whisker": whisker, "span": _span(run)})

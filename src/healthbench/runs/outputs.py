@@ -1,18 +1,20 @@
 """What commands write about runs, beside a run folder's own files, as typed, versioned records: `compare`'s
 result (`Comparison`, what `compare --json` prints; `MetaComparison` for meta-eval runs), the leaderboard
-(`Leaderboard`, its rows `LeaderboardRow`), the dry run's estimate (`DryRunEstimate`) and the metadata `serve`
-returns beside a reward (`RewardMetadata`). Each is built by the code that computes it and read by its
-consumers field by field; `version` says which shape a reader holds, and one this release does not know is
-refused naming both (`records.Versioned`).
+(`Leaderboard`, its rows `LeaderboardRow`), the dry run's estimate (`DryRunEstimate`), the metadata `serve`
+returns beside a reward (`RewardMetadata`), and `serve`'s batch routes' bodies (`RewardsRequest` and
+`RewardsAnswer` for `/rewards`, which its server and its clients share; `OpenRLHFAnswer`). Each is built by the
+code that computes it and read by its consumers field by field; `version` says which shape a reader holds, and one
+this release does not know is refused naming both (`records.Versioned`); the shapes `serve` answers with keep the
+keys clients have always read, without a `version`.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar, Generic, Literal, TypeVar
+from typing import ClassVar, Generic, Literal, Protocol, TypeVar
 
-from pydantic import Field
+from pydantic import Field, JsonValue
 
-from healthbench.grading.grader import GraderCalls
+from healthbench.grading.grader import GradedItem, GraderCalls
 from healthbench.runs.records import Record, SideUsage, TokenCounts, Versioned
 from healthbench.runs.spec import Command, GraderRequest, LengthSpec
 
@@ -81,9 +83,34 @@ class Comparison(Versioned):
     metrics: dict[str, MetricDifference]
 
 
+class Spread(Protocol):
+    """A figure's spread: metrics.json's bootstrap std and sample count and the 95% interval [`ci_low`, `ci_high`],
+    each None where not known. `FigureRecord` and `LeaderboardRow` hold one each, in JSON orders of their own that
+    readers have always had (so a protocol, not a base class, whose fields would come first)."""
+
+    @property
+    def bootstrap_std(self) -> float | None: ...
+
+    @property
+    def n_samples(self) -> int | None: ...
+
+    @property
+    def ci_low(self) -> float | None: ...
+
+    @property
+    def ci_high(self) -> float | None: ...
+
+
+def interval_of(spread: Spread) -> tuple[float, float] | None:
+    """The spread's 95% interval; None when either end is not known."""
+    if spread.ci_low is None or spread.ci_high is None:
+        return None
+    return spread.ci_low, spread.ci_high
+
+
 class FigureRecord(Record):
-    """One clipped mean of metrics.json with its bootstrap std and sample count, and its 95% interval (None
-    where not known)."""
+    """One clipped mean of metrics.json with its spread (`Spread`): its bootstrap std and sample count, and its
+    95% interval (None where not known)."""
 
     value: float
     bootstrap_std: float | None = None
@@ -103,8 +130,9 @@ class LeaderboardRow(Record):
     """One run on the leaderboard: its rank among the runs on its task set (`task_set`; runs on other tasks are
     ranked apart), what was graded and by which grader, its data, its headline `score` (metrics.json's) with
     metrics.json's `bootstrap_std` and `n_samples` and the 95% interval [`ci_low`, `ci_high`] of a percentile
-    bootstrap over its `n_tasks` tasks (each task's samples averaged, tasks resampled, as `compare` does), its
-    cost, its marks, and its slices as metrics.json has them (interval: score ± 1.96 bootstrap std)."""
+    bootstrap over its `n_tasks` tasks (each task's samples averaged, tasks resampled, as `compare` does): the
+    headline's `Spread`; its cost, its marks, and its slices as metrics.json has them (interval: score ± 1.96
+    bootstrap std)."""
 
     rank: int
     run: str
@@ -220,12 +248,23 @@ class DryRunEstimate(Versioned):
 
 
 class RewardItem(Record):
-    """One rubric item's verdict as `serve` returns it (its explanation cut short)."""
+    """One rubric item's verdict as `serve` returns it beside a reward: a `GradedItem` without its criterion (the
+    rubric stays on the server) and with its explanation cut short, in the key order clients have always read."""
 
     criteria_met: bool
     points: int
     tags: list[str] = Field(default_factory=list)
     explanation: str = ""
+
+    @classmethod
+    def of(cls, item: GradedItem, explanation_chars: int) -> RewardItem:
+        """The verdict of `item`, its explanation cut to `explanation_chars`."""
+        return cls(
+            criteria_met=item.criteria_met,
+            points=item.points,
+            tags=list(item.tags),
+            explanation=item.explanation[:explanation_chars],
+        )
 
 
 class RewardMetadata(Record):
@@ -277,3 +316,47 @@ class MetaComparison(Versioned):
     difference_interval: tuple[float, float] | None = None
     paired: bool = False
     paper_macro_f1: dict[str, float] = Field(default_factory=dict)
+
+
+class ReplyItem(Record):
+    """One reply of a `/rewards` request: the task's prompt_id and the reply (its text; a conversation's messages
+    are taken too, as TRL's reward takes them). Anything JSON holds is read, so that what is not a reply is refused
+    as every reward path refuses it."""
+
+    prompt_id: str
+    reply: JsonValue
+
+
+class RewardsRequest(Record):
+    """`serve`'s `POST /rewards` body: the split the prompt_ids are in (None: `train` when served, else `test`) and
+    the step's replies. TRL's server mode sends it; `serve` reads it."""
+
+    split: str | None = None
+    items: list[ReplyItem]
+
+
+class RewardResult(Record):
+    """One reply's result in `/rewards`' answer, in the items' order: its task, its reward (the signed task score;
+    None for a reply that could not be graded, with the `error` naming task and item) and its per-axis scores."""
+
+    prompt_id: str
+    reward: float | None = None
+    error: str | None = None
+    axes: dict[str, float] = Field(default_factory=dict)
+
+
+class RewardsAnswer(Record):
+    """`serve`'s answer to `POST /rewards`, read by TRL's server mode: one result per item sent, in order. Its keys
+    are what clients have always read, so it carries no `version` key of its own."""
+
+    results: list[RewardResult]
+
+
+class OpenRLHFAnswer(Record):
+    """`serve`'s answer to `POST /openrlhf`, OpenRLHF's remote reward protocol: one reward per sample (`scores` the
+    same numbers, as OpenRLHF reads either) and the per-axis logs OpenRLHF merges by key (`axis:NAME` and
+    `axis:NAME:graded`, one value per sample)."""
+
+    rewards: list[float]
+    scores: list[float]
+    extra_logs: dict[str, list[float]]

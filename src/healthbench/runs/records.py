@@ -21,6 +21,7 @@ from pydantic_core import PydanticCustomError
 from healthbench.api.wire import Usage
 from healthbench.data.schema import Message
 from healthbench.grading.gains import Gain
+from healthbench.grading.grader import GradedItem
 from healthbench.grading.sample import GradedSample
 from healthbench.runs.policy import PromptRefusal
 from healthbench.runs.spec import GraderSpec, RunSpec
@@ -91,14 +92,8 @@ class UsageNumbers(TokenCounts):
         return self.cached_prompt_tokens / self.prompt_tokens if self.prompt_tokens else None
 
 
-class ItemRecord(Record):
-    """A rubric item with the grader's verdict."""
-
-    criterion: str
-    points: int
-    tags: list[str] = Field(default_factory=list)
-    criteria_met: bool
-    explanation: str = ""
+# A rubric item with the grader's verdict, as results.jsonl holds it: grading's own value, read and written whole.
+ItemRecord = GradedItem
 
 
 class PolicyErrorRecord(Record):
@@ -171,16 +166,7 @@ class SampleRecord(Record):
             response=sample.reply,
             prompt=list(sample.transcript[:-1]),
             example_tags=list(sample.row.example_tags),
-            rubric_items=[
-                ItemRecord(
-                    criterion=item.criterion,
-                    points=item.points,
-                    tags=list(item.tags),
-                    criteria_met=item.criteria_met,
-                    explanation=item.explanation,
-                )
-                for item in sample.items
-            ],
+            rubric_items=list(sample.items),
             usage=UsageNumbers.of(sample.usage),
             grader_model=sample.grader_model,
             length_adjusted_score=sample.adjusted,

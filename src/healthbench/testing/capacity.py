@@ -52,6 +52,12 @@ class Capacity:
         """Let the requests in service be answered."""
         self._open.set()
 
+    def answer_held(self) -> None:
+        """Answer the requests held now, and go on holding those that come into service after them: a paused
+        service's one step (those answered were waiting on the event; setting it lets each of them on)."""
+        self._open.set()
+        self._open.clear()
+
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
         """Hold a slot in service for the body of the ``async with``: at once if one is free and nothing waits, else

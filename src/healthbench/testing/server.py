@@ -108,12 +108,13 @@ class FakeOpenAI:
     ``max_running``, at most that many requests are in service at once (each taking ``latency``), the rest wait in
     arrival order, as vLLM's ``max_num_seqs`` holds them; ``capacity`` counts ``running``, ``waiting`` and their peaks
     (``peak_running``, ``peak_waiting``), and ``pause()`` holds the requests in service unanswered until
-    ``resume()``. ``prefix_cache`` counts, per server, the requests that came into service (``queries``,
-    ``query_tokens``) and those whose shared prefix (a grader prompt's text before its rubric item) this server had
-    served before (``hits``, ``hit_tokens``). ``GET /health``, ``GET /v1/models`` (``models``: by default
-    ``served_model_name`` alone, as a vLLM or SGLang server lists the model it serves; counted in ``models_listed``)
-    and ``GET /metrics`` (vLLM's gauge and counter names, and the fake's own under ``healthbench_fake_``) answer as
-    vLLM's do. Requests refused before any work (a 400, a 429) take no slot and query no prefix.
+    ``resume()`` (``answer_held()`` answers those held now and holds the next). ``prefix_cache`` counts, per
+    server, the requests that came into service (``queries``, ``query_tokens``) and those whose shared prefix (a
+    grader prompt's text before its rubric item) this server had served before (``hits``, ``hit_tokens``).
+    ``GET /health``, ``GET /v1/models`` (``models``: by default ``served_model_name`` alone, as a vLLM or SGLang
+    server lists the model it serves; counted in ``models_listed``) and ``GET /metrics`` (vLLM's gauge and counter
+    names, and the fake's own under ``healthbench_fake_``) answer as vLLM's do. Requests refused before any work (a
+    400, a 429) take no slot and query no prefix.
     """
 
     def __init__(
@@ -444,6 +445,11 @@ class FakeOpenAI:
     def resume(self) -> None:
         """Answer the requests held by ``pause()``: callable from any thread."""
         self._on_loop(self.capacity.resume)
+
+    def answer_held(self) -> None:
+        """Answer the requests ``pause()`` holds now and keep holding those that come after them (some of a step's
+        requests answered, the rest not yet): callable from any thread."""
+        self._on_loop(self.capacity.answer_held)
 
     def _on_loop(self, action: Callable[[], None]) -> None:
         """Run ``action`` on the server's loop (at once if it serves on none of its own, or from its thread), and

@@ -179,11 +179,13 @@ def _lower(held: float | None, given: float | None) -> float | None:
     return given if held is None else held if given is None else min(held, given)
 
 
-class Listener(Protocol):
-    """What a budget tells of its places (`Budget.listen`)."""
+class Claimant(Protocol):
+    """Who waits for places of a budget without queueing in its `slot`: a router with requests for its servers
+    (`api.routing.Router`)."""
 
-    def room_freed(self) -> None:
-        """A place may be free now."""
+    def offered(self, budget: Budget) -> bool:
+        """A place at `budget`, already held for the claimant: True if it puts a request there, False to give it
+        back (none of its requests can use it)."""
 
 
 class Budget:
@@ -200,8 +202,9 @@ class Budget:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._in_use = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
-        # Routers that take places without waiting here (`take`), told when one frees (`api.routing.Router`).
-        self._listeners: weakref.WeakSet[Listener] = weakref.WeakSet()
+        # Routers with requests waiting for a place here, offered each free place in turn (`claim`, `offer`).
+        self._claimants: deque[Claimant] = deque()
+        self._offering: asyncio.Handle | None = None
 
     @property
     def adaptive(self) -> bool:
@@ -224,7 +227,8 @@ class Budget:
         # An asyncio future serves one loop only: a new loop starts with a budget of its own, as a new semaphore.
         loop = asyncio.get_running_loop()
         if self._loop is not loop:
-            self._loop, self._in_use, self._waiters = loop, 0, deque()
+            self._loop, self._in_use, self._waiters, self._claimants = loop, 0, deque(), deque()
+            self._offering = None
 
     def _wake(self) -> None:
         while self._waiters and self._in_use < self.limit:
@@ -232,9 +236,14 @@ class Budget:
             if not waiter.done():
                 self._in_use += 1
                 waiter.set_result(None)
-        if self._in_use < self.limit:
-            for listener in list(self._listeners):
-                listener.room_freed()
+        if self._claimants and self._in_use < self.limit and self._offering is None and self._loop is not None:
+            # Offered once what frees the place has run its course: a request that failed frees its place before its
+            # server is known to be out, and the place is not offered to that server's queue meanwhile.
+            self._offering = self._loop.call_soon(self._offer_now)
+
+    def _offer_now(self) -> None:
+        self._offering = None
+        self.offer()
 
     @property
     def in_use(self) -> int:
@@ -243,23 +252,47 @@ class Budget:
         return self._in_use
 
     def take(self) -> bool:
-        """Hold one place now if one is free and none waits in `slot` (give it back with `give_back`); False if
-        none is."""
+        """Hold one place now if one is free and nobody waits for one (in `slot`, or a claimant); give it back with
+        `give_back`. False if not: wait in `slot`, or `claim`."""
         self._bind()
-        if self._in_use < self.limit and not self._waiters:
+        if self._in_use < self.limit and not self._waiters and not self._claimants:
             self._in_use += 1
             return True
         return False
 
     def give_back(self) -> None:
-        """Free a place `take` held."""
+        """Free a place held by `take` or an offer."""
         self._in_use -= 1
         self._wake()
 
-    def listen(self, listener: Listener) -> None:
-        """Tell `listener` whenever a place frees (or the budget grows) and none waits in `slot` for it; held
-        weakly, so a listener lives no longer for it."""
-        self._listeners.add(listener)
+    def claim(self, claimant: Claimant) -> None:
+        """`claimant` waits for places here: each free place is offered to the claimants in turn (`offer`) until it
+        says `withdraw`. Every claimant is offered one before any is offered a second, so none waits without bound."""
+        self._bind()
+        if claimant not in self._claimants:
+            self._claimants.append(claimant)
+
+    def withdraw(self, claimant: Claimant) -> None:
+        """`claimant` waits for no place here any more."""
+        if claimant in self._claimants:
+            self._claimants.remove(claimant)
+
+    def offer(self) -> bool:
+        """Offer the free places to the claimants, in turn, until the places or the claimants that want one run out;
+        whether any was taken."""
+        taken = False
+        turns = len(self._claimants)
+        while turns and self._in_use < self.limit and not self._waiters:
+            claimant = self._claimants[0]
+            self._claimants.rotate(-1)
+            self._in_use += 1
+            if claimant.offered(self):
+                taken = True
+                turns = len(self._claimants)
+            else:
+                self._in_use -= 1
+                turns -= 1
+        return taken
 
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:

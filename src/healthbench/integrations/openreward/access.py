@@ -51,14 +51,27 @@ BatchSize = Annotated[int, Field(ge=1, le=65_536)]
 class ServeLimits(BaseModel):
     """What one request may ask of a server: `request_bytes` of body (a larger one is refused with 413 before it
     is read whole), `reply_chars` of a reply to grade, `group_size` candidates in a `score_group`, `batch_size`
-    replies in one request to a batch route (`/rewards`, `/openrlhf`)."""
+    replies in one request to a batch route (`/rewards`, `/openrlhf`). Each field is `serve`'s flag `--max-` and
+    its name (`--max-reply-chars`), its type the flag's range, its default and description the flag's."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    request_bytes: RequestBytes = MAX_REQUEST_BYTES
-    reply_chars: ReplyChars = MAX_REPLY_CHARS
-    group_size: GroupSize = MAX_GROUP_SIZE
-    batch_size: BatchSize = MAX_BATCH_SIZE
+    request_bytes: RequestBytes = Field(
+        default=MAX_REQUEST_BYTES,
+        description="A request body larger than this is refused (HTTP 413) before it is read.",
+    )
+    reply_chars: ReplyChars = Field(
+        default=MAX_REPLY_CHARS, description="A reply longer than this (characters) fails without a grader call."
+    )
+    group_size: GroupSize = Field(
+        default=MAX_GROUP_SIZE,
+        description="Most candidates a score_group grades; a larger group fails without a grader call.",
+    )
+    batch_size: BatchSize = Field(
+        default=MAX_BATCH_SIZE,
+        description="Most replies one request to /rewards or /openrlhf grades (a trainer's step); a larger batch is "
+        "refused (HTTP 413) without a grader call.",
+    )
 
 
 @dataclass(frozen=True)

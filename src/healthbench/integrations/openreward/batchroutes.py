@@ -12,29 +12,40 @@
   502, or 400 for a reply too long): OpenRLHF then leaves that rollout's reward unset, never a made-up 0.
 
 Which split a prompt_id is looked up in: the request's (`split` in `/rewards`' body, `?split=NAME` on
-`/openrlhf`), else `train` when the server serves it, else `test`. An unknown split or prompt_id is HTTP 400
-naming it. A batch of more replies than `--max-batch-size` is refused (413) before any grader call.
+`/openrlhf`), else `train` when the server serves it, else `test`. An unknown split or prompt_id, what is not a
+reply (`NotAReply`, as TRL's and verl's rewards refuse it) and a body that is not the route's are HTTP 400 naming
+them; a batch of more replies than `--max-batch-size` is refused (413); all before any grader call. Every refusal is
+one log line naming what and why (`rewards_failed`, `openrlhf_failed`).
 
-Every reply is graded as a session's would be (`Deployment.grade`: the split's settings and length adjustment,
-the server's grader key) under the server's one budget and with its warm graders, so the many one-sample
-requests of an OpenRLHF step share them as the items of one `/rewards` batch do.
+What a step pays for (`reuse`): a request whose client goes away before its answer is cancelled with its grading
+(`BatchDoor`, `gone`), and a sample sent again (OpenRLHF's resend after its timeout) or twice reuses the verdicts
+already paid for the same task and reply.
+
+Every step is graded by the split's `BatchRewards` (`Deployment.rewards`), as a trainer's in-process rewards grade
+theirs and a session's reply is graded: the split's settings and length adjustment, the server's grader key, the
+server's one budget and its warm graders, so the many one-sample requests of an OpenRLHF step share them as the
+items of one `/rewards` batch do. Both bodies are typed records (`runs.outputs`): `/rewards`' request and answer
+are those TRL's server mode sends and reads.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
-from fastapi import FastAPI, HTTPException
-from pydantic import BaseModel
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, JsonValue
+from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from healthbench.data.schema import Row
-from healthbench.errors import GradingError, HealthBenchError, OverLimit, UnknownPromptId
-from healthbench.grading.sample import GradedSample
+from healthbench.data.tags import AXIS_PREFIX
+from healthbench.errors import HealthBenchError, NotAReply, OverLimit, UnknownTask
 from healthbench.integrations.openreward.deployment import Deployment
+from healthbench.integrations.openreward.gone import wanted
+from healthbench.integrations.rewards import Reward, reply_text
+from healthbench.runs.outputs import OpenRLHFAnswer, RewardsAnswer, RewardsRequest
 
 # What a decoded rollout may end with after the reply: end-of-turn and end-of-text tokens of the common chat
 # templates (Qwen and ChatML, Llama 3, Phi, Gemma, Mistral and Llama 2, DeepSeek, gpt-oss), and padding.
@@ -53,32 +64,29 @@ END_TOKENS = (
     "<|end▁of▁sentence|>",
     "<\uff5cend\u2581of\u2581sentence\uff5c>",  # DeepSeek's, with full-width bars
 )
-AXIS_PREFIX = "axis:"
 REWARDS_PATH, OPENRLHF_PATH = "/rewards", "/openrlhf"
 BATCH_PATHS = frozenset({REWARDS_PATH, OPENRLHF_PATH})
 TRAIN, TEST = "train", "test"
-
-
-class RewardItem(BaseModel):
-    """One reply to grade: the task's prompt_id and the reply's text."""
-
-    prompt_id: str
-    reply: str
-
-
-class RewardsRequest(BaseModel):
-    """`POST /rewards`' body."""
-
-    split: str | None = None
-    items: list[RewardItem]
+Answer = TypeVar("Answer", RewardsAnswer, OpenRLHFAnswer)
 
 
 class OpenRLHFRequest(BaseModel):
-    """OpenRLHF's remote reward request: decoded prompt-and-reply, prompt text and label, one each per sample."""
+    """OpenRLHF's remote reward request: decoded prompt-and-reply, prompt text and label, one each per sample. A query
+    may be anything JSON holds, so that what is not a reply is refused as every reward path refuses it
+    (`NotAReply`)."""
 
-    query: list[str]
+    query: list[JsonValue]
     prompts: list[str]
     labels: list[str]
+
+
+class Refused(HTTPException):
+    """A request the batch routes refuse (HTTP `status`, `detail` saying what and why), with the fields its log line
+    adds (`split`, `sample`)."""
+
+    def __init__(self, status: int, detail: str, **fields: Any) -> None:
+        super().__init__(status_code=status, detail=detail)
+        self.fields = fields
 
 
 def strip_end_tokens(reply: str) -> str:
@@ -96,18 +104,19 @@ def openrlhf_reply(index: int, query: str, prompt: str, label: str) -> str:
     """The reply of sample `index`: its query after its prompt, less end tokens; HTTP 400 naming the sample when
     the query does not start with its prompt."""
     if not query.startswith(prompt):
-        raise HTTPException(
-            status_code=400,
-            detail=f"sample {index} (task {label}): its query does not start with its prompt, so its reply cannot be "
-            "told apart (OpenRLHF sends the prompt's tokens and the reply's, decoded: a prompt cut to fit "
-            "--data.max_len, or one the tokenizer does not decode back to itself, breaks that)",
+        raise Refused(
+            400,
+            f"sample {index} (task {label}): its query does not start with its prompt, so its reply cannot be told "
+            "apart (OpenRLHF sends the prompt's tokens and the reply's, decoded: a prompt cut to fit --data.max_len, "
+            "or one the tokenizer does not decode back to itself, breaks that)",
+            sample=index,
         )
     return strip_end_tokens(query[len(prompt) :])
 
 
-class BatchRewards:
-    """The batch routes of one server's `deployment` (see the module docstring); `log` (the server's logger) is
-    told of each request graded (`info`) or failed for a grader failure (`warning`), in one line."""
+class BatchRoutes:
+    """The batch routes of one server's `deployment` (see the module docstring), each step graded by the split's
+    `BatchRewards`; `log` (the server's logger) is told of each request graded (`info`), in one line."""
 
     def __init__(self, deployment: Deployment, log: Any) -> None:
         self.deployment = deployment
@@ -121,102 +130,83 @@ class BatchRewards:
         split = named if named is not None else (TRAIN if TRAIN in splits else TEST)
         if split not in splits:
             listed = ", ".join(repr(name) for name in splits)
-            raise HTTPException(status_code=400, detail=f"no split {split[:100]!r} here: the splits are {listed}")
+            raise Refused(400, f"no split {split[:100]!r} here: the splits are {listed}", split=split[:100])
         if self.deployment.missing_key(split) is not None:
             # The batch routes have no session to bring a key: only the server's own grades them.
             config = self.deployment.graders[split]
-            raise HTTPException(
-                status_code=503,
-                detail=f"this server has no grader key, and the grader {config.model} at {config.base_url} needs one "
-                "for the batch routes: start the server with HEALTHBENCH_GRADER_API_KEY set",
+            raise Refused(
+                503,
+                f"this server has no grader key, and the grader {config.model} at {config.base_url} needs one for the "
+                "batch routes: start the server with HEALTHBENCH_GRADER_API_KEY set",
+                split=split,
             )
         return split
 
-    def rows(self, split: str, prompt_ids: Sequence[str]) -> list[Row]:
-        """The rows of `prompt_ids` in `split`, in order: HTTP 413 for more than the server grades at once, 400
-        naming a prompt_id the split does not have, both before any grader call."""
+    def bounded(self, split: str, count: int) -> None:
+        """HTTP 413, before any grader call, for a batch of more replies than the server grades at once."""
         most = self.deployment.limits.batch_size
-        if len(prompt_ids) > most:
-            raise HTTPException(
-                status_code=413,
-                detail=f"a batch of {len(prompt_ids):,} replies is more than this server grades at once: at most "
-                f"{most:,} (healthbench serve --max-batch-size)",
+        if count > most:
+            raise Refused(
+                413,
+                f"a batch of {count:,} replies is more than this server grades at once: at most {most:,} "
+                "(healthbench serve --max-batch-size)",
+                split=split,
             )
-        try:
-            return [self.deployment.task(split, prompt_id) for prompt_id in prompt_ids]
-        except UnknownPromptId as exc:
-            raise HTTPException(status_code=400, detail=str(exc)) from None
 
-    async def rewards(self, request: RewardsRequest) -> dict[str, Any]:
+    async def graded(self, split: str, items: Sequence[tuple[object, object]]) -> list[Reward]:
+        """The rewards of `items` on `split`: HTTP 400 naming a prompt_id the split does not have or what is not a
+        reply (before any grader call), 502 for a grader no reply could be graded with (its message names why)."""
+        self.bounded(split, len(items))
+        try:
+            return await self.deployment.rewards(split).grade(items)
+        except (UnknownTask, NotAReply) as exc:
+            raise Refused(400, str(exc), split=split) from None
+        except HealthBenchError as exc:  # the grader itself unusable (its key refused, say): no item can be graded
+            raise Refused(502, f"the grader cannot grade: {exc}", split=split) from None
+
+    async def rewards(self, request: RewardsRequest) -> RewardsAnswer:
         """`/rewards`: every item graded at once; an item that cannot be graded has a null reward and its error."""
         split = self.split(request.split)
-        rows = self.rows(split, [item.prompt_id for item in request.items])
         start = time.monotonic()
+        results = await self.graded(split, [(item.prompt_id, item.reply) for item in request.items])
+        failures = sum(result.reward is None for result in results)
+        said = _spent(start, results)
+        self.log.info("rewards_graded", route=REWARDS_PATH, split=split, items=len(results), failed=failures, **said)
+        return RewardsAnswer(results=[result.result() for result in results])
 
-        async def one(row: Row, reply: str) -> dict[str, Any]:
-            try:
-                sample = await self.deployment.grade(split, row, reply, None)
-            except (GradingError, OverLimit) as exc:
-                return {"prompt_id": row.prompt_id, "reward": None, "error": str(exc), "axes": {}}
-            return {"prompt_id": row.prompt_id, "reward": sample.reward, "error": None, "axes": axes(sample)}
-
-        try:
-            async with asyncio.TaskGroup() as group:
-                tasks = [group.create_task(one(row, item.reply)) for row, item in zip(rows, request.items, strict=True)]
-        except* HealthBenchError as failed:  # the grader itself unusable (its key refused, say): no item can be
-            raise self._unusable(REWARDS_PATH, split, failed.exceptions[0]) from None
-        results = [task.result() for task in tasks]
-        failures = sum(result["reward"] is None for result in results)
-        self.log.info(
-            "rewards_graded", route=REWARDS_PATH, split=split, items=len(results), failed=failures, **_took(start)
-        )
-        return {"results": results}
-
-    async def openrlhf(self, request: OpenRLHFRequest, named: str | None) -> dict[str, Any]:
+    async def openrlhf(self, request: OpenRLHFRequest, named: str | None) -> OpenRLHFAnswer:
         """`/openrlhf`: every sample graded at once; one that cannot be graded fails the request naming it."""
         split = self.split(named)
         counts = {len(request.query), len(request.prompts), len(request.labels)}
         if len(counts) != 1:
-            raise HTTPException(
-                status_code=400,
-                detail=f"query, prompts and labels differ in length ({len(request.query)}, {len(request.prompts)}, "
+            raise Refused(
+                400,
+                f"query, prompts and labels differ in length ({len(request.query)}, {len(request.prompts)}, "
                 f"{len(request.labels)}): one of each per sample",
+                split=split,
             )
-        rows = self.rows(split, request.labels)
-        samples = zip(request.query, request.prompts, request.labels, strict=True)
-        replies = [openrlhf_reply(index, *sample) for index, sample in enumerate(samples)]
-        start = time.monotonic()
-
-        async def one(index: int, row: Row, reply: str) -> GradedSample:
+        self.bounded(split, len(request.labels))
+        replies: list[tuple[object, object]] = []
+        for index, (query, prompt, label) in enumerate(
+            zip(request.query, request.prompts, request.labels, strict=True)
+        ):
             try:
-                return await self.deployment.grade(split, row, reply, None)
-            except (GradingError, OverLimit) as exc:
-                status = 400 if isinstance(exc, OverLimit) else 502
-                raise _SampleFailed(index, status, str(exc)) from exc
+                text = reply_text(query, index, label)
+            except NotAReply as exc:
+                raise Refused(400, str(exc), split=split, sample=index) from None
+            replies.append((label, openrlhf_reply(index, text, prompt, label)))
+        start = time.monotonic()
+        rewards = await self.graded(split, replies)
+        for index, reward in enumerate(rewards):
+            if reward.reward is None:
+                status = 400 if isinstance(reward.failure, OverLimit) else 502
+                raise Refused(status, f"sample {index}: {reward.error}", split=split, sample=index)
+        scores = [reward.reward for reward in rewards if reward.reward is not None]
+        said = _spent(start, rewards)
+        self.log.info("rewards_graded", route=OPENRLHF_PATH, split=split, items=len(scores), failed=0, **said)
+        return OpenRLHFAnswer(rewards=scores, scores=scores, extra_logs=self._extra_logs(split, rewards))
 
-        try:
-            async with asyncio.TaskGroup() as group:
-                pairs = enumerate(zip(rows, replies, strict=True))
-                tasks = [group.create_task(one(index, row, reply)) for index, (row, reply) in pairs]
-        except* _SampleFailed as failed:
-            first = failed.exceptions[0]
-            assert isinstance(first, _SampleFailed)
-            self.log.warning("openrlhf_failed", split=split, samples=len(rows), sample=first.index, detail=first.detail)
-            raise HTTPException(status_code=first.status, detail=f"sample {first.index}: {first.detail}") from None
-        except* HealthBenchError as failed:
-            raise self._unusable(OPENRLHF_PATH, split, failed.exceptions[0]) from None
-        graded = [task.result() for task in tasks]
-        rewards = [sample.reward for sample in graded]
-        self.log.info("rewards_graded", route=OPENRLHF_PATH, split=split, items=len(graded), failed=0, **_took(start))
-        return {"rewards": rewards, "scores": rewards, "extra_logs": self._extra_logs(split, graded)}
-
-    def _unusable(self, route: str, split: str, failure: BaseException) -> HTTPException:
-        """HTTP 502 for a grader no reply of the request could be graded with (its message names why), said in the
-        log too."""
-        self.log.warning("batch_rewards_failed", route=route, split=split, detail=str(failure))
-        return HTTPException(status_code=502, detail=f"the grader cannot grade: {failure}")
-
-    def _extra_logs(self, split: str, graded: Sequence[GradedSample]) -> dict[str, list[float]]:
+    def _extra_logs(self, split: str, rewards: Sequence[Reward]) -> dict[str, list[float]]:
         """Per-axis scores, one value per sample, under the same keys for every request of the split (OpenRLHF
         merges a step's logs by key): `axis:NAME` is the axis's score, 0 for a task with no item of the axis, and
         `axis:NAME:graded` 1 or 0 says which; an axis's mean over a step is the first's mean over the second's."""
@@ -225,56 +215,65 @@ class BatchRewards:
             self._axes[split] = sorted(tag for tag in tags if tag.startswith(AXIS_PREFIX))
         logs: dict[str, list[float]] = {}
         for tag in self._axes[split]:
-            logs[tag] = [sample.metrics.get(tag, 0.0) for sample in graded]
-            logs[f"{tag}:graded"] = [float(tag in sample.metrics) for sample in graded]
+            logs[tag] = [reward.axes.get(tag, 0.0) for reward in rewards]
+            logs[f"{tag}:graded"] = [float(tag in reward.axes) for reward in rewards]
         return logs
 
 
-class _SampleFailed(Exception):
-    """Sample `index` of an `/openrlhf` request could not be graded: the HTTP status and what to say."""
-
-    def __init__(self, index: int, status: int, detail: str) -> None:
-        super().__init__(detail)
-        self.index = index
-        self.status = status
-        self.detail = detail
-
-
-def axes(sample: GradedSample) -> dict[str, float]:
-    """A graded reply's per-axis scores (`axis:accuracy`, ...): the axes its task has items of."""
-    return {tag: value for tag, value in sample.metrics.items() if tag.startswith(AXIS_PREFIX)}
-
-
-def _took(start: float) -> dict[str, float]:
-    return {"grader_s": round(time.monotonic() - start, 2)}
+def _spent(start: float, rewards: Sequence[Reward]) -> dict[str, float | int]:
+    """A graded request's log fields: the grader's seconds, the calls it paid for and those whose verdicts it
+    reused."""
+    return {
+        "grader_s": round(time.monotonic() - start, 2),
+        "grader_calls": sum(reward.paid_calls for reward in rewards),
+        "reused_calls": sum(reward.reused_calls for reward in rewards),
+    }
 
 
 def batch_app(deployment: Deployment, log: Any) -> FastAPI:
-    """An app of its own answering `POST /rewards` and `POST /openrlhf` for `deployment`; `log` as `BatchRewards`
-    takes it, also told (`error`) of a failure that is no fault of the request's."""
-    routes = BatchRewards(deployment, log)
+    """An app of its own answering `POST /rewards` and `POST /openrlhf` for `deployment`; `log` as `BatchRoutes`
+    takes it, also told of every request refused (`warning`: `rewards_failed`, `openrlhf_failed`, naming what and
+    why) and of a failure that is no fault of the request's (`error`)."""
+    routes = BatchRoutes(deployment, log)
     app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
 
-    async def rewards(body: RewardsRequest) -> dict[str, Any]:
+    async def rewards(body: RewardsRequest) -> RewardsAnswer:
         """A step's replies graded at once: one result per item, a null reward with its error for a reply that
         cannot be graded."""
-        return await _answered(routes.rewards(body), log)
+        return await _answered(REWARDS_PATH, routes.rewards(body), log)
 
-    async def openrlhf(body: OpenRLHFRequest, split: str | None = None) -> dict[str, Any]:
+    async def openrlhf(body: OpenRLHFRequest, split: str | None = None) -> OpenRLHFAnswer:
         """OpenRLHF's remote reward protocol (`--reward.remote_url http://user:TOKEN@host:port/openrlhf`)."""
-        return await _answered(routes.openrlhf(body, split), log)
+        return await _answered(OPENRLHF_PATH, routes.openrlhf(body, split), log)
+
+    async def unreadable(request: Request, exc: Exception) -> JSONResponse:
+        """A body that is not the route's (a field missing or of another type): HTTP 400 in one line naming the
+        fields, said in the log as every refusal is, where FastAPI would answer 422 with a list."""
+        errors = exc.errors() if isinstance(exc, RequestValidationError) else []
+        said = "; ".join(f"{'.'.join(map(str, error['loc'][1:])) or 'body'}: {error['msg']}" for error in errors)
+        detail = f"the request body is not {request.url.path}'s: {said}"
+        log.warning(_failed(request.url.path), status=400, detail=detail)
+        return JSONResponse({"detail": detail}, status_code=400)
 
     app.add_api_route(REWARDS_PATH, rewards, methods=["POST"])
     app.add_api_route(OPENRLHF_PATH, openrlhf, methods=["POST"])
+    app.add_exception_handler(RequestValidationError, unreadable)
     return app
 
 
-async def _answered(answer: Awaitable[dict[str, Any]], log: Any) -> dict[str, Any]:
-    """`answer`, or for a failure that is not the request's (a bug) one log line and HTTP 500 naming it, rather than
-    a traceback on the server's console."""
+def _failed(path: str) -> str:
+    """The log event of a request to `path` refused: `rewards_failed`, `openrlhf_failed`."""
+    return f"{path.strip('/').lower()}_failed"
+
+
+async def _answered(path: str, answer: Awaitable[Answer], log: Any) -> Answer:
+    """`answer`; a refusal said in one log line naming what and why (`rewards_failed`, `openrlhf_failed`), and for
+    a failure that is not the request's (a bug) one log line and HTTP 500 naming it, rather than a traceback on the
+    server's console."""
     try:
         return await answer
-    except HTTPException:
+    except Refused as exc:
+        log.warning(_failed(path), status=exc.status_code, detail=exc.detail, **exc.fields)
         raise
     except Exception as exc:
         log.error("batch_route_failed", error=f"{type(exc).__name__}: {exc}")
@@ -287,15 +286,24 @@ class BatchDoor:
     The SDK's server sends a path whose first segment is none of its own routes to its default environment, and
     learns its routes when it is built: the batch routes are served beside it, not inside it. Placed inside the
     `Guard` (so the token and the body bound apply) and outside the `DeploymentRouter` (which would refuse the
-    paths as environments it does not serve).
+    paths as environments it does not serve). A batch request whose client goes away before its answer is
+    cancelled, its grading with it (`wanted`): OpenRLHF gives up after 180 s, and what nobody waits for is not paid.
     """
 
-    def __init__(self, app: ASGIApp, *, routes: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, *, routes: ASGIApp, log: Any) -> None:
         self.app = app
         self.routes = routes
+        self.log = log
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"].rstrip("/").lower() in BATCH_PATHS:
-            await self.routes(scope, receive, send)
+            if await wanted(self.routes, scope, receive, send):
+                return
+            path = scope["path"].rstrip("/").lower()
+            self.log.warning(
+                f"{path.strip('/')}_abandoned",
+                detail="the client went away before its answer: its grading is cancelled, and what was answered by "
+                "then is kept for the same replies sent again",
+            )
         else:
             await self.app(scope, receive, send)

@@ -7,43 +7,33 @@ and tested without it.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import SecretStr
 
 from healthbench.api.endpoint import is_openai
+from healthbench.api.wire import Usage
 from healthbench.data.cache import Transfer, unseen
 from healthbench.data.schema import Message, Row
 from healthbench.data.source import TaskSource
 from healthbench.data.splits import SPLITS
-from healthbench.errors import (
-    CandidateError,
-    DataError,
-    GradingError,
-    OverLimit,
-    SettingsError,
-    UnknownPromptId,
-    UnknownTask,
-)
+from healthbench.errors import CandidateError, DataError, GradingError, OverLimit, SettingsError, UnknownTask
 from healthbench.grading.prompt import TEMPLATE_SHA256, render_conversation
-from healthbench.grading.sample import GradedSample, grade_sample
+from healthbench.grading.sample import GradedSample
 from healthbench.grading.scoring import LengthAdjustment
 from healthbench.grading.settings import GraderConfig
 from healthbench.integrations.openreward.access import ServeLimits
 from healthbench.integrations.openreward.usagelog import UsageLog
 from healthbench.integrations.pool import GraderPool
+from healthbench.integrations.rewards import BatchRewards, grade_reply
+from healthbench.integrations.rewardsetup import TaskRows, served_budget
 from healthbench.runs.outputs import RewardItem, RewardMetadata
 from healthbench.runs.spec import GraderRequest
 from healthbench.together import together
 
 EXPLANATION_CHARS = 200
-# A server's grader budget, unless --concurrency says otherwise: every session's calls share it, and a GRPO group
-# of 8 replies with a dozen rubric items each is about 100 calls at once (the grading commands start at 64). It
-# grows past this as the keys' limits and the latency need (up to `max_concurrency`), and never holds back more
-# than the pace does: the pace, not the budget, keeps the calls under a key's limits.
-SERVED_CONCURRENCY = 256
 MULTI_TURN_INSTRUCTION = "Write the assistant's reply to the final user turn of this conversation."
 # The environments one server serves: the SDK's terminal-tool design, and the variant for harnesses that only
 # call listed tools (inspect-openreward, firehorse, TRL, OpenReward's cookbook loops).
@@ -121,19 +111,6 @@ def load_splits(
     return splits
 
 
-def served_budget(configs: Iterable[GraderConfig]) -> tuple[int, int]:
-    """The one grader budget of a server grading with `configs` (and of the in-process batch rewards, which grade
-    as it does): calls in flight at first, and the most it grows to as the keys' limits are learned."""
-    configs = list(configs)
-    ceilings = [config.max_concurrency for config in configs if config.max_concurrency is not None]
-    # A concurrency given is a ceiling the budget stays at; left to its default, a server's starts higher.
-    floors = [
-        config.concurrency if config.max_concurrency is None else max(config.concurrency, SERVED_CONCURRENCY)
-        for config in configs
-    ]
-    return max(floors), max([*ceilings, *floors])
-
-
 class Deployment:
     """What one server serves: rows by split, their task specs, and the grading all sessions share.
 
@@ -158,20 +135,23 @@ class Deployment:
         self.splits = {name: tuple(rows) for name, rows in splits.items()}
         self.graders = {name: grader if isinstance(grader, GraderConfig) else grader[name] for name in self.splits}
         self.adjustments = {name: (adjustments or {}).get(name) for name in self.splits}
-        self._rows: dict[tuple[str, str], Row] = {}
+        self._tasks: dict[str, TaskRows] = {}
         self._specs: dict[str, list[dict[str, str]]] = {}
         for name, rows in self.splits.items():
             if not rows:
                 raise DataError(f"split {name!r} has no rows")
+            by_id: dict[str, Row] = {}
             for row in rows:
-                if (name, row.prompt_id) in self._rows:
+                if row.prompt_id in by_id:
                     raise DataError(f"split {name!r}: duplicate prompt_id {row.prompt_id!r}")
-                self._rows[name, row.prompt_id] = row
+                by_id[row.prompt_id] = row
+            self._tasks[name] = TaskRows(by_id, None, name)
             # Built once: the SDK asks for the listing again on every request.
             self._specs[name] = [{"split": name, "prompt_id": row.prompt_id} for row in rows]
         self.concurrency, self.ceiling = served_budget(self.graders.values())
         # A trainer's step sends its rollouts at once: a key not known yet gets the budget at once, not a slow start.
         self._graders = GraderPool(self.concurrency, self.ceiling, slow_start=slow_start)
+        self._rewards: dict[str, BatchRewards] = {}
 
     def budget_description(self) -> dict[str, Any]:
         """The grader budget and how long graders stay warm, for the server's start-up line."""
@@ -191,19 +171,26 @@ class Deployment:
         """The row a task spec names; `UnknownTask` for a spec that names none (naming the splits, for a split
         that is not one)."""
         split, prompt_id = task_spec.get("split"), task_spec.get("prompt_id")
-        if not isinstance(split, str) or split not in self.splits:
-            raise UnknownTask(split, splits=tuple(self.splits))
-        row = self._rows.get((split, prompt_id)) if isinstance(prompt_id, str) else None
-        if row is None:
-            raise UnknownTask(split, prompt_id)
-        return row
+        tasks = self._tasks.get(split) if isinstance(split, str) else None
+        if tasks is None:
+            raise UnknownTask(prompt_id, split, splits=tuple(self.splits))
+        return tasks.row(prompt_id)
 
-    def task(self, split: str, prompt_id: str) -> Row:
-        """The row of `prompt_id` in `split` (a split served); `UnknownPromptId` naming both when it has none."""
-        row = self._rows.get((split, prompt_id))
-        if row is None:
-            raise UnknownPromptId(prompt_id, split)
-        return row
+    def rewards(self, split: str) -> BatchRewards:
+        """The batch rewards of `split` (a split served) for the batch routes: its rows, its settings and length
+        adjustment, the server's own key, and the one budget and warm graders every session shares."""
+        rewards = self._rewards.get(split)
+        if rewards is None:
+            rewards = BatchRewards.served(
+                self._tasks[split],
+                self.graders[split],
+                self.adjustments[split],
+                self._graders,
+                reply_chars=self.limits.reply_chars,
+                on_graded=self._used,
+            )
+            self._rewards[split] = rewards
+        return rewards
 
     def missing_key(self, split: str) -> str | None:
         """Why a session that brings no grader key could never be graded on `split`, or None when it can be: the
@@ -230,18 +217,15 @@ class Deployment:
         if not api_key and config.api_key is not None:
             api_key = config.api_key.get_secret_value()
         keyed = config.model_copy(update={"api_key": SecretStr(api_key) if api_key else None})
-        async with self._graders.lease(keyed) as grader:
-            try:
-                sample = await grade_sample(grader, row, response, adjustment=self.adjustments[split])
-            except GradingError as exc:
-                # An endpoint may echo the key in an error body, and the cause ends up in the server's log.
-                if api_key and api_key in exc.cause:
-                    cause = exc.cause.replace(api_key, "[redacted]")
-                    raise GradingError(exc.prompt_id, exc.criterion, cause) from None
-                raise
-        if self.usage_log is not None:
-            self.usage_log.add(config.model, sample.usage)
+        sample = await grade_reply(self._graders, keyed, row, response, self.adjustments[split])
+        self._used(config.model, sample.paid, 0)
         return sample
+
+    def _used(self, model: str, paid: Usage, reused: int) -> None:
+        """Count a reply graded by `model` in the server's usage log: what its grading paid, and the calls whose
+        verdicts it reused (the batch routes' `reuse`)."""
+        if self.usage_log is not None:
+            self.usage_log.add(model, paid, reused=reused)
 
     async def grade_group(
         self, split: str, row: Row, replies: Sequence[str | None], api_key: str | None
@@ -286,15 +270,7 @@ class Deployment:
         """What a graded reply's tool output carries besides its reward (`RewardMetadata`, as the SDK takes it:
         a plain object); the reward is the grader's whatever `suspect` says."""
         config, adjustment = self.graders[split], self.adjustments[split]
-        items = [
-            RewardItem(
-                criteria_met=item.criteria_met,
-                points=item.points,
-                tags=list(item.tags),
-                explanation=item.explanation[:EXPLANATION_CHARS],
-            )
-            for item in sample.items
-        ]
+        items = [RewardItem.of(item, EXPLANATION_CHARS) for item in sample.items]
         record = RewardMetadata(
             prompt_id=sample.row.prompt_id,
             items=items,

@@ -336,7 +336,7 @@ def _server(deployment: Deployment, default: str, tracebacks: bool, access: Acce
         log=logger.warning,
     )
     server.app.add_middleware(LostSessions)  # a session this process does not have: named, as lost
-    server.app.add_middleware(BatchDoor, routes=batch_app(deployment, logger))
+    server.app.add_middleware(BatchDoor, routes=batch_app(deployment, logger), log=logger)
     # Added last, so outermost: a request it refuses reaches nothing behind it, and no body it has not bounded
     # is read by the router.
     server.app.add_middleware(Guard, tokens=access.tokens, max_body=deployment.limits.request_bytes, log=logger.warning)

@@ -1,5 +1,6 @@
-"""What a server's grading costs, as a log line a minute: replies graded, grader calls, tokens, the prompt cache's
-hit rate, the cost at list prices and what the cache saved, over the last minute and since the server started.
+"""What a server's grading costs, as a log line a minute: replies graded, grader calls paid for and those whose
+verdicts were reused (the batch routes' `reuse`), tokens, the prompt cache's hit rate, the cost at list prices and
+what the cache saved, over the last minute and since the server started.
 
 A line is said when a reply is graded at least `interval` seconds after the last line (nothing is said while
 nothing is graded), so an idle server logs nothing and no timer runs beside the server's own loop.
@@ -24,10 +25,12 @@ class _Window:
 
     replies: int = 0
     usage: dict[str, Usage] = field(default_factory=dict)
+    reused: int = 0
 
-    def add(self, model: str, usage: Usage) -> None:
+    def add(self, model: str, usage: Usage, reused: int) -> None:
         self.replies += 1
         self.usage.setdefault(model, Usage()).add(usage)
+        self.reused += reused
 
     def figures(self, prices: dict[str, Price]) -> dict[str, Any]:
         """Replies, calls, tokens, hit rate, cost and savings (USD of the priced models; None when none is)."""
@@ -39,6 +42,7 @@ class _Window:
         return {
             "replies": self.replies,
             "calls": total.calls,
+            "reused_calls": self.reused,
             "prompt_tokens": total.prompt_tokens,
             "cached_prompt_tokens": total.cached_prompt_tokens,
             "completion_tokens": total.completion_tokens,
@@ -70,10 +74,12 @@ class UsageLog:
         self._window = _Window()
         self._total = _Window()
 
-    def add(self, model: str, usage: Usage) -> None:
-        """One graded reply and its grader usage (zero for verdicts reused); say the line when it is time."""
-        self._window.add(model, usage)
-        self._total.add(model, usage)
+    def add(self, model: str, usage: Usage, *, reused: int = 0) -> None:
+        """One graded reply: what its grading paid (`usage`; `calls` counts the calls paid for) and the calls whose
+        verdicts it reused without paying (`reused_calls`: the batch routes' `reuse`); say the line when it is
+        time."""
+        self._window.add(model, usage, reused)
+        self._total.add(model, usage, reused)
         now = self._clock()
         if now - self._since < self._interval:
             return
