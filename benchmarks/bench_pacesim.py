@@ -25,10 +25,21 @@ A row is "below the bar" unless fewer than 5% of its requests were refused and i
 more: of rate x wall for a fixed window or a sliding log, of rate x wall + bucket for a bucket (a bucket's
 burst is the limiter's to give; a window's budget is its rate, once per window).
 
-`--seeds N` runs each of issue 38's rows N times (another seed draws other latencies and arrivals), prints the means
-and the lowest seed's share by the bar's measure and the highest share refused, and marks a row below the bar if any
-seed is; `--rows TEXT` runs only issue 38's rows whose name holds TEXT (and not issue 29's). A single run of a row
-can swing by a few points on one 429 more or less (a 429 at the pace keeps the pace 4% lower from then on).
+Then issue 47's rows: eval's shape (200 policy calls, 32 at once, each answer adding twelve grader calls, 64 at once)
+against the plainest limiter (`RateLimits.plain`: 6,000 RPM in a one-second bucket, exact hints, no headers),
+refused requests counted or not, with policy and grader on one key's gate or on a key each that the limiter counts
+together (an organization's keys share its limits): siblings at one endpoint, as `keygates` makes them in one
+process (`pacing.siblings` joins their paces once it sees them share the limit), or gates apart, each pace
+knowing nothing of the other's (as two processes' keys of one organization: not issue 47's, shown for what a
+sender this process cannot see costs), 429s at once or 300 ms late. Share = answered / (rate x wall), the measure
+`eval`'s figures use (here without the process's start-up); the bar: 90% with under 3% refused where refusals are
+not counted, 85% with under 5% where they are.
+
+`--seeds N` runs each of issue 38's and issue 47's rows N times (another seed draws other latencies and
+arrivals), prints the means and the lowest seed's share by the bar's measure and the highest share refused, and marks
+a row below the bar if any seed is; `--rows TEXT` runs only issue 38's and 47's rows whose name holds TEXT (and not
+issue 29's). A single run of a row can swing by a few points on one 429 more or less (a 429 at the pace keeps the
+pace 4% lower for a few seconds).
 
     PYTHONPATH=src:. .venv/bin/python benchmarks/bench_pacesim.py [--seeds 1] [--rows TEXT]
 """
@@ -44,7 +55,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from healthbench.testing.limits import RateLimits, WindowKind
-from tests.pacesim import COST, simulate
+from tests.pacesim import COST, PLAIN_BAR, simulate
 
 RATE = 100.0
 WINDOWS = {1.0: RATE, 10.0: RATE, 60.0: 20.0}
@@ -126,6 +137,53 @@ def issue38(seeds: int, rows: str) -> None:
                     )
 
 
+TASKS = 200  # eval's policy calls in issue 47's rows
+
+
+# Issue 47's keys: one key's gate for policy and grader; a gate each, siblings at one endpoint (`pacing.siblings`); a
+# gate each that cannot see the other (as two processes' gates: an organization's limit spent by a sender unseen).
+KEYS = {
+    "one key": (True, True),
+    "a policy key and a grader key": (False, True),
+    "a policy key and a grader key, gates apart": (False, False),
+}
+
+
+def issue47(seeds: int, rows: str) -> None:
+    print("\n| limiter (eval's shape, 200 tasks) | of rate x wall | refused | lowest seed / highest refused |")
+    print("|---|---|---|---|")
+    for late in (False, True):
+        for keys, (one_key, siblings) in KEYS.items():
+            for counted in (False, True):
+                name = f"plain, 6000 RPM, refused {'counted' if counted else 'not counted'}, {keys}"
+                name += ", 429s 300 ms late" if late else ""
+                if rows not in name:
+                    continue
+                limits = RateLimits.plain(RATE * 60, count_refused=counted)
+                latency = 0.3 if late else 0.001
+                runs = [
+                    simulate(
+                        limits,
+                        calls=0,
+                        policy=TASKS,
+                        one_key=one_key,
+                        siblings=siblings,
+                        refusal_latency=latency,
+                        seed=seed,
+                    )
+                    for seed in range(SEED, SEED + seeds)
+                ]
+                shares = [(run.answered / (RATE * run.seconds), run.share_refused) for run in runs]
+                bar, most = PLAIN_BAR[counted]
+                short = "" if all(s >= bar and r < most for s, r in shares) else " (below the bar)"
+                share, refused = (sum(column) / seeds for column in zip(*shares, strict=True))
+                print(
+                    f"| {name} | {share:.1%}{short} | {refused:.2%} | {min(s for s, _ in shares):.1%} / "
+                    f"{max(r for _, r in shares):.2%} |",
+                    flush=True,
+                )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=1, help="issue 38's rows: runs of each, the mean printed")
@@ -135,6 +193,7 @@ def main() -> None:
         print("| limiter | share of the limit | refused |\n|---|---|---|")
         issue29()
     issue38(max(1, args.seeds), args.rows)
+    issue47(max(1, args.seeds), args.rows)
 
 
 if __name__ == "__main__":

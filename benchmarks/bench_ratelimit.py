@@ -10,7 +10,9 @@ Prints, section by section (`--sections`, all but `tier5` by default):
   limiter's 429s come back that much later; `--windows 1,10,60`, `--hints ms,seconds,message`, `--window-kind`
   and `--rows SUBSTRING` run issue 38's variants of each row chosen: burst windows, retry hints in milliseconds,
   in whole seconds only or in the message only; the share is then also given against what a large window's
-  bucket adds: answered / (rate x wall + bucket));
+  bucket adds: answered / (rate x wall + bucket)); then issue 47's rows, the plainest limiter (`RateLimits.plain`:
+  a one-second bucket, exact hints, no headers, RPM) with refused requests counted or not; `--grader-key` gives the
+  grader a key of its own, which the limiter counts with the policy's as an organization's keys share its limits;
 - `noise`: no limit, but 4% of requests answered by a limitless 429 (`Retry-After: 1`, nothing else), against the
   same run without them;
 - `faults`: `grade` on `--grade-tasks` tasks with 25% of requests faulted (500s, 503s, dropped connections, broken
@@ -29,6 +31,7 @@ in tokens.
 
     .venv/bin/python benchmarks/bench_ratelimit.py [--tasks 200] [--rate 100] [--sections matrix,noise,...]
         [--refusal-latency 0.0] [--windows 1,10,60] [--hints ms,seconds,message] [--window-kind log] [--rows TEXT]
+        [--grader-key sk-other]
 """
 
 from __future__ import annotations
@@ -92,9 +95,11 @@ class Endpoint:
     faults: tuple[str, ...] = ()
 
 
-def run(command: list[str], out: Path, endpoint: Endpoint, timeout: float = TIMEOUT) -> Outcome:
+def run(
+    command: list[str], out: Path, endpoint: Endpoint, timeout: float = TIMEOUT, grader_key: str = "sk-bench"
+) -> Outcome:
     """One healthbench command (`eval ...`, `grade ...`) in a process of its own against a fake as `endpoint` says;
-    the fake's URL and `out` are added to the command."""
+    the fake's URL and `out` are added to the command; the grader sends `grader_key` (the policy "sk-bench")."""
     with FakeOpenAI(
         limits=endpoint.limits,
         latency=endpoint.latency,
@@ -116,7 +121,7 @@ def run(command: list[str], out: Path, endpoint: Endpoint, timeout: float = TIME
                 capture_output=True,
                 text=True,
                 timeout=timeout,
-                env={**os.environ, "OPENAI_API_KEY": "sk-bench", "HEALTHBENCH_GRADER_API_KEY": "sk-bench"},
+                env={**os.environ, "OPENAI_API_KEY": "sk-bench", "HEALTHBENCH_GRADER_API_KEY": grader_key},
             )
             code: int | None = done.returncode
             stderr = done.stderr
@@ -159,7 +164,8 @@ def limits_for(
 def limiters(rpm: float, tpm: float) -> dict[str, RateLimits]:
     """The matrix of issue 29: each limiter (the default, whose debt stops at a window and whose hints are exact;
     the hard one, OpenAI's at its least forgiving: debt without bound, hints one request short) x requests or
-    tokens x x-ratelimit headers or none x refused requests counted or not."""
+    tokens x x-ratelimit headers or none x refused requests counted or not; then issue 47's plainest limiter, refused
+    requests counted or not."""
     kinds: dict[str, RateLimits] = {}
     for limiter in ("default", "hard"):
         for dimension in ("RPM", "TPM"):
@@ -171,6 +177,10 @@ def limiters(rpm: float, tpm: float) -> dict[str, RateLimits]:
                     )
                     limit = (rpm, None) if dimension == "RPM" else (None, tpm)
                     kinds[name] = limits_for(limiter, limit[0], limit[1], headers=headers, counted=counted)
+    for counted in (False, True):  # issue 47's
+        kinds[f"plain, RPM, refused {'counted' if counted else 'not counted'}"] = RateLimits.plain(
+            rpm, count_refused=counted
+        )
     return kinds
 
 
@@ -208,7 +218,7 @@ def matrix(args: argparse.Namespace, data: Path, work: Path, free: Outcome) -> N
     print("|---|---|---|---|---|---|")
     for number, (kind, limits) in enumerate(variants(args, tpm).items()):
         endpoint = Endpoint(limits, args.latency, args.jitter)
-        got = run(eval_command(data, args.tasks), work / f"run{number}", endpoint)
+        got = run(eval_command(data, args.tasks), work / f"run{number}", endpoint, grader_key=args.grader_key)
         if limits.rpm is not None:
             spent, rate = float(got.answered), args.rate
         else:
@@ -307,6 +317,11 @@ def main() -> None:
         "--window-kind", choices=("bucket", "fixed", "log"), default="bucket", help="matrix: how windows refill"
     )
     parser.add_argument("--rows", default="", help="matrix: only the rows whose name holds this")
+    parser.add_argument(
+        "--grader-key",
+        default="sk-bench",
+        help="matrix: the grader's key (the policy's is sk-bench; the limiter counts both together)",
+    )
     parser.add_argument("--quota", type=int, default=600, help="answered requests before the quota runs out")
     parser.add_argument("--grade-tasks", type=int, default=500, help="tasks graded in the faults section")
     parser.add_argument("--tier5-tasks", type=int, default=5000)

@@ -117,6 +117,19 @@ def test_the_hard_limiter_hints_in_its_429s_without_the_rate_limit_headers_too()
     assert "Please try again in 100ms." in refused.message
 
 
+def test_the_plain_limiter_hints_exactly_in_milliseconds_whole_seconds_and_seconds_in_its_message() -> None:
+    for counted, wait in ((False, "0.010"), (True, "0.020")):
+        limiter = Limiter(RateLimits.plain(rpm=6000, count_refused=counted), now=0.0)  # a hundred at once
+        for _ in range(100):
+            assert limiter.decide(body(), 0.0).headers == {}  # no x-ratelimit headers
+        refused = limiter.decide(body(), 0.0)
+        assert refused.headers == {"retry-after-ms": str(int(float(wait) * 1000)), "Retry-After": "1"}
+        assert f"Limit 6000, Used 6000, Requested 1. Please try again in {wait}s." in refused.message
+        # Exact: the wait it names lets the next request through, and no sooner.
+        assert limiter.decide(body(), float(wait) - 0.001).refused == "requests"
+        assert limiter.decide(body(), float(wait) + (0.011 if counted else 0.0)).refused is None
+
+
 @pytest.mark.parametrize(
     ("hints", "headers", "again"),
     [

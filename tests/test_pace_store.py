@@ -4,6 +4,7 @@ key never reaches the store, and the store's faults (unreachable at start, lost 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -11,9 +12,11 @@ from typing import Any
 import pytest
 
 from healthbench.api.client import ApiClient
+from healthbench.api.failures import read_refusal
 from healthbench.api.keygates import key_slot
+from healthbench.api.pacing import Pacer
 from healthbench.api.pacing import store as store_module
-from healthbench.api.pacing.state import EDGE, HEADROOM, PACED, Effects, Learned, LocalPace, Slowdown
+from healthbench.api.pacing.state import EDGE, HEADROOM, PACED, Admission, Effects, Learned, LocalPace, Slowdown
 from healthbench.api.pacing.store import PaceStore, RedisPace, redacted
 from healthbench.errors import PaceStoreUnreachable, SettingsError
 from healthbench.testing import FakeOpenAI
@@ -23,6 +26,9 @@ from tests.redisserver import RedisServer, needs_redis
 pytestmark = needs_redis
 
 KEY = "sk-shared-pace-secret"
+REFUSAL = json.dumps(
+    {"error": {"message": "Rate limit reached for m on requests per min (RPM): Limit 6000, Used 6000, Requested 1."}}
+).encode()
 
 
 def _run(coroutine: Any) -> Any:
@@ -225,6 +231,39 @@ def test_a_store_lost_mid_run_is_one_warning_then_local_pacing_then_shared_again
     assert len(warnings) == 1 and "lost" in warnings[0].getMessage() and server.url in warnings[0].getMessage()
     assert any("back" in record.getMessage() for record in caplog.records)
     assert float(state["rpm"]) == 60_000  # the restarted store was told again what had been learned
+
+
+def test_a_stand_in_for_a_lost_store_still_counts_the_processes_sharing_the_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A key other processes pace too is never taken for a sibling's by this process's own starts of it
+    # (`pacing.siblings`): while the store is out of reach, the stand-in says so as the store last did.
+    monkeypatch.setattr(store_module, "_RETRY_EVERY", 3600.0)  # no ping back while the test runs
+    server = RedisServer(tmp_path)
+    server.start()
+    slot = key_slot("https://lost.test/v1", "sk-two-processes")
+
+    async def main() -> tuple[Admission, Admission]:
+        one, two = PaceStore(server.url), PaceStore(server.url)  # two processes' stores
+        pace = one.pace(slot)
+        await two.pace(slot).admit(1, 0.0, PACED, (None, None))
+        shared = await pace.admit(1, 0.0, PACED, (None, None))
+        server.kill()
+        standing_in = await pace.admit(1, 0.0, PACED, (None, None))
+        for store in (one, two):
+            await store.aclose()
+        return shared, standing_in
+
+    try:
+        shared, standing_in = _run(main())
+    finally:
+        server.kill()
+    assert shared.sharers == standing_in.sharers == 2
+    pacer = Pacer(shared=True)
+    pacer.adopt(0.0, standing_in)
+    ticket = pacer.start(0.0, 1)
+    pacer.on_refused(0.1, ticket, 1, read_refusal(REFUSAL, {}), {})
+    assert pacer.refused_by is not None and pacer.refused_by.shared
 
 
 @pytest.mark.parametrize(("rate", "cut_ago", "held"), [(95.0, 10.0, 0.01), (300.0, 10.0, 1.01), (105.0, 0.5, 0.01)])

@@ -20,7 +20,7 @@ from healthbench.api.ratesignals import request_cost
 from healthbench.errors import QuotaExhausted
 from healthbench.testing import FakeOpenAI
 from healthbench.testing.limits import Limiter, RateLimits, WindowKind
-from tests.pacesim import COST, SLOW_DOWN, Run, simulate
+from tests.pacesim import COST, PLAIN_BAR, SLOW_DOWN, Run, simulate
 
 RATE = 100.0  # requests a second, or the same in tokens
 
@@ -65,6 +65,28 @@ def test_the_hard_limiter_is_met_by_a_loaded_client_and_late_refusals(dimension:
     # sent meanwhile are refused too, each one deeper into debt.
     run = simulate(_limits("hard", dimension, headers, True), refusal_latency=0.3, arrival=0.05)
     _meets_the_bar(run, headers)
+
+
+@pytest.mark.parametrize("counted", [False, True])
+@pytest.mark.parametrize("refusal_latency", [0.001, 0.3])
+def test_an_eval_on_one_key_meets_the_plainest_limiter_at_its_bar(counted: bool, refusal_latency: float) -> None:
+    run = simulate(
+        RateLimits.plain(RATE * 60, count_refused=counted), calls=0, policy=200, refusal_latency=refusal_latency
+    )
+    share, most = PLAIN_BAR[counted]
+    assert run.answered == 200 * 13 and run.answered / run.seconds / RATE >= share
+    assert run.share_refused < most
+
+
+def test_a_sender_unseen_gone_leaves_the_grader_its_whole_limit_again() -> None:
+    # One limiter counts both keys (an organization's), and each key's pace knows nothing of the other's (their gates
+    # apart, as two processes' are): while the policy's calls are out, the grader's are refused at its pace and its
+    # factor is kept under the refused one. The policy done, the limit is the grader's alone: it regrows to it (a
+    # factor kept under for a minute held the run at 85% of the limit).
+    limits = RateLimits.plain(RATE * 60, count_refused=False)
+    run = simulate(limits, calls=0, policy=200, one_key=False, siblings=False)
+    assert not run.joined and run.answered / run.seconds / RATE >= 0.90
+    assert max(pace.rate for pace in run.paces[-5:]) >= 0.97 * RATE  # the pace back at the limit before the end
 
 
 def test_optimistic_hints_with_a_bounded_debt_meet_the_bar_too() -> None:

@@ -12,7 +12,17 @@ import pytest
 from healthbench.api.failures import read_refusal
 from healthbench.api.pacing import BURST, LocalPace, Pacer
 from healthbench.api.pacing.pacer import FIRST_WINDOW
-from healthbench.api.pacing.state import EDGE, HEADROOM, LASTING, Admission, Effects, Learned, Slowdown
+from healthbench.api.pacing.state import (
+    EDGE,
+    EDGE_PLATEAU,
+    GROWTH,
+    HEADROOM,
+    LASTING,
+    Admission,
+    Effects,
+    Learned,
+    Slowdown,
+)
 from tests.pacesim import COST
 
 LIMIT = {"x-ratelimit-limit-requests": "6000"}  # a hundred a second
@@ -136,12 +146,14 @@ def test_a_429_at_the_pace_keeps_the_factor_just_under_the_one_refused() -> None
         pace.admit_at(i / 300, 1)
     pace.apply_at(1.0, Effects(slow=Slowdown(1.0, hard=True)))
     assert pace.factor(1.0) == pytest.approx(0.9) and pace.factor(7.0) == 1.0
-    # Refused while the starts kept to the pace: jitter or a window's edge. The factor goes just under the one
-    # refused, and creeps past it: the same 429 does not come back every five seconds.
+    # Refused while the starts kept to the pace: jitter, a window's edge, or another sender's calls. The factor goes
+    # just under the one refused and creeps past it for EDGE_PLATEAU seconds (the same 429 does not come back five
+    # seconds later), then regrows as after any cut (another sender may have gone: the limit is this one's again).
     now = _paced_run(pace, 10.0)
     pace.apply_at(now, Effects(slow=Slowdown(1.0, hard=True)))
     assert pace.factor_top == pytest.approx(EDGE) and pace.factor(now) == pytest.approx(EDGE)
-    assert EDGE < pace.factor(now + 30) < EDGE * 1.02
+    assert EDGE < pace.factor(now + EDGE_PLATEAU) < EDGE * 1.01
+    assert pace.factor(now + EDGE_PLATEAU + 1) == pytest.approx(pace.factor(now + EDGE_PLATEAU) * GROWTH)
     # Refused again past that top: it was too high, and comes down further.
     now = _paced_run(pace, now + 30)
     refused = pace.factor(now)

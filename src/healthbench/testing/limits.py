@@ -6,7 +6,8 @@ prompt plus its output cap, counted on arrival. Refused requests may count again
 OpenAI) or not; the ``x-ratelimit-*`` headers may be sent or not (many gateways send none); a 429's message
 names the limit in OpenAI's words, or says only that there was one; its retry hint is exact, or optimistic
 (computed before the refused request itself is counted), and carried by ``retry-after-ms`` and ``Retry-After``, by
-``Retry-After`` and the message in whole seconds only, or by the message alone (``hints``); the message's "Used"
+``Retry-After`` and the message in whole seconds only, or by the message alone (``hints``), and the message may
+give even the shortest wait in seconds ("0.012s"); the message's "Used"
 may count the refused request itself; a window may be a fixed one (a counter emptied at each multiple of it, as a
 limiter counting per calendar minute does) or a sliding log (each request counted leaves it a window later) instead
 of a bucket refilled continuously. After ``quota`` answered requests the account has no
@@ -17,7 +18,9 @@ share of the bucket with no bound on the debt (a client that keeps sending into 
 as it does), each 429 carries ``retry-after-ms`` and "Please try again in Xs" worked out before the refusal is
 counted (so they run one request's worth short), ``x-ratelimit-remaining-*`` reads 0 while the bucket is in debt
 and ``x-ratelimit-reset-*`` counts the debt. The default limiter forgives debt past one window and, unless told
-otherwise, gives exact hints.
+otherwise, gives exact hints. ``RateLimits.plain`` is the plainest limiter OpenAI documents: a one-second bucket
+refilled continuously, exact hints (``retry-after-ms`` to the millisecond, ``Retry-After`` in whole seconds, and the
+message's wait in seconds to the millisecond), no ``x-ratelimit-*`` headers.
 
 ``Limiter.decide`` is pure (it takes the time), so a simulation can drive it; the server calls
 ``Limiter.admit`` once per model request, before any work on it.
@@ -71,6 +74,8 @@ class RateLimits:
     hints: Literal["ms", "seconds", "message"] = "ms"
     # Whether the message's "Used" counts the refused request too (some limiters count it before they word it).
     used_counts_request: bool = False
+    # Whether the message gives a wait under a second in seconds to the millisecond ("0.012s"), not in "12ms".
+    wait_in_seconds: bool = False
     # How the window refills: "bucket", continuously; "fixed", a counter emptied at each multiple of ``window``
     # seconds (as a limiter counting per calendar minute does; a refusal's debt ends with its window); "log", a
     # sliding log where each request counted leaves the window ``window`` seconds after it came (a burst comes
@@ -107,6 +112,13 @@ class RateLimits:
             debt=None,
             retry_headers=True,
         )
+
+    @classmethod
+    def plain(cls, rpm: float, *, count_refused: bool = True) -> RateLimits:
+        """The plainest limiter OpenAI documents (see the module docstring): `rpm` in a one-second bucket refilled
+        continuously, exact hints in ``retry-after-ms``, ``Retry-After`` (whole seconds, at least 1) and the
+        message ("Please try again in 0.012s."), no x-ratelimit headers; a refusal's debt stops at one window."""
+        return cls(rpm=rpm, headers=False, count_refused=count_refused, retry_headers=True, wait_in_seconds=True)
 
 
 @dataclass(frozen=True)
@@ -265,6 +277,8 @@ class Limiter:
             if limits.hints == "ms":
                 headers["retry-after-ms"] = str(math.ceil(wait * 1000))
         again = f"{math.ceil(wait)}s" if limits.hints == "seconds" else _duration(wait)
+        if limits.wait_in_seconds and limits.hints != "seconds" and wait < 1:
+            again = f"{math.ceil(wait * 1000) / 1000:.3f}s"
         message = f"Rate limit reached for {name}"
         if limits.numbers:
             message = (

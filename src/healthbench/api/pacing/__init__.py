@@ -2,7 +2,8 @@
 
 `pacer.Pacer` is what one process sees (answers, 429s, the server's reported budget) and makes of it;
 `state.PaceState` is the part every process using the key shares (limits, the pace of each, a 429's hold), kept
-in this process (`state.LocalPace`) or in Redis (`store.PaceStore`); `gate.Gate` runs the two for the client.
+in this process (`state.LocalPace`) or in Redis (`store.PaceStore`); `gate.Gate` runs the two for the client;
+`siblings` joins the paces of two keys at one endpoint once it sees them spend one limit.
 """
 
 from healthbench.api.pacing.gate import Gate

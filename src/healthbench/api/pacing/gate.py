@@ -16,12 +16,15 @@ import time
 import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from healthbench.api.failures import RateLimited, read_refusal
 from healthbench.api.pacing.pacer import Pace, Pacer
 from healthbench.api.pacing.state import Effects, Limits, LocalPace, PaceState
 from healthbench.errors import QuotaExhausted, SettingsError
+
+if TYPE_CHECKING:
+    from healthbench.api.pacing.siblings import Siblings
 
 # A shared pace reserves a start this close (one call to the store for each start, and processes take turns
 # instead of racing); a local one asks again after every wait, since an answer can move a start either way.
@@ -31,7 +34,10 @@ _NEEDED_EVERY = 1.0  # seconds between two estimates of the requests in flight t
 
 class Gate:
     """One key's starts: see the module docstring. Only the first waiter asks the pace and sleeps; an answer
-    wakes it to look again. Loop-bound pieces are made per running loop, as `Budget` makes its own."""
+    wakes it to look again. Loop-bound pieces are made per running loop, as `Budget` makes its own.
+
+    `siblings` are the gates of the other keys at the same endpoint (`keygates` sets them): a key refused by a
+    limit that another key's starts spend too paces through that key's state from then on (`pacing.siblings`)."""
 
     def __init__(self, state: PaceState | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.state: PaceState = state if state is not None else LocalPace(clock)
@@ -46,6 +52,7 @@ class Gate:
         self._waker: asyncio.Future[None] | None = None
         self._by_answers = False  # whether the waiter's wait is this process's own, which answers shorten
         self._needed: tuple[float, int | None] = (-_NEEDED_EVERY, None)
+        self.siblings: Siblings[PaceState] | None = None
 
     def _bind(self) -> None:
         loop = asyncio.get_running_loop()
@@ -138,6 +145,8 @@ class Gate:
         refusal: RateLimited = read_refusal(body, headers)
         effects, retry = self.pacer.on_refused(self._clock(), ticket, cost, refusal, headers)
         await self._apply(effects)
+        if self.siblings is not None and effects.slow is not None and effects.slow.hard:
+            self.siblings.refused(self)
         self._wake(True)  # a quota refusal changes nothing in the pace but stops every start
         if refusal.quota:
             raise QuotaExhausted()

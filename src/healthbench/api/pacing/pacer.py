@@ -19,9 +19,10 @@ whole seconds may overstate the limiter's wait by up to a second, which the pace
 (`state`); a start refused again after a hold left that short has such hints taken whole until a start after a hold
 goes through. A 429 that names nothing (a bare `Retry-After` at most) is judged by the share of the last window's
 starts refused: a few percent is noise (the refused request alone waits its hint, and a pace in force is cut
-gently); more is a limit. Until the first answer arrives at most `FIRST_WINDOW` requests are out, unless a limit is
-known already (or the slow start is skipped: `skip_slow_start`); until a limit is known, two more for each answer (a
-slow start). `insufficient_quota` is no limit to wait for: `QuotaExhausted`, at once.
+gently); more is a limit. The last limit's 429 is kept (`Refused`), beside this process's starts, for `siblings` to
+tell whether another key's starts spend that limit too. Until the first answer arrives at most `FIRST_WINDOW`
+requests are out, unless a limit is known already (or the slow start is skipped: `skip_slow_start`); until a limit is
+known, two more for each answer (a slow start). `insufficient_quota` is no limit to wait for: `QuotaExhausted`, at once.
 
 The model is pure: every method takes the time `now` of a monotonic clock. `gate.Gate` runs it.
 """
@@ -67,6 +68,19 @@ _PAD_UP, _PAD_MAX, _PAD_DECAY, _PAD_MARGIN = 1.5, 3.0, 0.9, 0.01  # learning tha
 _MARGIN, _EWMA = 1.5, 0.05  # Little's law: in flight = rate x latency x margin; the averages' weight
 # A trusted report's room past this share of the bucket may be spent ahead of the pace, up to _AHEAD seconds of it.
 _CUSHION, _AHEAD = 0.25, 0.75
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A limit's 429 of this key: when it came, when the refused request started, the limit's dimension and size a
+    minute (named by the 429, else the only one in force), and whether other processes pace the key too (through a
+    store: this process sees only its own starts of it)."""
+
+    at: float
+    started: float
+    dimension: Dimension
+    per_minute: float
+    shared: bool
 
 
 @dataclass(frozen=True)
@@ -163,6 +177,8 @@ class Pacer:
         self._view = Admission(0.0, None)
         self._latency: float | None = None
         self._tokens: float | None = None
+        self.refused_by: Refused | None = None  # the last 429 of a limit (`siblings` reads it)
+        self._first_start: float | None = None
 
     @property
     def limits(self) -> tuple[float | None, float | None]:
@@ -221,6 +237,8 @@ class Pacer:
         if self._probing and self._probe_at is None:
             self._probe_at = now
         self._ticket += 1
+        if self._first_start is None:
+            self._first_start = now
         if self._held_until is not None and now >= self._held_until:
             self._held_until, self._after_hold = None, self._ticket
         self._starts.append((self._ticket, now, tokens, self._tokens_started))
@@ -317,6 +335,7 @@ class Pacer:
             self._in_row += 1
             self._round_at = now
         self._trusted = False
+        self.refused_by = self._refused_by(now, started, refusal) if named else None
         if named and ticket == self._after_hold and started < self._hint_until:
             # It waited out a hold left shorter than a hint in whole seconds and was refused: not the hint ran
             # short, the hold did. Such hints are taken whole until a start after a hold goes through.
@@ -343,6 +362,33 @@ class Pacer:
         self._held(now + retry - overstated)  # the shortest hold the pace may make of it: its first start is judged
         hold = max(retry, seen.hold or 0.0)
         return Effects(tuple(learned), hold, Slowdown(share, hard=True), overstated if hold == retry else 0.0), 0.0
+
+    def _refused_by(self, now: float, started: float, refusal: RateLimited) -> Refused | None:
+        """A limit's 429 of a request started at `started`, as `Refused`; None if it names no limit and more or
+        fewer than one is in force."""
+        view = self._view
+        dimension = refusal.dimension
+        if dimension is None and (view.rpm is None) != (view.tpm is None):
+            dimension = "requests" if view.rpm is not None else "tokens"
+        size = None if dimension is None else refusal.limit or (view.rpm if dimension == "requests" else view.tpm)
+        if dimension is None or not size:
+            return None
+        return Refused(now, started, dimension, size, view.sharers > 1)
+
+    def started_between(self, since: float, until: float, dimension: Dimension) -> float:
+        """This process's starts from `since` up to `until` (the last `_SPAN` seconds at most): how many, or their
+        tokens."""
+        starts = (tokens for _, at, tokens, _ in self._starts if since <= at < until)
+        return sum(1.0 if dimension == "requests" else tokens for tokens in starts)
+
+    def started_alone(self, now: float, per_minute: float, dimension: Dimension) -> float:
+        """This process's starts since its first (how many, or their tokens), as a share of what a limit of
+        `per_minute` lets through since then at the most: its rate, and a window's worth it starts with. At 1 or
+        more the key alone may have run a limit of that size into debt."""
+        if self._first_start is None:
+            return 0.0
+        started = float(self._ticket) if dimension == "requests" else self._tokens_started
+        return started / (per_minute / 60 * (now - self._first_start + WINDOW))
 
     def _spent(self, cost: int, headers: Mapping[str, str]) -> bool:
         """Whether a 429's headers say a limit had too little left for the request (then it is that limit; a 429

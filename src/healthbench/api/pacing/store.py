@@ -23,6 +23,7 @@ import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -265,12 +266,14 @@ class FailoverPace:
         self._down_since: float | None = None
         self._next_ping = 0.0
         self._pinging: asyncio.Task[None] | None = None
+        self._sharers = 1  # the processes using the key, as the store last counted them
 
     async def admit(self, tokens: float, horizon: float, ahead: Ahead, user: Limits) -> Admission:
         """`PaceState.admit`: the store's, or the stand-in's while the store is out of reach."""
         admission = await self._remote(lambda: self.remote.admit(tokens, horizon, ahead, user))
         if admission is None:
-            return await self.local.admit(tokens, 0.0, ahead, user)
+            # The processes the store saw last share the key still: a stand-in is no key of this process's alone.
+            return replace(await self.local.admit(tokens, 0.0, ahead, user), sharers=self._sharers)
         self._follow(admission)
         return admission
 
@@ -281,6 +284,7 @@ class FailoverPace:
 
     def _follow(self, admission: Admission) -> None:
         now = self._clock()
+        self._sharers = admission.sharers
         self.local.share = 1 / admission.sharers
         for dimension, value in zip(DIMENSIONS, (admission.rpm, admission.tpm), strict=True):
             if value is not None and self.local.limit(dimension, now) != value:
