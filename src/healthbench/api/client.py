@@ -310,7 +310,12 @@ class ApiClient(Completer):
         cost = request_cost(request.parsed(), self.default_output_cap)
         usage = Usage()
 
+        first = [
+            True
+        ]  # whether the attempt is the call's first answer: the endpoint's first answers are judged on those
+
         async def attempt() -> T:
+            judged, first[0] = first[0], False
             try:
                 reading, server = await self._routed(payload, cost, request.affinity)
                 self._health.answered()
@@ -324,15 +329,18 @@ class ApiClient(Completer):
                     raise AttemptFailed(failure) from None
             except AttemptFailed as exc:
                 failure = exc.failure
-                # A pool's servers are judged each by its breaker (`router.content`): the pool stops once all are out.
+                # Each call's first answer alone, so that how many calls a run has, not how their retries fall in time,
+                # decides whether it stops here. A pool's servers are judged each by its breaker (`router.content`):
+                # the pool stops once all are out.
                 unusable = failure.kind in (Kind.UNUSABLE_CONTENT, Kind.CUT_SHORT) and not self.router.pooled
-                if unusable and self._health.content(usable=False):
+                if unusable and judged and self._health.content(usable=False):
                     health, cap = self._health, output_cap(request.parsed())
                     said = unusable_answers(failure, health.unusable_answers, health.answers, cap)
                     raise self.unusable(said, refused=True) from None
                 raise
             self.router.content(server, None)
-            self._health.content(usable=True)
+            if judged:
+                self._health.content(usable=True)
             return parsed
 
         try:

@@ -47,10 +47,11 @@ FIRST_ANSWERS = 16
 UNUSABLE_SHARE = 0.75
 """An endpoint whose first answers cannot be used (`Kind.UNUSABLE_CONTENT`, `Kind.CUT_SHORT`: prose, a verdict that
 is not a boolean, an answer the output cap ended) is unusable once `UNUSABLE_SHARE` of its first `FIRST_ANSWERS`
-answers are such: a model that does not follow the prompt's format, a thinking model whose cap ends its thinking, a
-server without a reasoning parser or with the wrong chat template, fails every call the same way, and each call's
-whole table of attempts would only spend a minute and the answers' cost before failing alike. An occasional such
-answer is asked again, as always."""
+answers are such, counting each call's first answer only (so a run of fewer calls fails item by item, whatever the
+timing of their retries): a model that does not follow the prompt's format, a thinking model whose cap ends its
+thinking, a server without a reasoning parser or with the wrong chat template, fails every call the same way, and
+each call's whole table of attempts would only spend a minute and the answers' cost before failing alike. An
+occasional such answer is asked again, as always."""
 FIRST_LIMITS = 60.0
 """Seconds an endpoint that has not answered usably yet may answer nothing but 429 before it is unusable: a key whose
 limit is zero, or a gateway that refuses every request with no limit in sight, never answers however long the pace
