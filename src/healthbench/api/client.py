@@ -156,6 +156,9 @@ class ApiClient(Completer):
         self.router = Router(servers, self._redact)
         self.servers = self.router.servers
         self.concurrency = sum(server.budget.floor for server in self.servers)
+        # What a retry's log line says is asked again, made once rather than for every call.
+        where = f"{self.shown}{api.path}" if not self.router.pooled else f"{api.path} at {self.shown}"
+        self._target = f"POST {where}"
         self.default_output_cap = default_output_cap
         self._health = Health()
         self._in_flight = InFlight()
@@ -290,7 +293,8 @@ class ApiClient(Completer):
         lasting = failure.rule.unusable and not failure.retried
         self.router.failed(server, failure, lasting=lasting)
         if failure.kind is Kind.UNUSABLE_CONTENT:
-            self.router.content(server, failure)  # an answer with nothing to use (no content): the server's doing?
+            # An answer with no content at all: one of what its server's answers say (`Breaker.content`).
+            self.router.content(server, failure)
         if not (self.router.pooled and (lasting or Breaker.counts(failure))):
             return exc
         if self.router.elsewhere(server):
@@ -310,9 +314,8 @@ class ApiClient(Completer):
         cost = request_cost(request.parsed(), self.default_output_cap)
         usage = Usage()
 
-        first = [
-            True
-        ]  # whether the attempt is the call's first answer: the endpoint's first answers are judged on those
+        # Whether the attempt is the call's first answer: the endpoint's first answers are judged on those.
+        first = [True]
 
         async def attempt() -> T:
             judged, first[0] = first[0], False
@@ -345,11 +348,7 @@ class ApiClient(Completer):
 
         try:
             with self._in_flight.call():
-                where = (
-                    f"{self.shown}{self.wire.path}" if not self.router.pooled else f"{self.wire.path} at {self.shown}"
-                )
-                target = f"POST {where}"
-                return await self._with_retries(attempt, target, "a request"), usage
+                return await self._with_retries(attempt, self._target, "a request"), usage
         except QuotaExhausted as exc:
             raise exc.at(self.base_url) from None
 
